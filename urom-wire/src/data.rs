@@ -1,0 +1,265 @@
+//! Bodies exchanged between a host and a worker: commands and notifications.
+//!
+//! They carry the headers of the DOCA UROM plugin interface, little-endian:
+//!
+//! ```text
+//! urom_worker_cmd     0 u64 type (plugin id) | 8 u64 urom_context | 16 u64 len
+//!                     24 len bytes of plugin command                         header = 24
+//! urom_worker_notify  0 u64 type (plugin id) | 8 u64 urom_context | 16 u64 len
+//!                     24 i32 status | 28 u32 reserved | 32 len bytes          header = 32
+//! ```
+//!
+//! `len` must account for exactly the bytes that follow. On the hot path, write the headers with
+//! [`write_command_headers`] / [`write_notify_headers`] and the payload in place after them;
+//! [`DataMessage`] reads both kinds without copying.
+
+use zerocopy::little_endian::{I32, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::control::check_exact_len;
+use crate::frame::{prefix, put, reserved_zero};
+use crate::{
+    Body, DecodeError, EncodeError, FRAME_HEADER_LEN, Frame, FrameKind, MaxMsgSize, Status,
+};
+
+/// The wire layout of `struct urom_worker_cmd` without its payload.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct CommandHeader {
+    /// `type`: the id of the plugin the command is for.
+    pub plugin: U64,
+    /// `urom_context`: the host's cookie, returned in the notification.
+    pub urom_context: U64,
+    /// `len`: bytes of plugin command that follow.
+    pub len: U64,
+}
+const _: () = assert!(size_of::<CommandHeader>() == 24);
+
+/// The wire layout of `struct urom_worker_notify` without its payload.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct NotifyHeader {
+    /// `type`: the id of the plugin the notification is from.
+    pub plugin: U64,
+    /// `urom_context`: the cookie of the command this answers.
+    pub urom_context: U64,
+    /// `len`: bytes of plugin notification that follow.
+    pub len: U64,
+    /// `status`: a [`Status`] code.
+    pub status: I32,
+    /// Must be zero.
+    pub reserved: U32,
+}
+const _: () = assert!(size_of::<NotifyHeader>() == 32);
+
+/// Length of [`CommandHeader`].
+pub const CMD_HEADER_LEN: usize = size_of::<CommandHeader>();
+/// Length of [`NotifyHeader`].
+pub const NOTIFY_HEADER_LEN: usize = size_of::<NotifyHeader>();
+/// Where a command's payload starts in its frame.
+pub const COMMAND_PAYLOAD_OFFSET: usize = FRAME_HEADER_LEN + CMD_HEADER_LEN;
+/// Where a notification's payload starts in its frame.
+pub const NOTIFY_PAYLOAD_OFFSET: usize = FRAME_HEADER_LEN + NOTIFY_HEADER_LEN;
+
+/// The largest command payload a frame of at most `max` bytes carries.
+pub const fn max_command_payload(max: MaxMsgSize) -> usize {
+    max.get() - COMMAND_PAYLOAD_OFFSET
+}
+
+/// The largest notification payload a frame of at most `max` bytes carries.
+pub const fn max_notify_payload(max: MaxMsgSize) -> usize {
+    max.get() - NOTIFY_PAYLOAD_OFFSET
+}
+
+/// Host -> worker: a command for one plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Command<'a> {
+    /// The plugin's id.
+    pub plugin: u64,
+    /// The host's cookie, returned in the notification.
+    pub urom_context: u64,
+    /// The plugin's command bytes.
+    pub payload: &'a [u8],
+}
+
+/// Worker -> host: a plugin's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notification<'a> {
+    /// The plugin's id.
+    pub plugin: u64,
+    /// The cookie of the command this answers.
+    pub urom_context: u64,
+    /// The outcome.
+    pub status: Status,
+    /// The plugin's notification bytes.
+    pub payload: &'a [u8],
+}
+
+/// Every body that travels on a data channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataMessage<'a> {
+    /// [`Command`].
+    Command(Command<'a>),
+    /// [`Notification`].
+    Notify(Notification<'a>),
+}
+
+impl<'a> Body<'a> for DataMessage<'a> {
+    fn kind(&self) -> FrameKind {
+        match self {
+            Self::Command(_) => FrameKind::Command,
+            Self::Notify(_) => FrameKind::Notify,
+        }
+    }
+
+    fn parse(kind: FrameKind, body: &'a [u8]) -> Result<Self, DecodeError> {
+        match kind {
+            FrameKind::Command => {
+                let (header, payload) = prefix::<CommandHeader>(body)?;
+                check_payload_len(CMD_HEADER_LEN, header.len.get(), body.len())?;
+                Ok(Self::Command(Command {
+                    plugin: header.plugin.get(),
+                    urom_context: header.urom_context.get(),
+                    payload,
+                }))
+            }
+            FrameKind::Notify => {
+                let (header, payload) = prefix::<NotifyHeader>(body)?;
+                reserved_zero("notify.reserved", header.reserved.get().into())?;
+                check_payload_len(NOTIFY_HEADER_LEN, header.len.get(), body.len())?;
+                Ok(Self::Notify(Notification {
+                    plugin: header.plugin.get(),
+                    urom_context: header.urom_context.get(),
+                    status: Status::from_raw(header.status.get()),
+                    payload,
+                }))
+            }
+            other => Err(DecodeError::UnexpectedKind(other.raw())),
+        }
+    }
+
+    fn body_len(&self) -> usize {
+        match self {
+            Self::Command(command) => CMD_HEADER_LEN + command.payload.len(),
+            Self::Notify(notify) => NOTIFY_HEADER_LEN + notify.payload.len(),
+        }
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let payload_dst = match self {
+            Self::Command(c) => put(
+                dst,
+                &command_header(c.plugin, c.urom_context, c.payload.len()),
+            ),
+            Self::Notify(n) => put(
+                dst,
+                &notify_header(n.plugin, n.urom_context, n.status, n.payload.len()),
+            ),
+        };
+        payload_dst.copy_from_slice(match self {
+            Self::Command(command) => command.payload,
+            Self::Notify(notify) => notify.payload,
+        });
+        Ok(())
+    }
+}
+
+fn check_payload_len(header_len: usize, len: u64, body_len: usize) -> Result<(), DecodeError> {
+    let claimed = usize::try_from(len).unwrap_or(usize::MAX);
+    check_exact_len(header_len.saturating_add(claimed), body_len)
+}
+
+fn command_header(plugin: u64, urom_context: u64, payload_len: usize) -> CommandHeader {
+    CommandHeader {
+        plugin: U64::new(plugin),
+        urom_context: U64::new(urom_context),
+        len: U64::new(payload_len as u64),
+    }
+}
+
+fn notify_header(
+    plugin: u64,
+    urom_context: u64,
+    status: Status,
+    payload_len: usize,
+) -> NotifyHeader {
+    NotifyHeader {
+        plugin: U64::new(plugin),
+        urom_context: U64::new(urom_context),
+        len: U64::new(payload_len as u64),
+        status: I32::new(status.raw()),
+        reserved: U32::ZERO,
+    }
+}
+
+/// Writes the frame and command headers of a command whose `payload_len` bytes the caller
+/// writes at [`COMMAND_PAYLOAD_OFFSET`]; returns the frame's length.
+pub fn write_command_headers(
+    frame: &mut [u8],
+    seq: u64,
+    plugin: u64,
+    urom_context: u64,
+    payload_len: usize,
+    max: MaxMsgSize,
+) -> Result<usize, EncodeError> {
+    let header = command_header(plugin, urom_context, payload_len);
+    write_headers(
+        frame,
+        FrameKind::Command,
+        seq,
+        header.as_bytes(),
+        payload_len,
+        max,
+    )
+}
+
+/// Writes the frame and notification headers of a notification whose `payload_len` bytes the
+/// caller writes at [`NOTIFY_PAYLOAD_OFFSET`]; returns the frame's length.
+pub fn write_notify_headers(
+    frame: &mut [u8],
+    seq: u64,
+    plugin: u64,
+    urom_context: u64,
+    status: Status,
+    payload_len: usize,
+    max: MaxMsgSize,
+) -> Result<usize, EncodeError> {
+    let header = notify_header(plugin, urom_context, status, payload_len);
+    write_headers(
+        frame,
+        FrameKind::Notify,
+        seq,
+        header.as_bytes(),
+        payload_len,
+        max,
+    )
+}
+
+fn write_headers(
+    frame: &mut [u8],
+    kind: FrameKind,
+    seq: u64,
+    body_header: &[u8],
+    payload_len: usize,
+    max: MaxMsgSize,
+) -> Result<usize, EncodeError> {
+    let length = FRAME_HEADER_LEN
+        .saturating_add(body_header.len())
+        .saturating_add(payload_len);
+    if length > max.get() {
+        return Err(EncodeError::TooLong {
+            length,
+            max: max.get(),
+        });
+    }
+    if frame.len() < length {
+        return Err(EncodeError::BufferTooSmall {
+            needed: length,
+            available: frame.len(),
+        });
+    }
+    let mut view = Frame::new_unchecked(&mut *frame);
+    view.fill_header(kind, seq, length);
+    view.body_mut()[..body_header.len()].copy_from_slice(body_header);
+    Ok(length)
+}

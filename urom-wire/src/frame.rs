@@ -1,0 +1,337 @@
+//! The frame header every urom message starts with, and frames with typed bodies.
+//!
+//! ```text
+//! offset  size  field
+//!      0     4  magic    "UROM"
+//!      4     2  version  PROTOCOL_VERSION
+//!      6     2  kind     FrameKind
+//!      8     4  length   whole frame in bytes, header included
+//!     12     4  flags    none defined in version 1: must be zero
+//!     16     8  seq      sequence number; a reply carries its request's
+//! ```
+//!
+//! All fields little-endian. A receiver checks magic, version, kind, flags and length against
+//! the [`MaxMsgSize`] before it looks at the body.
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::{DecodeError, EncodeError, MaxMsgSize};
+
+/// The wire layout of the frame header.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct FrameHeader {
+    /// [`MAGIC`].
+    pub magic: U32,
+    /// [`PROTOCOL_VERSION`].
+    pub version: U16,
+    /// A [`FrameKind`] code.
+    pub kind: U16,
+    /// The whole frame's length in bytes, header included.
+    pub length: U32,
+    /// Must be zero in version 1.
+    pub flags: U32,
+    /// Sequence number; a reply carries its request's.
+    pub seq: U64,
+}
+
+const _: () = assert!(size_of::<FrameHeader>() == 24);
+
+/// Length of [`FrameHeader`].
+pub const FRAME_HEADER_LEN: usize = size_of::<FrameHeader>();
+/// The first four bytes of every frame: `UROM`.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"UROM");
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+int_enum! {
+    /// What a frame carries. Codes `0x01xx` travel between a host and the daemon, codes
+    /// `0x02xx` between a host and a worker.
+    closed FrameKind: u16 {
+        /// Host -> daemon: [`crate::control::Hello`].
+        Hello = 0x0101,
+        /// Daemon -> host: [`crate::control::AuthChallenge`].
+        AuthChallenge = 0x0102,
+        /// Host -> daemon: [`crate::control::AuthResponse`].
+        AuthResponse = 0x0103,
+        /// Daemon -> host: the request succeeded and has nothing else to say.
+        Ack = 0x0104,
+        /// Daemon -> host: [`crate::control::ErrorReply`].
+        Error = 0x0105,
+        /// Host -> daemon: which plugins are there?
+        PluginListRequest = 0x0110,
+        /// Daemon -> host: the plugin records.
+        PluginListReply = 0x0111,
+        /// Host -> daemon: which CPUs may workers use?
+        CpusetRequest = 0x0112,
+        /// Daemon -> host: the CPU set.
+        CpusetReply = 0x0113,
+        /// Host -> daemon: [`crate::control::SpawnWorker`].
+        SpawnWorker = 0x0120,
+        /// Daemon -> host: [`crate::control::SpawnResult`].
+        SpawnResult = 0x0121,
+        /// Host -> daemon: stop a worker.
+        DestroyWorker = 0x0122,
+        /// Host -> daemon: which workers are in a group?
+        WorkersByGidRequest = 0x0123,
+        /// Daemon -> host: the group's worker ids.
+        WorkersByGidReply = 0x0124,
+        /// Daemon -> host, unsolicited: [`crate::control::WorkerExit`].
+        WorkerExited = 0x0125,
+        /// Host -> worker: [`crate::data::Command`].
+        Command = 0x0201,
+        /// Worker -> host: [`crate::data::Notification`].
+        Notify = 0x0202,
+    }
+}
+
+impl FrameKind {
+    /// Whether frames of this kind travel between a host and the daemon.
+    pub const fn is_control(self) -> bool {
+        self.raw() >> 8 == 0x01
+    }
+}
+
+/// A view of a frame in a buffer.
+///
+/// Build it with [`Frame::new_checked`] to validate a received buffer; after that no accessor
+/// panics. [`Frame::new_unchecked`] is for writing into a buffer of at least
+/// [`FRAME_HEADER_LEN`] bytes; the accessors panic on a shorter one.
+#[derive(Debug, Clone)]
+pub struct Frame<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Frame<T> {
+    /// Wraps a buffer without looking at it.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
+    /// Wraps a buffer holding exactly one whole, valid frame header and its body bytes.
+    pub fn new_checked(buffer: T, max: MaxMsgSize) -> Result<Self, DecodeError> {
+        let frame = Self::new_unchecked(buffer);
+        frame.check(max)?;
+        Ok(frame)
+    }
+
+    /// Checks the header fields and that the buffer is exactly as long as the frame says.
+    pub fn check(&self, max: MaxMsgSize) -> Result<(), DecodeError> {
+        let bytes = self.buffer.as_ref();
+        let length = frame_length(bytes, max)?.ok_or(DecodeError::Truncated {
+            needed: FRAME_HEADER_LEN,
+            available: bytes.len(),
+        })?;
+        if bytes.len() < length {
+            return Err(DecodeError::Truncated {
+                needed: length,
+                available: bytes.len(),
+            });
+        }
+        if bytes.len() > length {
+            return Err(DecodeError::TrailingBytes {
+                expected: length,
+                found: bytes.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn header(&self) -> &FrameHeader {
+        FrameHeader::ref_from_prefix(self.buffer.as_ref())
+            .map(|(header, _)| header)
+            .expect("frame buffer shorter than its header")
+    }
+
+    /// The frame kind, or `None` for a code urom does not define.
+    pub fn kind(&self) -> Option<FrameKind> {
+        FrameKind::from_raw(self.header().kind.get())
+    }
+
+    /// The whole frame's length as the header states it.
+    pub fn length(&self) -> usize {
+        self.header().length.get() as usize
+    }
+
+    /// The sequence number.
+    pub fn seq(&self) -> u64 {
+        self.header().seq.get()
+    }
+
+    /// The bytes after the header.
+    pub fn body(&self) -> &[u8] {
+        &self.buffer.as_ref()[FRAME_HEADER_LEN..]
+    }
+
+    /// The underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
+    /// Writes a complete header: magic, version, `kind`, `length`, no flags, `seq`.
+    pub fn fill_header(&mut self, kind: FrameKind, seq: u64, length: usize) {
+        let header = FrameHeader {
+            magic: U32::new(MAGIC),
+            version: U16::new(PROTOCOL_VERSION),
+            kind: U16::new(kind.raw()),
+            length: U32::new(length as u32),
+            flags: U32::ZERO,
+            seq: U64::new(seq),
+        };
+        self.buffer.as_mut()[..FRAME_HEADER_LEN].copy_from_slice(header.as_bytes());
+    }
+
+    /// Sets the sequence number.
+    pub fn set_seq(&mut self, seq: u64) {
+        self.buffer.as_mut()[16..FRAME_HEADER_LEN].copy_from_slice(&seq.to_le_bytes());
+    }
+
+    /// The bytes after the header, for writing.
+    pub fn body_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[FRAME_HEADER_LEN..]
+    }
+}
+
+/// Validates the header at the start of `prefix` and returns the whole frame's length, or
+/// `None` when fewer than [`FRAME_HEADER_LEN`] bytes have arrived.
+///
+/// For stream readers: call it as bytes arrive, then wait for the returned length. Garbage is
+/// refused as soon as the header is in, before any body byte is awaited.
+pub fn frame_length(prefix: &[u8], max: MaxMsgSize) -> Result<Option<usize>, DecodeError> {
+    let Ok((header, _)) = FrameHeader::ref_from_prefix(prefix) else {
+        return Ok(None);
+    };
+    if header.magic.get() != MAGIC {
+        return Err(DecodeError::BadMagic(header.magic.get()));
+    }
+    if header.version.get() != PROTOCOL_VERSION {
+        return Err(DecodeError::UnsupportedVersion(header.version.get()));
+    }
+    if FrameKind::from_raw(header.kind.get()).is_none() {
+        return Err(DecodeError::UnknownKind(header.kind.get()));
+    }
+    if header.flags.get() != 0 {
+        return Err(DecodeError::ReservedNotZero { field: "flags" });
+    }
+    let length = header.length.get() as usize;
+    if length < FRAME_HEADER_LEN {
+        return Err(DecodeError::LengthBelowHeader {
+            length,
+            header: FRAME_HEADER_LEN,
+        });
+    }
+    if length > max.get() {
+        return Err(DecodeError::TooLong {
+            length,
+            max: max.get(),
+        });
+    }
+    Ok(Some(length))
+}
+
+/// The body of a family of frames (control or data path): how it maps to frame kinds and bytes.
+pub trait Body<'a>: Sized {
+    /// The frame kind this body travels as.
+    fn kind(&self) -> FrameKind;
+    /// Reads the body of a frame of `kind`; [`DecodeError::UnexpectedKind`] when `kind` is not
+    /// of this family.
+    fn parse(kind: FrameKind, body: &'a [u8]) -> Result<Self, DecodeError>;
+    /// How many bytes [`Body::emit`] writes.
+    fn body_len(&self) -> usize;
+    /// Writes the body into `dst`, which is exactly [`Body::body_len`] bytes.
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError>;
+}
+
+/// A frame with a typed body: the sequence number and the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRepr<B> {
+    /// Sequence number; a reply carries its request's.
+    pub seq: u64,
+    /// The message.
+    pub body: B,
+}
+
+impl<'a, B: Body<'a>> FrameRepr<B> {
+    /// Reads a whole frame: header checks first, then the body.
+    pub fn parse(bytes: &'a [u8], max: MaxMsgSize) -> Result<Self, DecodeError> {
+        let frame = Frame::new_checked(bytes, max)?;
+        let raw_kind = frame.header().kind.get();
+        let kind = FrameKind::from_raw(raw_kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
+        Ok(Self {
+            seq: frame.seq(),
+            body: B::parse(kind, &bytes[FRAME_HEADER_LEN..])?,
+        })
+    }
+
+    /// The whole frame's length.
+    pub fn buffer_len(&self) -> usize {
+        FRAME_HEADER_LEN + self.body.body_len()
+    }
+
+    /// Writes the frame at the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8], max: MaxMsgSize) -> Result<usize, EncodeError> {
+        let length = self.buffer_len();
+        if length > max.get() {
+            return Err(EncodeError::TooLong {
+                length,
+                max: max.get(),
+            });
+        }
+        let available = buf.len();
+        let frame_bytes = buf.get_mut(..length).ok_or(EncodeError::BufferTooSmall {
+            needed: length,
+            available,
+        })?;
+        let mut frame = Frame::new_unchecked(frame_bytes);
+        frame.fill_header(self.body.kind(), self.seq, length);
+        self.body.emit(frame.body_mut())?;
+        Ok(length)
+    }
+}
+
+/// Reads a fixed-size wire struct that must fill `bytes` exactly.
+pub(crate) fn exact<'a, W>(bytes: &'a [u8]) -> Result<&'a W, DecodeError>
+where
+    W: FromBytes + KnownLayout + Immutable + Unaligned,
+{
+    let (wire, rest) = prefix::<W>(bytes)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::TrailingBytes {
+            expected: size_of::<W>(),
+            found: bytes.len(),
+        });
+    }
+    Ok(wire)
+}
+
+/// Reads a fixed-size wire struct at the front of `bytes`; returns it and the bytes after it.
+pub(crate) fn prefix<'a, W>(bytes: &'a [u8]) -> Result<(&'a W, &'a [u8]), DecodeError>
+where
+    W: FromBytes + KnownLayout + Immutable + Unaligned,
+{
+    W::ref_from_prefix(bytes).map_err(|_| DecodeError::Truncated {
+        needed: size_of::<W>(),
+        available: bytes.len(),
+    })
+}
+
+/// Writes a fixed-size wire struct at the front of `dst`; returns the bytes after it.
+///
+/// Callers size `dst` from the same struct, so it is always long enough.
+pub(crate) fn put<'d, W: IntoBytes + Immutable>(dst: &'d mut [u8], wire: &W) -> &'d mut [u8] {
+    let (head, tail) = dst.split_at_mut(size_of::<W>());
+    head.copy_from_slice(wire.as_bytes());
+    tail
+}
+
+/// `Ok` when a reserved field is zero.
+pub(crate) fn reserved_zero(field: &'static str, value: u64) -> Result<(), DecodeError> {
+    if value == 0 {
+        Ok(())
+    } else {
+        Err(DecodeError::ReservedNotZero { field })
+    }
+}

@@ -1,0 +1,47 @@
+//! Every byte format urom exchanges.
+//!
+//! The layers, from the outside in:
+//!
+//! * [`frame`]: the 24-byte header every urom frame starts with (magic, protocol version, kind,
+//!   flags, length, sequence number), so a receiver rejects garbage before looking further, and
+//!   [`FrameRepr`], a frame with a typed body;
+//! * [`control`]: the bodies exchanged between a host and the daemon (hello, authentication,
+//!   plugin list, cpuset, worker spawn / destroy / query, errors, worker exit events);
+//! * [`data`]: the bodies exchanged between a host and a worker: commands carrying the 24-byte
+//!   `urom_worker_cmd` header and notifications carrying the 32-byte `urom_worker_notify` header;
+//! * [`gpu`]: the big-endian format of the GPU remote-offload application, which has no urom
+//!   frame header because it must interoperate with the original clients.
+//!
+//! Supporting types: [`Status`] (the DOCA error numbering, defined once for all of urom),
+//! [`MaxMsgSize`] (the run-time bound on every frame), [`CpuSet`] and [`List`].
+//!
+//! Every decoder checks lengths before it reads, returns a [`DecodeError`] for bad input, never
+//! panics and never allocates: the crate is `no_std` without `alloc`. Encoders write into a
+//! caller's buffer and return an [`EncodeError`] when a value cannot be represented.
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(test)]
+extern crate std;
+
+#[macro_use]
+mod macros;
+
+pub mod control;
+pub mod cpuset;
+pub mod data;
+mod error;
+pub mod frame;
+pub mod gpu;
+mod limits;
+pub mod list;
+mod status;
+mod text;
+
+pub use cpuset::CpuSet;
+pub use error::{DecodeError, EncodeError, EnvEntryError};
+pub use frame::{Body, FRAME_HEADER_LEN, Frame, FrameKind, FrameRepr, PROTOCOL_VERSION};
+pub use limits::{MaxMsgSize, MaxMsgSizeError};
+pub use list::List;
+pub use status::Status;
+pub use text::truncate_at_char_boundary;
