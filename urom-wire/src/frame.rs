@@ -293,7 +293,7 @@ impl<'a, B: Body<'a>> FrameRepr<B> {
 }
 
 /// Reads a fixed-size wire struct that must fill `bytes` exactly.
-pub(crate) fn exact<'a, W>(bytes: &'a [u8]) -> Result<&'a W, DecodeError>
+pub(crate) fn exact<W>(bytes: &[u8]) -> Result<&W, DecodeError>
 where
     W: FromBytes + KnownLayout + Immutable + Unaligned,
 {
@@ -308,7 +308,7 @@ where
 }
 
 /// Reads a fixed-size wire struct at the front of `bytes`; returns it and the bytes after it.
-pub(crate) fn prefix<'a, W>(bytes: &'a [u8]) -> Result<(&'a W, &'a [u8]), DecodeError>
+pub(crate) fn prefix<W>(bytes: &[u8]) -> Result<(&W, &[u8]), DecodeError>
 where
     W: FromBytes + KnownLayout + Immutable + Unaligned,
 {

@@ -159,9 +159,7 @@ impl<'a, T: Item<'a>> Iterator for Iter<'a, T> {
 }
 
 /// Splits `N` bytes off the front of `bytes`.
-pub(crate) fn take<'a, const N: usize>(
-    bytes: &'a [u8],
-) -> Result<(&'a [u8; N], &'a [u8]), DecodeError> {
+pub(crate) fn take<const N: usize>(bytes: &[u8]) -> Result<(&[u8; N], &[u8]), DecodeError> {
     bytes
         .split_first_chunk::<N>()
         .ok_or(DecodeError::Truncated {

@@ -1,0 +1,218 @@
+//! Golden byte vectors: every message of every family, written out by hand from the layouts in
+//! the module docs, so that a change of format shows up as a failing test.
+
+#![allow(dead_code)]
+
+/// Which decoder a vector is for; also the fuzz target its seed file goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Control,
+    Data,
+    Gpu,
+}
+
+impl Family {
+    pub fn fuzz_target(self) -> &'static str {
+        match self {
+            Family::Control => "control",
+            Family::Data => "data",
+            Family::Gpu => "gpu",
+        }
+    }
+}
+
+pub struct Golden {
+    pub name: &'static str,
+    pub family: Family,
+    pub hex: &'static str,
+}
+
+/// Bytes from hex digits; spaces, newlines and `|` are ignored, and `00*N` repeats a byte.
+pub fn hex(text: &str) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for token in text.split(|c: char| c.is_whitespace() || c == '|') {
+        if token.is_empty() {
+            continue;
+        }
+        let (digits, repeat) = match token.split_once('*') {
+            Some((digits, repeat)) => (digits, repeat.parse::<usize>().unwrap()),
+            None => (token, 1),
+        };
+        assert!(digits.len() % 2 == 0, "odd hex token {token}");
+        let chunk: Vec<u8> = (0..digits.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
+            .collect();
+        for _ in 0..repeat {
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+    bytes
+}
+
+impl Golden {
+    pub fn bytes(&self) -> Vec<u8> {
+        hex(self.hex)
+    }
+}
+
+// Frame header: magic "UROM" | version 1 | kind | length | flags | seq.
+pub const GOLDEN: &[Golden] = &[
+    Golden {
+        name: "hello",
+        family: Family::Control,
+        hex: "55524f4d 0100 0101 60000000 00000000 0100000000000000
+              0100 0000 00100000 686f73742d61 00*58",
+    },
+    Golden {
+        name: "auth_challenge",
+        family: Family::Control,
+        hex: "55524f4d 0100 0201 40000000 00000000 0100000000000000
+              01000000 00000000
+              000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+    },
+    Golden {
+        name: "auth_response",
+        family: Family::Control,
+        hex: "55524f4d 0100 0301 40000000 00000000 0200000000000000
+              02000000 00000000
+              202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f",
+    },
+    Golden {
+        name: "ack",
+        family: Family::Control,
+        hex: "55524f4d 0100 0401 18000000 00000000 0200000000000000",
+    },
+    Golden {
+        name: "error",
+        family: Family::Control,
+        hex: "55524f4d 0100 0501 98000000 00000000 0300000000000000
+              06000000 00000000 62616420637075736574 00*110",
+    },
+    Golden {
+        name: "plugin_list_request",
+        family: Family::Control,
+        hex: "55524f4d 0100 1001 18000000 00000000 0400000000000000",
+    },
+    Golden {
+        name: "plugin_list_reply",
+        family: Family::Control,
+        hex: "55524f4d 0100 1101 a0000000 00000000 0400000000000000
+              02000000 00000000
+              0100000000000000 0100000000000000 776f726b65725f6772617068 00*36
+              0200000000000000 0201000000000000 776f726b65725f73616e64626f78 00*34",
+    },
+    Golden {
+        name: "cpuset_request",
+        family: Family::Control,
+        hex: "55524f4d 0100 1201 18000000 00000000 0500000000000000",
+    },
+    Golden {
+        name: "cpuset_reply",
+        family: Family::Control,
+        hex: "55524f4d 0100 1301 98000000 00000000 0500000000000000
+              0f01 00*126",
+    },
+    Golden {
+        name: "spawn_worker",
+        family: Family::Control,
+        hex: "55524f4d 0100 2001 c9000000 00000000 0600000000000000
+              ffffffffffffffff 0300000000000000 01000000 40000000 02000000 00000000
+              03 00*127
+              0a00 5543585f544c533d7263
+              0300 413d62",
+    },
+    Golden {
+        name: "spawn_result",
+        family: Family::Control,
+        hex: "55524f4d 0100 2101 2f000000 00000000 0600000000000000
+              0700000000000000 0100 0700 00000000 2f746d702f7737",
+    },
+    Golden {
+        name: "destroy_worker",
+        family: Family::Control,
+        hex: "55524f4d 0100 2201 20000000 00000000 0700000000000000
+              0700000000000000",
+    },
+    Golden {
+        name: "workers_by_gid_request",
+        family: Family::Control,
+        hex: "55524f4d 0100 2301 20000000 00000000 0800000000000000
+              01000000 00000000",
+    },
+    Golden {
+        name: "workers_by_gid_reply",
+        family: Family::Control,
+        hex: "55524f4d 0100 2401 30000000 00000000 0800000000000000
+              02000000 00000000 0100000000000000 0300000000000000",
+    },
+    Golden {
+        name: "worker_exited",
+        family: Family::Control,
+        hex: "55524f4d 0100 2501 28000000 00000000 0000000000000000
+              0300000000000000 00000000 09000000",
+    },
+    Golden {
+        name: "command",
+        family: Family::Data,
+        hex: "55524f4d 0100 0102 40000000 00000000 0900000000000000
+              0100000000000000 8877665544332211 1000000000000000
+              0000000000000000 2a00000000000000",
+    },
+    Golden {
+        name: "notify",
+        family: Family::Data,
+        hex: "55524f4d 0100 0202 48000000 00000000 0900000000000000
+              0100000000000000 8877665544332211 1000000000000000 00000000 00000000
+              0000000000000000 2a00000000000000",
+    },
+    Golden {
+        name: "notify_error_empty",
+        family: Family::Data,
+        hex: "55524f4d 0100 0202 38000000 00000000 0a00000000000000
+              0200000000000000 0500000000000000 0000000000000000 06000000 00000000",
+    },
+    Golden {
+        name: "start_shutdown",
+        family: Family::Gpu,
+        hex: "00000008 00000000",
+    },
+    Golden {
+        name: "shutdown_complete",
+        family: Family::Gpu,
+        hex: "00000008 00000001",
+    },
+    Golden {
+        name: "consumer_id_request",
+        family: Family::Gpu,
+        hex: "0000000c 00000002 0000002a",
+    },
+    Golden {
+        name: "consumer_id_response",
+        family: Family::Gpu,
+        hex: "0000000c 00000003 00000007",
+    },
+    Golden {
+        name: "client_request",
+        family: Family::Gpu,
+        hex: "00000010 00000004 00000004 41424344",
+    },
+    Golden {
+        name: "client_response",
+        family: Family::Gpu,
+        hex: "00000010 00000005 00000004 44434241",
+    },
+    Golden {
+        name: "client_request_empty",
+        family: Family::Gpu,
+        hex: "0000000c 00000004 00000000",
+    },
+];
+
+pub fn golden(name: &str) -> Vec<u8> {
+    GOLDEN
+        .iter()
+        .find(|g| g.name == name)
+        .unwrap_or_else(|| panic!("no golden vector {name}"))
+        .bytes()
+}

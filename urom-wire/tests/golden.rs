@@ -1,0 +1,276 @@
+//! Golden vectors: each one parses to the expected message, and each expected message emits
+//! exactly the golden bytes, even into a buffer full of stale bytes.
+
+mod common;
+
+use common::{Family, GOLDEN, golden};
+use urom_wire::control::{
+    AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
+    PluginInfo, SpawnResult, SpawnWorker, WORKER_ID_ANY, WorkerExit,
+};
+use urom_wire::data::{Command, DataMessage, Notification};
+use urom_wire::gpu::GpuMessage;
+use urom_wire::{CpuSet, FrameRepr, List, MaxMsgSize, Status};
+
+const MAX: MaxMsgSize = MaxMsgSize::DEFAULT;
+const GPU_MAX_PAYLOAD: usize = 256;
+
+fn nonce(start: u8) -> [u8; 32] {
+    core::array::from_fn(|i| start + i as u8)
+}
+
+static PLUGINS: [PluginInfo<'static>; 2] = [
+    PluginInfo {
+        id: 1,
+        version: 1,
+        name: "worker_graph",
+    },
+    PluginInfo {
+        id: 2,
+        version: 0x0102,
+        name: "worker_sandbox",
+    },
+];
+static ENV: [&str; 2] = ["UCX_TLS=rc", "A=b"];
+static GID_WORKERS: [u64; 2] = [1, 3];
+static LOOPBACK_CMD: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0];
+
+fn control(name: &str) -> FrameRepr<ControlMessage<'static>> {
+    let (seq, body) = match name {
+        "hello" => (
+            1,
+            ControlMessage::Hello(Hello {
+                protocol_version: 1,
+                max_msg_size: 4096,
+                identity: "host-a",
+            }),
+        ),
+        "auth_challenge" => (
+            1,
+            ControlMessage::AuthChallenge(AuthChallenge {
+                method: AuthMethod::PeerCredentials,
+                nonce: nonce(0),
+            }),
+        ),
+        "auth_response" => (
+            2,
+            ControlMessage::AuthResponse(AuthResponse {
+                method: AuthMethod::SharedSecret,
+                proof: nonce(0x20),
+            }),
+        ),
+        "ack" => (2, ControlMessage::Ack),
+        "error" => (
+            3,
+            ControlMessage::Error(ErrorReply {
+                status: Status::InvalidValue,
+                reason: "bad cpuset",
+            }),
+        ),
+        "plugin_list_request" => (4, ControlMessage::PluginListRequest),
+        "plugin_list_reply" => (4, ControlMessage::PluginListReply(List::new(&PLUGINS))),
+        "cpuset_request" => (5, ControlMessage::CpusetRequest),
+        "cpuset_reply" => (5, ControlMessage::CpusetReply("0-3,8".parse().unwrap())),
+        "spawn_worker" => (
+            6,
+            ControlMessage::SpawnWorker(SpawnWorker {
+                worker_id: WORKER_ID_ANY,
+                plugins: 3,
+                gid: 1,
+                max_inflight_tasks: 64,
+                cpuset: "0-1".parse().unwrap(),
+                env: List::new(&ENV),
+            }),
+        ),
+        "spawn_result" => (
+            6,
+            ControlMessage::SpawnResult(SpawnResult {
+                worker_id: 7,
+                endpoint: EndpointKind::UnixSocket,
+                address: b"/tmp/w7",
+            }),
+        ),
+        "destroy_worker" => (7, ControlMessage::DestroyWorker { worker_id: 7 }),
+        "workers_by_gid_request" => (8, ControlMessage::WorkersByGidRequest { gid: 1 }),
+        "workers_by_gid_reply" => (
+            8,
+            ControlMessage::WorkersByGidReply(List::new(&GID_WORKERS)),
+        ),
+        "worker_exited" => (
+            0,
+            ControlMessage::WorkerExited(WorkerExit {
+                worker_id: 3,
+                exit_code: 0,
+                signal: 9,
+            }),
+        ),
+        other => panic!("no expected control message for {other}"),
+    };
+    FrameRepr { seq, body }
+}
+
+fn data(name: &str) -> FrameRepr<DataMessage<'static>> {
+    let (seq, body) = match name {
+        "command" => (
+            9,
+            DataMessage::Command(Command {
+                plugin: 1,
+                urom_context: 0x1122_3344_5566_7788,
+                payload: &LOOPBACK_CMD,
+            }),
+        ),
+        "notify" => (
+            9,
+            DataMessage::Notify(Notification {
+                plugin: 1,
+                urom_context: 0x1122_3344_5566_7788,
+                status: Status::Success,
+                payload: &LOOPBACK_CMD,
+            }),
+        ),
+        "notify_error_empty" => (
+            10,
+            DataMessage::Notify(Notification {
+                plugin: 2,
+                urom_context: 5,
+                status: Status::InvalidValue,
+                payload: &[],
+            }),
+        ),
+        other => panic!("no expected data message for {other}"),
+    };
+    FrameRepr { seq, body }
+}
+
+fn gpu(name: &str) -> GpuMessage<'static> {
+    match name {
+        "start_shutdown" => GpuMessage::StartShutdown,
+        "shutdown_complete" => GpuMessage::ShutdownComplete,
+        "consumer_id_request" => GpuMessage::ConsumerIdRequest { consumer_id: 42 },
+        "consumer_id_response" => GpuMessage::ConsumerIdResponse { consumer_id: 7 },
+        "client_request" => GpuMessage::ClientRequest(b"ABCD"),
+        "client_response" => GpuMessage::ClientResponse(b"DCBA"),
+        "client_request_empty" => GpuMessage::ClientRequest(b""),
+        other => panic!("no expected GPU message for {other}"),
+    }
+}
+
+/// Emits with `emit` into a buffer of stale `0xa5` bytes, exactly sized and oversized.
+fn assert_emits(name: &str, expected: &[u8], emit: impl Fn(&mut [u8]) -> usize) {
+    for extra in [0, 7] {
+        let mut buf = vec![0xa5; expected.len() + extra];
+        let written = emit(&mut buf);
+        assert_eq!(written, expected.len(), "{name}: length");
+        assert_eq!(&buf[..written], expected, "{name}: bytes");
+        assert!(
+            buf[written..].iter().all(|&b| b == 0xa5),
+            "{name}: wrote past its end"
+        );
+    }
+}
+
+#[test]
+fn every_golden_vector_parses_to_its_message_and_back() {
+    for vector in GOLDEN {
+        let bytes = vector.bytes();
+        let name = vector.name;
+        match vector.family {
+            Family::Control => {
+                let expected = control(name);
+                let parsed = FrameRepr::<ControlMessage>::parse(&bytes, MAX).unwrap();
+                assert_eq!(parsed, expected, "{name}");
+                assert_eq!(expected.buffer_len(), bytes.len(), "{name}");
+                assert_emits(name, &bytes, |buf| expected.emit(buf, MAX).unwrap());
+                assert_emits(name, &bytes, |buf| parsed.emit(buf, MAX).unwrap());
+            }
+            Family::Data => {
+                let expected = data(name);
+                let parsed = FrameRepr::<DataMessage>::parse(&bytes, MAX).unwrap();
+                assert_eq!(parsed, expected, "{name}");
+                assert_emits(name, &bytes, |buf| expected.emit(buf, MAX).unwrap());
+            }
+            Family::Gpu => {
+                let expected = gpu(name);
+                let parsed = GpuMessage::parse(&bytes, GPU_MAX_PAYLOAD).unwrap();
+                assert_eq!(parsed, expected, "{name}");
+                assert_emits(name, &bytes, |buf| {
+                    expected.emit(buf, GPU_MAX_PAYLOAD).unwrap()
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn parsed_lists_iterate_their_elements() {
+    let bytes = golden("plugin_list_reply");
+    let frame = FrameRepr::<ControlMessage>::parse(&bytes, MAX).unwrap();
+    let ControlMessage::PluginListReply(plugins) = frame.body else {
+        panic!("not a plugin list: {frame:?}");
+    };
+    assert!(matches!(plugins, List::Wire { count: 2, .. }));
+    assert!(plugins.iter().eq(PLUGINS.iter().copied()));
+
+    let bytes = golden("spawn_worker");
+    let frame = FrameRepr::<ControlMessage>::parse(&bytes, MAX).unwrap();
+    let ControlMessage::SpawnWorker(spawn) = frame.body else {
+        panic!("not a spawn: {frame:?}");
+    };
+    assert!(spawn.env.iter().eq(ENV.iter().copied()));
+    assert_eq!(spawn.cpuset, "0-1".parse::<CpuSet>().unwrap());
+}
+
+#[test]
+fn hot_path_writers_match_the_golden_frames() {
+    use urom_wire::data::{
+        COMMAND_PAYLOAD_OFFSET, NOTIFY_PAYLOAD_OFFSET, write_command_headers, write_notify_headers,
+    };
+    use urom_wire::gpu::{CLIENT_HEADER_LEN, write_client_headers};
+
+    let expected = golden("command");
+    assert_emits("command (in place)", &expected, |buf| {
+        let len = write_command_headers(buf, 9, 1, 0x1122_3344_5566_7788, 16, MAX).unwrap();
+        buf[COMMAND_PAYLOAD_OFFSET..len].copy_from_slice(&LOOPBACK_CMD);
+        len
+    });
+    let expected = golden("notify");
+    assert_emits("notify (in place)", &expected, |buf| {
+        let len = write_notify_headers(buf, 9, 1, 0x1122_3344_5566_7788, Status::Success, 16, MAX)
+            .unwrap();
+        buf[NOTIFY_PAYLOAD_OFFSET..len].copy_from_slice(&LOOPBACK_CMD);
+        len
+    });
+    let expected = golden("client_response");
+    assert_emits("client_response (in place)", &expected, |buf| {
+        let len = write_client_headers(buf, true, 4, GPU_MAX_PAYLOAD).unwrap();
+        buf[CLIENT_HEADER_LEN..len].copy_from_slice(b"DCBA");
+        len
+    });
+}
+
+/// The fuzzers' seed corpus is the golden vectors; `UROM_BLESS=1` rewrites it.
+#[test]
+fn fuzz_seed_corpus_matches_the_golden_vectors() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
+    let bless = std::env::var_os("UROM_BLESS").is_some();
+    for vector in GOLDEN {
+        let dir = seeds.join(vector.family.fuzz_target());
+        let path = dir.join(vector.name);
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, vector.bytes()).unwrap();
+        }
+        let on_disk = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; run with UROM_BLESS=1 to write the seed corpus",
+                path.display()
+            )
+        });
+        assert_eq!(
+            on_disk,
+            vector.bytes(),
+            "{} is stale; run with UROM_BLESS=1",
+            path.display()
+        );
+    }
+}

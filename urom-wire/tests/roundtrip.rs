@@ -1,0 +1,240 @@
+//! Property tests: any message emits and parses back to itself; any bytes either fail to parse
+//! or parse to a message that emits back to exactly those bytes (one encoding per message).
+
+mod common;
+
+use proptest::prelude::*;
+use urom_wire::control::{
+    AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
+    PluginInfo, SpawnResult, SpawnWorker, WorkerExit,
+};
+use urom_wire::data::{Command, DataMessage, Notification, max_notify_payload};
+use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
+use urom_wire::{CpuSet, FrameRepr, List, MaxMsgSize, Status};
+
+const MAX: MaxMsgSize = MaxMsgSize::DEFAULT;
+
+/// Owned inputs from which a borrowed [`ControlMessage`] is built.
+#[derive(Debug, Clone)]
+enum Spec {
+    Hello(u16, u32, String),
+    AuthChallenge(u32, [u8; 32]),
+    AuthResponse(u32, [u8; 32]),
+    Ack,
+    Error(i32, String),
+    PluginListRequest,
+    PluginList(Vec<(u64, u64, String)>),
+    CpusetRequest,
+    Cpuset(Vec<usize>),
+    Spawn(u64, u64, u32, u32, Vec<usize>, Vec<String>),
+    SpawnResult(u64, u16, Vec<u8>),
+    Destroy(u64),
+    GidRequest(u32),
+    GidReply(Vec<u64>),
+    Exit(u64, i32, i32),
+}
+
+fn text(max_bytes: usize) -> impl Strategy<Value = String> {
+    "\\PC{0,24}".prop_filter("fits its field", move |s| s.len() <= max_bytes)
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    let env_entry = "[A-Za-z_][A-Za-z0-9_]{0,8}=[ -~]{0,20}";
+    let cpus = prop::collection::vec(0usize..1024, 0..16);
+    prop_oneof![
+        (any::<u16>(), any::<u32>(), text(63)).prop_map(|(v, m, i)| Spec::Hello(v, m, i)),
+        (any::<u32>(), any::<[u8; 32]>()).prop_map(|(m, n)| Spec::AuthChallenge(m, n)),
+        (any::<u32>(), any::<[u8; 32]>()).prop_map(|(m, p)| Spec::AuthResponse(m, p)),
+        Just(Spec::Ack),
+        (any::<i32>(), text(119)).prop_map(|(s, r)| Spec::Error(s, r)),
+        Just(Spec::PluginListRequest),
+        prop::collection::vec((any::<u64>(), any::<u64>(), text(47)), 0..20)
+            .prop_map(Spec::PluginList),
+        Just(Spec::CpusetRequest),
+        cpus.clone().prop_map(Spec::Cpuset),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            cpus,
+            prop::collection::vec(env_entry, 0..8)
+        )
+            .prop_map(|(w, p, g, m, c, e)| Spec::Spawn(w, p, g, m, c, e)),
+        (
+            any::<u64>(),
+            any::<u16>(),
+            prop::collection::vec(any::<u8>(), 0..200)
+        )
+            .prop_map(|(w, k, a)| Spec::SpawnResult(w, k, a)),
+        any::<u64>().prop_map(Spec::Destroy),
+        any::<u32>().prop_map(Spec::GidRequest),
+        prop::collection::vec(any::<u64>(), 0..100).prop_map(Spec::GidReply),
+        (any::<u64>(), any::<i32>(), any::<i32>()).prop_map(|(w, c, s)| Spec::Exit(w, c, s)),
+    ]
+}
+
+/// Builds the message from `spec` and hands it to `check` (the message borrows from `spec`).
+fn with_message(spec: &Spec, check: impl FnOnce(ControlMessage<'_>)) {
+    let plugins: Vec<PluginInfo>;
+    let env: Vec<&str>;
+    let message = match spec {
+        Spec::Hello(protocol_version, max_msg_size, identity) => ControlMessage::Hello(Hello {
+            protocol_version: *protocol_version,
+            max_msg_size: *max_msg_size,
+            identity,
+        }),
+        Spec::AuthChallenge(method, nonce) => ControlMessage::AuthChallenge(AuthChallenge {
+            method: AuthMethod::from_raw(*method),
+            nonce: *nonce,
+        }),
+        Spec::AuthResponse(method, proof) => ControlMessage::AuthResponse(AuthResponse {
+            method: AuthMethod::from_raw(*method),
+            proof: *proof,
+        }),
+        Spec::Ack => ControlMessage::Ack,
+        Spec::Error(status, reason) => ControlMessage::Error(ErrorReply {
+            status: Status::from_raw(*status),
+            reason,
+        }),
+        Spec::PluginListRequest => ControlMessage::PluginListRequest,
+        Spec::PluginList(records) => {
+            plugins = records
+                .iter()
+                .map(|(id, version, name)| PluginInfo {
+                    id: *id,
+                    version: *version,
+                    name,
+                })
+                .collect();
+            ControlMessage::PluginListReply(List::new(&plugins))
+        }
+        Spec::CpusetRequest => ControlMessage::CpusetRequest,
+        Spec::Cpuset(cpus) => ControlMessage::CpusetReply(cpus.iter().copied().collect()),
+        Spec::Spawn(worker_id, plugins, gid, max_inflight_tasks, cpus, entries) => {
+            env = entries.iter().map(String::as_str).collect();
+            ControlMessage::SpawnWorker(SpawnWorker {
+                worker_id: *worker_id,
+                plugins: *plugins,
+                gid: *gid,
+                max_inflight_tasks: *max_inflight_tasks,
+                cpuset: cpus.iter().copied().collect::<CpuSet>(),
+                env: List::new(&env),
+            })
+        }
+        Spec::SpawnResult(worker_id, endpoint, address) => {
+            ControlMessage::SpawnResult(SpawnResult {
+                worker_id: *worker_id,
+                endpoint: EndpointKind::from_raw(*endpoint),
+                address,
+            })
+        }
+        Spec::Destroy(worker_id) => ControlMessage::DestroyWorker {
+            worker_id: *worker_id,
+        },
+        Spec::GidRequest(gid) => ControlMessage::WorkersByGidRequest { gid: *gid },
+        Spec::GidReply(ids) => ControlMessage::WorkersByGidReply(List::new(ids)),
+        Spec::Exit(worker_id, exit_code, signal) => ControlMessage::WorkerExited(WorkerExit {
+            worker_id: *worker_id,
+            exit_code: *exit_code,
+            signal: *signal,
+        }),
+    };
+    check(message);
+}
+
+/// Parses `bytes` with every decoder; whatever parses must emit back to the same bytes.
+fn assert_canonical(bytes: &[u8]) {
+    if let Ok(frame) = FrameRepr::<ControlMessage>::parse(bytes, MAX) {
+        let mut out = vec![0xa5; bytes.len()];
+        assert_eq!(frame.emit(&mut out, MAX), Ok(bytes.len()));
+        assert_eq!(out, bytes);
+    }
+    if let Ok(frame) = FrameRepr::<DataMessage>::parse(bytes, MAX) {
+        let mut out = vec![0xa5; bytes.len()];
+        assert_eq!(frame.emit(&mut out, MAX), Ok(bytes.len()));
+        assert_eq!(out, bytes);
+    }
+    if let Ok(message) = GpuMessage::parse(bytes, DEFAULT_MAX_MESSAGE_LENGTH) {
+        let mut out = vec![0xa5; bytes.len()];
+        assert_eq!(
+            message.emit(&mut out, DEFAULT_MAX_MESSAGE_LENGTH),
+            Ok(bytes.len())
+        );
+        assert_eq!(out, bytes);
+    }
+}
+
+proptest! {
+    #[test]
+    fn control_messages_round_trip(spec in spec(), seq in any::<u64>()) {
+        with_message(&spec, |body| {
+            let frame = FrameRepr { seq, body };
+            let large = MaxMsgSize::new(MaxMsgSize::MAX).unwrap();
+            let mut buf = vec![0xa5; frame.buffer_len()];
+            assert_eq!(frame.emit(&mut buf, large), Ok(buf.len()));
+            let parsed = FrameRepr::<ControlMessage>::parse(&buf, large).unwrap();
+            assert_eq!(parsed, frame);
+            assert_canonical(&buf);
+        });
+    }
+
+    #[test]
+    fn data_messages_round_trip(
+        plugin in any::<u64>(),
+        urom_context in any::<u64>(),
+        status in any::<i32>(),
+        seq in any::<u64>(),
+        payload in prop::collection::vec(any::<u8>(), 0..=max_notify_payload(MAX)),
+        notify in any::<bool>(),
+    ) {
+        let body = if notify {
+            DataMessage::Notify(Notification {
+                plugin, urom_context, status: Status::from_raw(status), payload: &payload,
+            })
+        } else {
+            DataMessage::Command(Command { plugin, urom_context, payload: &payload })
+        };
+        let frame = FrameRepr { seq, body };
+        let mut buf = vec![0xa5; frame.buffer_len()];
+        prop_assert_eq!(frame.emit(&mut buf, MAX), Ok(buf.len()));
+        prop_assert_eq!(FrameRepr::<DataMessage>::parse(&buf, MAX), Ok(frame));
+    }
+
+    #[test]
+    fn gpu_messages_round_trip(
+        kind in 0u8..6,
+        consumer_id in any::<u32>(),
+        payload in prop::collection::vec(any::<u8>(), 0..=DEFAULT_MAX_MESSAGE_LENGTH),
+    ) {
+        let message = match kind {
+            0 => GpuMessage::StartShutdown,
+            1 => GpuMessage::ShutdownComplete,
+            2 => GpuMessage::ConsumerIdRequest { consumer_id },
+            3 => GpuMessage::ConsumerIdResponse { consumer_id },
+            4 => GpuMessage::ClientRequest(&payload),
+            _ => GpuMessage::ClientResponse(&payload),
+        };
+        let mut buf = vec![0xa5; message.buffer_len()];
+        prop_assert_eq!(message.emit(&mut buf, DEFAULT_MAX_MESSAGE_LENGTH), Ok(buf.len()));
+        prop_assert_eq!(GpuMessage::parse(&buf, DEFAULT_MAX_MESSAGE_LENGTH), Ok(message));
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        assert_canonical(&bytes);
+    }
+
+    #[test]
+    fn mutated_golden_vectors_never_panic(
+        index in any::<prop::sample::Index>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let mut bytes = common::GOLDEN[index.index(common::GOLDEN.len())].bytes();
+        for (at, value) in edits {
+            let at = at.index(bytes.len());
+            bytes[at] = value;
+        }
+        assert_canonical(&bytes);
+    }
+}
