@@ -4,12 +4,17 @@
 //! commands to their plugins. Read from the bottom up, the layers are:
 //!
 //! * the byte formats, re-exported from [`urom_wire`];
-//! * transports that move frames between processes (shared memory on one machine, UCX across
-//!   machines);
-//! * preallocated task rings and the progress engine;
-//! * the typestate contexts `Service`, `Worker` and `Domain`.
+//! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
+//!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
+//!   sample plugin's messages;
+//! * transports, task rings, the progress engine and the typestate contexts `Service`, `Worker`
+//!   and `Domain` will sit on top.
 //!
-//! Only the wire layer exists so far; the README's status table says what is still to come.
+//! Unsafe code lives only in `abi`; everything else is safe Rust.
 #![deny(unsafe_code)]
 
 pub use urom_wire as wire;
+
+pub mod abi;
+pub mod graph;
+pub mod plugin;

@@ -1,0 +1,449 @@
+//! The C entry points of SDK plugins, generic over the plugin type. The
+//! [`export_plugin!`](crate::export_plugin) macro instantiates them; nothing else should call
+//! them.
+//!
+//! Every entry point checks its pointers for null and runs the plugin's code under
+//! `catch_unwind`: a panic becomes `DOCA_ERROR_UNEXPECTED` and a line on stderr.
+
+use core::ffi::c_void;
+use core::ptr;
+
+use super::list::{self, ListHead};
+use super::{
+    DocaError, ListLink, NATIVE_IFACE_VERSION, NativeIface, NotifySink, PLUGIN_IFACE_VERSION,
+    PluginIface, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
+};
+use crate::plugin::{Command, Plugin};
+use crate::wire::Status;
+
+/// What `plugin_ctx` points to.
+struct Instance<P> {
+    plugin: P,
+    /// Notifications made on the DOCA path, waiting for the next `progress`.
+    pending: ListHead,
+}
+
+enum Target<'a> {
+    /// Native path: straight into the worker's send ring.
+    Sink(&'a NotifySink),
+    /// DOCA path: `malloc`ed descriptors on the instance's pending list.
+    Pending(&'a mut ListHead),
+}
+
+/// Where a plugin sends its notifications.
+pub struct Notifier<'a> {
+    target: Target<'a>,
+}
+
+impl Notifier<'_> {
+    /// Sends a notification to host connection `dest_id`.
+    pub fn notify(
+        &mut self,
+        dest_id: u64,
+        plugin: u64,
+        urom_context: u64,
+        status: Status,
+        payload: &[u8],
+    ) -> Result<(), Status> {
+        let header = WorkerNotify {
+            plugin,
+            urom_context,
+            len: payload.len() as u64,
+            status: status.raw(),
+            reserved: 0,
+        };
+        match &mut self.target {
+            Target::Sink(sink) => {
+                // SAFETY: the worker lends a valid sink for the duration of the call that
+                // created this notifier; header and payload are valid for reads.
+                let status = unsafe { (sink.notify)(sink.ctx, dest_id, &header, payload.as_ptr()) };
+                Status::from_raw(status).into_result()
+            }
+            Target::Pending(pending) => {
+                let desc = NotifDescBuf::new(dest_id, header, payload)?;
+                // SAFETY: the descriptor is valid and in no list; the worker frees it after
+                // `progress` hands it over, and `close` frees it otherwise.
+                unsafe { pending.push_back(desc.into_link()) };
+                Ok(())
+            }
+        }
+    }
+
+    /// Answers `command`.
+    pub fn reply(
+        &mut self,
+        command: &Command<'_>,
+        status: Status,
+        payload: &[u8],
+    ) -> Result<(), Status> {
+        self.notify(
+            command.dest_id,
+            command.plugin,
+            command.urom_context,
+            status,
+            payload,
+        )
+    }
+}
+
+/// A `malloc`ed notification descriptor with its payload, freed on drop unless handed over.
+struct NotifDescBuf(*mut WorkerNotifDesc);
+
+impl NotifDescBuf {
+    fn new(dest_id: u64, header: WorkerNotify, payload: &[u8]) -> Result<Self, Status> {
+        let size = size_of::<WorkerNotifDesc>() + payload.len();
+        // SAFETY: malloc has no preconditions.
+        let desc = unsafe { libc::malloc(size) }.cast::<WorkerNotifDesc>();
+        if desc.is_null() {
+            return Err(Status::NoMemory);
+        }
+        let value = WorkerNotifDesc {
+            entry: ListLink {
+                prev: ptr::null_mut(),
+                next: ptr::null_mut(),
+            },
+            dest_id,
+            worker_notif: header,
+        };
+        // SAFETY: `desc` is a fresh allocation of `size` bytes, aligned for any type.
+        unsafe { desc.write(value) };
+        // SAFETY: `plugin_notif[]` follows the descriptor inside the same allocation.
+        let payload_dst = unsafe { desc.add(1) }.cast::<u8>();
+        // SAFETY: `payload_dst` has room for `payload.len()` bytes; the regions are distinct.
+        unsafe { ptr::copy_nonoverlapping(payload.as_ptr(), payload_dst, payload.len()) };
+        Ok(Self(desc))
+    }
+
+    /// Gives up ownership; the link is the descriptor's first field.
+    fn into_link(self) -> *mut ListLink {
+        let link = self.0.cast::<ListLink>();
+        core::mem::forget(self);
+        link
+    }
+}
+
+impl Drop for NotifDescBuf {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor came from malloc and nobody else owns it.
+        unsafe { libc::free(self.0.cast()) };
+    }
+}
+
+/// A command descriptor taken off the worker's list, `free`d on drop as the ABI requires of
+/// plugins.
+struct CmdDescBox(*mut WorkerCmdDesc);
+
+impl Drop for CmdDescBox {
+    fn drop(&mut self) {
+        // SAFETY: the worker `malloc`ed the descriptor and handed it to the plugin.
+        unsafe { libc::free(self.0.cast()) };
+    }
+}
+
+/// The instance `open::<P>` stored in `ctx`, if any.
+///
+/// # Safety
+/// `ctx` is null or a valid worker context whose `plugin_ctx` is null or was set by
+/// `open::<P>`, and no other reference to the instance is live.
+unsafe fn instance<'a, P>(ctx: *mut WorkerCtx) -> Option<&'a mut Instance<P>> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: `ctx` is valid (caller).
+    let raw = unsafe { (*ctx).plugin_ctx };
+    // SAFETY: `raw` is null or a live `Box<Instance<P>>` with no other reference (caller).
+    unsafe { raw.cast::<Instance<P>>().as_mut() }
+}
+
+/// `urom_plugin_get_version`.
+///
+/// # Safety
+/// `version` is null or points to a writable `u64`.
+pub unsafe fn get_version<P: Plugin>(version: *mut u64) -> DocaError {
+    if version.is_null() {
+        return Status::InvalidValue.raw();
+    }
+    // SAFETY: non-null and writable (caller).
+    unsafe { version.write(P::VERSION) };
+    Status::Success.raw()
+}
+
+/// `urom_plugin_get_iface`.
+///
+/// # Safety
+/// `iface` is null or points to a writable [`PluginIface`].
+pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
+    if iface.is_null() {
+        return Status::InvalidValue.raw();
+    }
+    let value = PluginIface {
+        version: PLUGIN_IFACE_VERSION,
+        open: Some(open::<P>),
+        close: Some(close::<P>),
+        addr: Some(addr::<P>),
+        worker_cmd: Some(worker_cmd::<P>),
+        progress: Some(progress::<P>),
+        notif_pack: Some(notif_pack),
+    };
+    // SAFETY: non-null and writable (caller).
+    unsafe { iface.write(value) };
+    Status::Success.raw()
+}
+
+/// `urom_plugin_get_native_iface`.
+///
+/// # Safety
+/// `iface` is null or points to a writable [`NativeIface`].
+pub unsafe fn get_native_iface<P: Plugin>(iface: *mut NativeIface) -> DocaError {
+    if iface.is_null() {
+        return Status::InvalidValue.raw();
+    }
+    let value = NativeIface {
+        version: NATIVE_IFACE_VERSION,
+        command: Some(native_command::<P>),
+        progress: Some(native_progress::<P>),
+    };
+    // SAFETY: non-null and writable (caller).
+    unsafe { iface.write(value) };
+    Status::Success.raw()
+}
+
+unsafe extern "C" fn open<P: Plugin>(ctx: *mut WorkerCtx) -> DocaError {
+    guard("open", || {
+        if ctx.is_null() {
+            return Status::InvalidValue;
+        }
+        match P::open() {
+            Ok(plugin) => {
+                let instance = Box::new(Instance {
+                    plugin,
+                    pending: ListHead::new(),
+                });
+                // SAFETY: `ctx` is the worker's valid context (plugin ABI).
+                unsafe { (*ctx).plugin_ctx = Box::into_raw(instance).cast::<c_void>() };
+                Status::Success
+            }
+            Err(status) => status,
+        }
+    })
+}
+
+unsafe extern "C" fn close<P: Plugin>(ctx: *mut WorkerCtx) {
+    guard("close", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
+        let Some(instance) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        // SAFETY: the instance was created by `Box::into_raw` in `open::<P>`; the pointer is
+        // cleared below so it is reclaimed once.
+        let mut instance = unsafe { Box::from_raw(instance as *mut Instance<P>) };
+        // SAFETY: `ctx` is valid (checked non-null by `instance`).
+        unsafe { (*ctx).plugin_ctx = ptr::null_mut() };
+        instance.plugin.close();
+        // SAFETY: the pending list holds only descriptors this module allocated.
+        while let Some(link) = unsafe { instance.pending.pop_front() } {
+            drop(NotifDescBuf(link.cast()));
+        }
+        Status::Success
+    });
+}
+
+unsafe extern "C" fn addr<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    addr: *mut c_void,
+    addr_len: *mut u64,
+) -> DocaError {
+    guard("addr", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
+        let Some(instance) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if addr_len.is_null() {
+            return Status::InvalidValue;
+        }
+        let address = instance.plugin.address();
+        // SAFETY: non-null, and the worker passes a valid `u64` (plugin ABI).
+        let capacity = unsafe { addr_len.replace(address.len() as u64) };
+        if capacity < address.len() as u64 {
+            // The first call of the two-call protocol: the length is now in `*addr_len`.
+            return Status::InvalidValue;
+        }
+        if !address.is_empty() {
+            if addr.is_null() {
+                return Status::InvalidValue;
+            }
+            // SAFETY: `addr` has room for `capacity >= address.len()` bytes (plugin ABI).
+            unsafe { ptr::copy_nonoverlapping(address.as_ptr(), addr.cast(), address.len()) };
+        }
+        Status::Success
+    })
+}
+
+unsafe extern "C" fn worker_cmd<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    cmd_list: *mut ListLink,
+) -> DocaError {
+    guard("worker_cmd", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
+        let Some(Instance { plugin, pending }) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if cmd_list.is_null() {
+            return Status::InvalidValue;
+        }
+        // SAFETY: the worker passes a valid list of `malloc`ed command descriptors.
+        while let Some(link) = unsafe { list::pop_front(cmd_list) } {
+            let desc = CmdDescBox(link.cast::<WorkerCmdDesc>());
+            // SAFETY: the descriptor is valid; its link is its first field.
+            let desc_ref = unsafe { &*desc.0 };
+            let (dest_id, header) = (desc_ref.dest_id, desc_ref.worker_cmd);
+            // SAFETY: `plugin_cmd[]` follows the descriptor and holds `len` bytes (plugin ABI).
+            let payload_ptr = unsafe { desc.0.add(1) }.cast::<u8>();
+            // SAFETY: as above; the slice lives until `desc` is dropped at the end of the loop.
+            let payload = unsafe { core::slice::from_raw_parts(payload_ptr, header.len as usize) };
+            let command = Command {
+                dest_id,
+                plugin: header.plugin,
+                urom_context: header.urom_context,
+                payload,
+            };
+            let mut out = Notifier {
+                target: Target::Pending(pending),
+            };
+            if let Err(status) = plugin.command(&command, &mut out) {
+                // Answer the failed command here, so a list of several commands still gets
+                // exactly one notification per command.
+                if let Err(status) = out.reply(&command, status, &[]) {
+                    return status;
+                }
+            }
+        }
+        Status::Success
+    })
+}
+
+unsafe extern "C" fn progress<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    notif_list: *mut ListLink,
+) -> DocaError {
+    guard("progress", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
+        let Some(Instance { plugin, pending }) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if notif_list.is_null() {
+            return Status::InvalidValue;
+        }
+        let mut out = Notifier {
+            target: Target::Pending(pending),
+        };
+        let result = plugin.progress(&mut out);
+        let mut handed_over = false;
+        // SAFETY: the pending list holds only descriptors this module allocated.
+        while let Some(link) = unsafe { pending.pop_front() } {
+            // SAFETY: the worker's list is valid; the descriptor is valid and now in no list.
+            unsafe { list::push_back(notif_list, link) };
+            handed_over = true;
+        }
+        match result {
+            Err(status) => status,
+            Ok(worked) if worked || handed_over => Status::Success,
+            Ok(_) => Status::Empty,
+        }
+    })
+}
+
+/// Packs a notification as header and payload, exactly as it lies in memory.
+unsafe extern "C" fn notif_pack(
+    notif: *mut WorkerNotify,
+    packed_notif_len: *mut usize,
+    packed_notif: *mut c_void,
+) -> DocaError {
+    guard("notif_pack", || {
+        if notif.is_null() || packed_notif_len.is_null() {
+            return Status::InvalidValue;
+        }
+        // SAFETY: the worker passes a notification header followed by its payload.
+        let len = unsafe { (*notif).len } as usize;
+        let total = size_of::<WorkerNotify>() + len;
+        // SAFETY: non-null and valid (plugin ABI).
+        let capacity = unsafe { packed_notif_len.replace(total) };
+        if capacity < total {
+            return Status::InvalidValue;
+        }
+        if packed_notif.is_null() {
+            return Status::InvalidValue;
+        }
+        // SAFETY: `notif` is followed by `len` payload bytes, so `total` bytes are readable;
+        // `packed_notif` has room for `capacity >= total` bytes; the worker's buffer is its own.
+        unsafe { ptr::copy_nonoverlapping(notif.cast::<u8>(), packed_notif.cast::<u8>(), total) };
+        Status::Success
+    })
+}
+
+unsafe extern "C" fn native_command<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    dest_id: u64,
+    cmd: *const super::WorkerCmd,
+    payload: *const u8,
+    sink: *const NotifySink,
+) -> DocaError {
+    guard("command", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
+        let Some(Instance { plugin, .. }) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if cmd.is_null() || sink.is_null() {
+            return Status::InvalidValue;
+        }
+        // SAFETY: non-null and valid for the call (native ABI).
+        let header = unsafe { *cmd };
+        // SAFETY: as above.
+        let sink = unsafe { &*sink };
+        let payload = if header.len == 0 {
+            &[][..]
+        } else if payload.is_null() {
+            return Status::InvalidValue;
+        } else {
+            // SAFETY: the worker lends `len` readable bytes for the call (native ABI).
+            unsafe { core::slice::from_raw_parts(payload, header.len as usize) }
+        };
+        let command = Command {
+            dest_id,
+            plugin: header.plugin,
+            urom_context: header.urom_context,
+            payload,
+        };
+        let mut out = Notifier {
+            target: Target::Sink(sink),
+        };
+        match plugin.command(&command, &mut out) {
+            Ok(()) => Status::Success,
+            Err(status) => status,
+        }
+    })
+}
+
+unsafe extern "C" fn native_progress<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    sink: *const NotifySink,
+) -> DocaError {
+    guard("progress", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
+        let Some(Instance { plugin, .. }) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if sink.is_null() {
+            return Status::InvalidValue;
+        }
+        let mut out = Notifier {
+            // SAFETY: non-null and valid for the call (native ABI).
+            target: Target::Sink(unsafe { &*sink }),
+        };
+        match plugin.progress(&mut out) {
+            Ok(true) => Status::Success,
+            Ok(false) => Status::Empty,
+            Err(status) => status,
+        }
+    })
+}

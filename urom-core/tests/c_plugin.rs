@@ -1,0 +1,210 @@
+//! A plugin written in C against `plugins/include/urom_plugin.h` loads and runs through the
+//! loader the worker uses; broken variants are refused with errors that say what is wrong.
+//! Compiling the plugin with the header proves the header and the Rust ABI types agree.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use urom_core::abi::{NotificationSink, PluginLibrary, PluginLoadError};
+use urom_core::wire::data::{Command as WireCommand, Notification};
+use urom_core::wire::{MaxMsgSize, Status};
+
+const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plugins/loopback.c");
+const INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/include");
+
+/// Compiles the C loopback plugin with `defines` into `<tmp>/<name>.so`.
+fn build_c_plugin(name: &str, defines: &[&str]) -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.so"));
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&compiler)
+        .args([
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2",
+        ])
+        .arg(format!("-I{INCLUDE}"))
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg("-o")
+        .arg(&out)
+        .arg(SOURCE)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
+    assert!(
+        status.success(),
+        "compiling {SOURCE} with {defines:?} failed"
+    );
+    out
+}
+
+/// Collects notifications as the worker would route them.
+#[derive(Default)]
+struct Collected(Vec<(u64, u64, u64, Status, Vec<u8>)>);
+
+impl NotificationSink for Collected {
+    fn notify(&mut self, dest_id: u64, n: Notification<'_>) -> Result<(), Status> {
+        self.0.push((
+            dest_id,
+            n.plugin,
+            n.urom_context,
+            n.status,
+            n.payload.to_vec(),
+        ));
+        Ok(())
+    }
+}
+
+fn loopback_payload(data: u64) -> [u8; 16] {
+    let mut payload = [0u8; 16];
+    payload[8..].copy_from_slice(&data.to_le_bytes());
+    payload
+}
+
+#[test]
+fn a_c_plugin_loads_and_loops_commands_back() {
+    let path = build_c_plugin("c_loopback", &[]);
+    let library = PluginLibrary::load(&path).unwrap();
+    assert_eq!(library.version(), 1);
+    assert!(!library.has_native_path());
+    let mut plugin = library.open(1 << 2, MaxMsgSize::DEFAULT).unwrap();
+    assert_eq!(plugin.address().unwrap(), b"c-loopback-endpoint\0");
+
+    let mut sink = Collected::default();
+    for i in 0..1000u64 {
+        let payload = loopback_payload(i * 3);
+        let command = WireCommand {
+            plugin: 1 << 2,
+            urom_context: i,
+            payload: &payload,
+        };
+        assert_eq!(plugin.command(i % 3, &command, &mut sink), Status::Success);
+        if i % 10 == 9 {
+            assert_eq!(plugin.progress(&mut sink), Ok(true));
+        }
+    }
+    assert_eq!(plugin.progress(&mut sink), Ok(false));
+    assert_eq!(sink.0.len(), 1000);
+    for (i, (dest_id, plugin_id, context, status, payload)) in sink.0.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(
+            (*dest_id, *plugin_id, *context, *status),
+            (i % 3, 1 << 2, i, Status::Success)
+        );
+        assert_eq!(payload, &loopback_payload(i * 3));
+    }
+}
+
+#[test]
+fn a_malformed_command_gets_an_error_notification() {
+    let path = build_c_plugin("c_loopback_errors", &[]);
+    let mut plugin = PluginLibrary::load(&path)
+        .unwrap()
+        .open(1, MaxMsgSize::DEFAULT)
+        .unwrap();
+    let mut sink = Collected::default();
+    let command = WireCommand {
+        plugin: 1,
+        urom_context: 77,
+        payload: b"short",
+    };
+    assert_eq!(plugin.command(5, &command, &mut sink), Status::Success);
+    assert_eq!(plugin.progress(&mut sink), Ok(true));
+    assert_eq!(sink.0, vec![(5, 1, 77, Status::InvalidValue, vec![])]);
+}
+
+#[test]
+fn a_plugin_without_get_iface_is_refused() {
+    let path = build_c_plugin("c_no_iface", &["OMIT_GET_IFACE"]);
+    let error = PluginLibrary::load(&path).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PluginLoadError::MissingSymbol {
+                symbol: "urom_plugin_get_iface",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("does not export `urom_plugin_get_iface`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_plugin_with_another_interface_version_is_refused() {
+    let path = build_c_plugin("c_iface_v7", &["IFACE_VERSION=7"]);
+    let error = PluginLibrary::load(&path).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PluginLoadError::UnsupportedInterface { version: 7, .. }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("interface version 7"), "{error}");
+}
+
+#[test]
+fn a_plugin_whose_version_cannot_be_read_is_refused() {
+    let path = build_c_plugin("c_bad_version", &["GET_VERSION_FAILS"]);
+    let error = PluginLibrary::load(&path).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PluginLoadError::Call {
+                symbol: "urom_plugin_get_version",
+                status: Status::NotSupported,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_plugin_whose_open_fails_is_reported() {
+    let path = build_c_plugin("c_open_fails", &["OPEN_FAILS"]);
+    let error = PluginLibrary::load(&path)
+        .unwrap()
+        .open(1, MaxMsgSize::DEFAULT)
+        .unwrap_err();
+    assert_eq!(error.status, Status::Initialization);
+    assert!(
+        error
+            .to_string()
+            .contains("`open` failed with DOCA_ERROR_INITIALIZATION"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_refused_command_reports_the_plugins_status() {
+    let path = build_c_plugin("c_rejects", &["REJECT_COMMANDS"]);
+    let mut plugin = PluginLibrary::load(&path)
+        .unwrap()
+        .open(1, MaxMsgSize::DEFAULT)
+        .unwrap();
+    let mut sink = Collected::default();
+    let payload = loopback_payload(1);
+    let command = WireCommand {
+        plugin: 1,
+        urom_context: 1,
+        payload: &payload,
+    };
+    assert_eq!(plugin.command(0, &command, &mut sink), Status::NotSupported);
+    assert_eq!(plugin.progress(&mut sink), Ok(false));
+    assert!(sink.0.is_empty());
+}
+
+#[test]
+fn a_file_that_is_not_a_shared_object_is_refused() {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("not_a_plugin.so");
+    std::fs::write(&path, "just text\n").unwrap();
+    let error = PluginLibrary::load(&path).unwrap_err();
+    assert!(matches!(error, PluginLoadError::Open { .. }), "{error}");
+    assert!(
+        error.to_string().starts_with("cannot load plugin"),
+        "{error}"
+    );
+}
