@@ -1,0 +1,229 @@
+//! The shared file and its mapping.
+//!
+//! The creator makes a memfd of fixed size, on hugepages when the system has some reserved
+//! (`MFD_HUGETLB`; with none, mapping fails at once with `ENOMEM` and we fall back), otherwise
+//! on normal pages with `MADV_HUGEPAGE`; it seals the size (`F_SEAL_SHRINK | F_SEAL_GROW |
+//! F_SEAL_SEAL`) so that no one can cut the file short under a mapping (which would turn a later
+//! access into `SIGBUS`). The acceptor checks the seals and the size before it maps anything.
+
+use core::num::NonZeroUsize;
+use core::ptr::NonNull;
+use std::os::fd::{AsFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap, munmap};
+use nix::sys::stat::{SFlag, fstat};
+
+use super::layout::{HEADER_LEN, Layout, ShmLayoutError};
+use super::ring::{RingCtl, RingMem};
+
+/// Size of a hugepage on x86-64 and aarch64 with 4 KiB base pages.
+const HUGEPAGE: usize = 2 << 20;
+/// Size of a base page.
+const PAGE: usize = 4096;
+/// The seals the creator sets and the acceptor requires.
+const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK.union(SealFlag::F_SEAL_GROW);
+
+/// Whether a mapping may, must or must not use hugepages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HugePages {
+    /// Use hugepages when the system has some free, normal pages otherwise.
+    #[default]
+    Auto,
+    /// Use normal pages.
+    Never,
+    /// Fail when no hugepages are available.
+    Require,
+}
+
+/// A failed system call while setting up a mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SysError {
+    pub(crate) op: &'static str,
+    pub(crate) errno: Errno,
+}
+
+fn sys<T>(op: &'static str, r: nix::Result<T>) -> Result<T, SysError> {
+    r.map_err(|errno| SysError { op, errno })
+}
+
+/// A shared mapping, unmapped on drop.
+pub(crate) struct Mapping {
+    // INVARIANTS: `ptr..ptr + len` is a live `MAP_SHARED` read-write mapping of a file sealed
+    // against shrinking and at least `len` bytes long; this value owns it.
+    ptr: NonNull<u8>,
+    len: usize,
+    huge: bool,
+}
+
+// SAFETY: a `Mapping` is an owned range of address space with no thread affinity; all access to
+// its bytes goes through the ring protocol or `&mut self`.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` read-write and shared, prefaulted.
+    ///
+    /// # Safety
+    ///
+    /// `fd` is a regular file of at least `len` bytes that cannot shrink (sealed with
+    /// `F_SEAL_SHRINK`), so that no access inside the mapping can fault; the returned mapping is
+    /// only accessed as described in `layout` (header bytes, ring control blocks through
+    /// atomics, slots through `shm::ring`).
+    unsafe fn map(fd: &OwnedFd, len: usize, huge: bool) -> Result<Self, SysError> {
+        let size = NonZeroUsize::new(len).ok_or(SysError {
+            op: "mmap",
+            errno: Errno::EINVAL,
+        })?;
+        // A memfd made with `MFD_HUGETLB` lives on hugetlbfs: its mapping uses hugepages
+        // without `MAP_HUGETLB` and fails at once with `ENOMEM` when none are free.
+        let flags = MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE;
+        let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        // SAFETY: we ask for a fresh mapping at an address of the kernel's choosing, so nothing
+        // existing is replaced; the file is long enough and cannot shrink (caller's contract).
+        let ptr = sys("mmap", unsafe { mmap(None, size, prot, flags, fd, 0) })?;
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+            huge,
+        })
+    }
+
+    /// Whether the mapping sits on hugepages.
+    pub(crate) fn huge(&self) -> bool {
+        self.huge
+    }
+
+    /// The two rings of `layout`, in mapping order (ring 0 = creator to acceptor).
+    ///
+    /// `layout` must have been checked against this mapping's file (by `create` or `open`).
+    pub(crate) fn rings(&self, layout: &Layout) -> [RingMem; 2] {
+        assert!(layout.total <= self.len, "layout larger than its mapping");
+        [0, 1].map(|ring| {
+            let at = |offset: usize| self.ptr.as_ptr().wrapping_add(offset);
+            let ctl = NonNull::new(at(layout.ctl[ring]).cast::<RingCtl>());
+            let slots = NonNull::new(at(layout.slots[ring]));
+            let (Some(ctl), Some(slots)) = (ctl, slots) else {
+                unreachable!("an offset into a mapping is not null")
+            };
+            // SAFETY: the offsets come from `Layout` (see its offset table), which keeps the
+            // control block (256 bytes, 128-aligned) and `slot_count * stride` slot bytes
+            // (128-aligned, `stride >= 8 + slot_size`) inside `layout.total <= self.len` bytes
+            // of the live mapping; a zeroed control block is a valid initial `RingCtl`; the
+            // connection that owns `self` owns the returned rings too and drops them first; the
+            // peer process is bound by the same ring protocol (and cannot break memory safety
+            // here if it is not: every value it writes is checked by `shm::ring`).
+            unsafe {
+                RingMem::from_raw(
+                    ctl,
+                    slots,
+                    layout.slot_count,
+                    layout.stride,
+                    layout.slot_size as usize,
+                )
+            }
+        })
+    }
+
+    /// Writes the header (creator only, before the mapping is shared).
+    fn write_header(&mut self, header: &[u8; HEADER_LEN]) {
+        assert!(self.len >= HEADER_LEN);
+        // SAFETY: the first `HEADER_LEN <= len` bytes are inside the mapping; nobody else has
+        // the file yet, and `&mut self` excludes every other access in this process.
+        unsafe { core::ptr::copy_nonoverlapping(header.as_ptr(), self.ptr.as_ptr(), HEADER_LEN) };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping (invariant); every ring view into it belongs to the same
+        // connection and is dropped or unused by now.
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Creates, sizes, seals, maps and initialises a new shared file for `layout`.
+pub(crate) fn create(layout: &Layout, huge: HugePages) -> Result<(OwnedFd, Mapping), SysError> {
+    if huge != HugePages::Never {
+        match create_with(layout, true) {
+            Ok(made) => return Ok(made),
+            Err(e) if huge == HugePages::Require => return Err(e),
+            Err(_) => {}
+        }
+    }
+    create_with(layout, false)
+}
+
+fn create_with(layout: &Layout, huge: bool) -> Result<(OwnedFd, Mapping), SysError> {
+    let mut flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    if huge {
+        flags |= MFdFlags::MFD_HUGETLB;
+    }
+    let fd = sys("memfd_create", memfd_create(c"urom-shm", flags))?;
+    let len = layout
+        .total
+        .next_multiple_of(if huge { HUGEPAGE } else { PAGE });
+    sys("ftruncate", nix::unistd::ftruncate(&fd, len as i64))?;
+    sys(
+        "fcntl(F_ADD_SEALS)",
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(SEALS | SealFlag::F_SEAL_SEAL)),
+    )?;
+    // SAFETY: `fd` is the memfd we just made, `len` bytes long and sealed against shrinking.
+    let mut mapping = unsafe { Mapping::map(&fd, len, huge)? };
+    if !huge {
+        // Transparent hugepages for shared memory when the system allows it; harmless if not.
+        // SAFETY: advice only; the range is our live mapping.
+        let _ = unsafe { madvise(mapping.ptr.cast(), len, MmapAdvise::MADV_HUGEPAGE) };
+    }
+    mapping.write_header(&layout.encode());
+    Ok((fd, mapping))
+}
+
+/// Why the acceptor could not use the file it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpenError {
+    Sys(SysError),
+    Layout(ShmLayoutError),
+}
+
+impl From<SysError> for OpenError {
+    fn from(e: SysError) -> Self {
+        OpenError::Sys(e)
+    }
+}
+
+impl From<ShmLayoutError> for OpenError {
+    fn from(e: ShmLayoutError) -> Self {
+        OpenError::Layout(e)
+    }
+}
+
+/// Checks a shared file received from a peer and maps it.
+pub(crate) fn open(fd: &OwnedFd) -> Result<(Layout, Mapping), OpenError> {
+    let stat = sys("fstat", fstat(fd.as_fd()))?;
+    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err(ShmLayoutError::NotAFile.into());
+    }
+    let seals = fcntl(fd, FcntlArg::F_GET_SEALS).map(SealFlag::from_bits_truncate);
+    if !seals.is_ok_and(|s| s.contains(SEALS)) {
+        return Err(ShmLayoutError::NotSealed.into());
+    }
+    let file_len = u64::try_from(stat.st_size).unwrap_or(0);
+    let mut header = [0u8; HEADER_LEN];
+    let read = sys("pread", nix::sys::uio::pread(fd, &mut header, 0))?;
+    if read != HEADER_LEN {
+        return Err(ShmLayoutError::Truncated {
+            file_len,
+            needed: HEADER_LEN as u64,
+        }
+        .into());
+    }
+    let layout = Layout::decode(&header, file_len)?;
+    // A hugetlbfs file reports its hugepage block size; map the whole file in either case.
+    let huge = stat.st_blksize as usize >= HUGEPAGE;
+    // SAFETY: `fd` is a regular file sealed against shrinking (checked above) of `file_len`
+    // bytes, at least `layout.total` (checked by `decode`) and at most `MAX_MAPPING_LEN`.
+    let mapping = unsafe { Mapping::map(fd, file_len as usize, huge)? };
+    Ok((layout, mapping))
+}

@@ -1,0 +1,182 @@
+//! Operating-system glue: file-descriptor passing, wake-up events, sleeping, CPU pinning.
+//!
+//! Everything here is a thin, safe wrapper; the only unsafe operation is taking ownership of the
+//! descriptors the kernel hands over with `SCM_RIGHTS`.
+#![allow(unsafe_code)]
+
+use core::fmt;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::eventfd::EfdFlags;
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use nix::sys::time::TimeSpec;
+
+/// Most descriptors one message may carry.
+pub(crate) const MAX_FDS: usize = 4;
+
+/// Sends `bytes` with `fds` attached (`SCM_RIGHTS`).
+pub(crate) fn send_with_fds(
+    stream: &UnixStream,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> nix::Result<()> {
+    let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let iov = [IoSlice::new(bytes)];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        &cmsg,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if sent != bytes.len() {
+        return Err(Errno::EMSGSIZE);
+    }
+    Ok(())
+}
+
+/// Receives one message into `buf`; returns its length and the descriptors it carried (at most
+/// [`MAX_FDS`]; a message carrying more is refused with `EMSGSIZE`, its descriptors closed).
+pub(crate) fn recv_with_fds(
+    stream: &UnixStream,
+    buf: &mut [u8],
+) -> nix::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let msg = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            for fd in raw {
+                // SAFETY: the kernel just installed `fd` in our table for this message; nothing
+                // else in the process knows it, so we are its only owner.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > MAX_FDS {
+        return Err(Errno::EMSGSIZE);
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// A new non-blocking eventfd used to wake one end of a connection.
+pub(crate) fn wake_event() -> nix::Result<OwnedFd> {
+    nix::sys::eventfd::EventFd::from_value_and_flags(
+        0,
+        EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+    )
+    .map(OwnedFd::from)
+}
+
+/// Wakes whoever sleeps on the eventfd `fd`. A full counter already means "wake up".
+pub(crate) fn wake(fd: BorrowedFd<'_>) {
+    let _ = nix::unistd::write(fd, &1u64.to_ne_bytes());
+}
+
+/// Resets the eventfd `fd` (non-blocking).
+pub(crate) fn drain(fd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 8];
+    let _ = nix::unistd::read(fd, &mut buf);
+}
+
+/// Why [`sleep`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// The wake-up event fired.
+    Event,
+    /// The peer's socket hung up (or became readable, which it never does while the peer
+    /// lives).
+    HangUp,
+    /// The timeout passed.
+    Timeout,
+}
+
+const HANGUP: PollFlags = PollFlags::POLLIN
+    .union(PollFlags::POLLHUP)
+    .union(PollFlags::POLLERR);
+
+/// Sleeps until `event` fires, `socket` hangs up, or `timeout` passes (`None`: no timeout).
+pub(crate) fn sleep(
+    event: BorrowedFd<'_>,
+    socket: BorrowedFd<'_>,
+    timeout: Option<Duration>,
+) -> Woke {
+    let mut fds = [
+        PollFd::new(event, PollFlags::POLLIN),
+        PollFd::new(socket, PollFlags::POLLIN),
+    ];
+    let timeout = timeout.map(TimeSpec::from_duration);
+    match ppoll(&mut fds, timeout, None) {
+        Ok(0) | Err(Errno::EINTR) => Woke::Timeout,
+        Ok(_) => {
+            let socket = fds[1].revents().unwrap_or(PollFlags::empty());
+            if socket.intersects(HANGUP) {
+                Woke::HangUp
+            } else {
+                Woke::Event
+            }
+        }
+        // Polling two valid descriptors cannot fail otherwise; treat it as a lost peer rather
+        // than spinning on the error.
+        Err(_) => Woke::HangUp,
+    }
+}
+
+/// Whether the peer's end of `socket` hung up. The peer never writes after the handshake, so
+/// readable also means gone.
+pub(crate) fn hung_up(socket: BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::new(socket, PollFlags::POLLIN)];
+    match ppoll(
+        &mut fds,
+        Some(TimeSpec::from_duration(Duration::ZERO)),
+        None,
+    ) {
+        Ok(0) | Err(Errno::EINTR) => false,
+        Ok(_) => fds[0]
+            .revents()
+            .unwrap_or(PollFlags::empty())
+            .intersects(HANGUP),
+        Err(_) => true,
+    }
+}
+
+/// The current thread could not be pinned to the requested core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinError {
+    /// The core asked for.
+    pub core: usize,
+    /// What the OS said.
+    pub errno: Errno,
+}
+
+impl fmt::Display for PinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot pin this thread to CPU core {}: {} (is the core online and in this process's cpuset?)",
+            self.core, self.errno
+        )
+    }
+}
+
+impl core::error::Error for PinError {}
+
+/// Pins the calling thread to one CPU core.
+pub fn pin_current_thread(core: usize) -> Result<(), PinError> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(core).map_err(|errno| PinError { core, errno })?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|errno| PinError { core, errno })
+}

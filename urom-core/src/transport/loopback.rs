@@ -1,0 +1,242 @@
+//! Both ends of a connection in one process: a reference [`Transport`] for unit tests.
+//!
+//! Each direction is a bounded queue of preallocated slots behind a mutex, so it behaves like a
+//! ring (same `Full`, ordering and peer-gone rules) without any shared memory or unsafe code.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use urom_wire::MaxMsgSize;
+
+use super::{FrameRecvError, FrameSendError, PeerGoneError, Transport, WaitMode, deadline};
+
+struct Queue {
+    // INVARIANTS: `tail - head <= lens.len()`; slot `i % capacity` holds `lens[i % capacity]`
+    // meaningful bytes for `head <= i < tail`.
+    bytes: Box<[u8]>,
+    lens: Box<[usize]>,
+    head: usize,
+    tail: usize,
+    writer_gone: Option<PeerGoneError>,
+    reader_gone: Option<PeerGoneError>,
+}
+
+struct Direction {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+impl Direction {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One end of an in-process connection. Create both ends with [`LoopbackConnection::pair`].
+pub struct LoopbackConnection {
+    dirs: Arc<[Direction; 2]>,
+    /// Index of the direction this end sends on; it receives on the other.
+    side: usize,
+    max: MaxMsgSize,
+    received: Box<[u8]>,
+    closed: bool,
+}
+
+impl LoopbackConnection {
+    /// Two connected ends, each direction holding `capacity` frames of at most `max` bytes.
+    pub fn pair(max: MaxMsgSize, capacity: usize) -> (Self, Self) {
+        let capacity = capacity.max(1);
+        let dir = || Direction {
+            queue: Mutex::new(Queue {
+                bytes: vec![0; capacity * max.get()].into_boxed_slice(),
+                lens: vec![0; capacity].into_boxed_slice(),
+                head: 0,
+                tail: 0,
+                writer_gone: None,
+                reader_gone: None,
+            }),
+            changed: Condvar::new(),
+        };
+        let dirs = Arc::new([dir(), dir()]);
+        let end = |side| LoopbackConnection {
+            dirs: dirs.clone(),
+            side,
+            max,
+            received: vec![0; max.get()].into_boxed_slice(),
+            closed: false,
+        };
+        (end(0), end(1))
+    }
+
+    /// Ends this side as if its process had died: the peer sees [`PeerGoneError::Died`].
+    pub fn simulate_crash(mut self) {
+        self.end(PeerGoneError::Died);
+    }
+
+    fn tx(&self) -> &Direction {
+        &self.dirs[self.side]
+    }
+
+    fn rx(&self) -> &Direction {
+        &self.dirs[1 - self.side]
+    }
+
+    fn end(&mut self, how: PeerGoneError) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        for (dir, writer) in [(self.tx(), true), (self.rx(), false)] {
+            let mut q = dir.lock();
+            if writer {
+                q.writer_gone = Some(how);
+            } else {
+                q.reader_gone = Some(how);
+            }
+            drop(q);
+            dir.changed.notify_all();
+        }
+    }
+}
+
+impl Transport for LoopbackConnection {
+    fn max_msg_size(&self) -> MaxMsgSize {
+        self.max
+    }
+
+    fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError> {
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        let slot_size = self.max.get();
+        if frame.len() > slot_size {
+            return Err(FrameSendError::TooLarge {
+                len: frame.len(),
+                max: self.max.as_u32(),
+            });
+        }
+        let dir = self.tx();
+        let mut q = dir.lock();
+        if let Some(how) = q.reader_gone {
+            return Err(FrameSendError::PeerGone(how));
+        }
+        let capacity = q.lens.len();
+        if q.tail - q.head == capacity {
+            return Err(FrameSendError::Full);
+        }
+        let index = q.tail % capacity;
+        q.bytes[index * slot_size..][..frame.len()].copy_from_slice(frame);
+        q.lens[index] = frame.len();
+        q.tail += 1;
+        drop(q);
+        dir.changed.notify_all();
+        Ok(())
+    }
+
+    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        let slot_size = self.max.get();
+        let dir = &self.dirs[1 - self.side];
+        let mut q = dir.lock();
+        if q.head == q.tail {
+            return match q.writer_gone {
+                Some(how) => Err(FrameRecvError::PeerGone(how)),
+                None => Ok(None),
+            };
+        }
+        let index = q.head % q.lens.len();
+        let len = q.lens[index];
+        self.received[..len].copy_from_slice(&q.bytes[index * slot_size..][..len]);
+        q.head += 1;
+        drop(q);
+        dir.changed.notify_all();
+        Ok(Some(&self.received[..len]))
+    }
+
+    fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        let end = deadline(Instant::now(), timeout);
+        let dir = self.rx();
+        let mut q = dir.lock();
+        loop {
+            if q.head != q.tail {
+                return Ok(true);
+            }
+            if let Some(how) = q.writer_gone {
+                return Err(FrameRecvError::PeerGone(how));
+            }
+            q = match wait(dir, q, end) {
+                Some(q) => q,
+                None => return Ok(false),
+            };
+        }
+    }
+
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        let end = deadline(Instant::now(), timeout);
+        let dir = self.tx();
+        let mut q = dir.lock();
+        loop {
+            if let Some(how) = q.reader_gone {
+                return Err(FrameSendError::PeerGone(how));
+            }
+            if q.tail - q.head < q.lens.len() {
+                return Ok(true);
+            }
+            q = match wait(dir, q, end) {
+                Some(q) => q,
+                None => return Ok(false),
+            };
+        }
+    }
+
+    fn set_wait_mode(&mut self, _mode: WaitMode) {
+        // Always sleeps on a condition variable: there is nothing to spin on.
+    }
+
+    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
+        match self.rx().lock().writer_gone {
+            Some(how) => Err(how),
+            None => Ok(()),
+        }
+    }
+
+    fn close(&mut self) {
+        self.end(PeerGoneError::Closed);
+    }
+}
+
+/// Waits for a change on `dir` until `end`; `None` once `end` has passed.
+fn wait<'a>(
+    dir: &'a Direction,
+    q: MutexGuard<'a, Queue>,
+    end: Option<Instant>,
+) -> Option<MutexGuard<'a, Queue>> {
+    match end {
+        None => Some(dir.changed.wait(q).unwrap_or_else(PoisonError::into_inner)),
+        Some(end) => {
+            let left = end.checked_duration_since(Instant::now())?;
+            if left.is_zero() {
+                return None;
+            }
+            let (q, _) = dir
+                .changed
+                .wait_timeout(q, left)
+                .unwrap_or_else(PoisonError::into_inner);
+            Some(q)
+        }
+    }
+}
+
+impl Drop for LoopbackConnection {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,187 @@
+//! Transports: how frames move between a host and a worker.
+//!
+//! A [`Transport`] is one connection to one peer. Frames are opaque byte strings of at most the
+//! connection's [`MaxMsgSize`]; the transport neither parses nor allocates them. Two
+//! implementations exist: [`crate::shm::ShmConnection`] (two processes on one machine) and
+//! [`loopback::LoopbackConnection`] (both ends in one process, for tests); a UCX transport will
+//! follow. The same conformance suite (`tests/conformance.rs`) runs against each.
+//!
+//! Every call is non-blocking except the two `wait_*` methods, which take a timeout. A peer
+//! that closes or dies is reported as [`PeerGoneError`], after every frame it sent before has
+//! been received.
+
+use core::fmt;
+use std::time::Duration;
+
+use urom_wire::MaxMsgSize;
+
+pub mod loopback;
+
+/// One connection to one peer.
+pub trait Transport {
+    /// The largest frame this connection carries, agreed with the peer at connect time.
+    fn max_msg_size(&self) -> MaxMsgSize;
+
+    /// Queues one frame for the peer without blocking.
+    ///
+    /// When every slot is taken the frame is refused with [`FrameSendError::Full`] and stays
+    /// the caller's: send it again after [`Transport::wait_send`] or after doing other work.
+    fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError>;
+
+    /// The next received frame, if one is there, without blocking.
+    ///
+    /// The frame stays valid until the next call to `recv` or `wait_recv`, which hand its
+    /// space back to the peer. `Ok(None)` means nothing has arrived yet; once the peer closed or
+    /// died and every frame it sent has been received, this returns
+    /// [`FrameRecvError::PeerGone`].
+    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError>;
+
+    /// Waits until a frame can be received (`Ok(true)`) or `timeout` passes (`Ok(false)`).
+    ///
+    /// Releases the frame returned by the last `recv`, like `recv` does. How it waits (spin or
+    /// sleep) follows [`Transport::set_wait_mode`].
+    fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError>;
+
+    /// Waits until a frame can be sent (`Ok(true)`) or `timeout` passes (`Ok(false)`).
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError>;
+
+    /// Chooses how the `wait_*` methods wait.
+    fn set_wait_mode(&mut self, mode: WaitMode);
+
+    /// Whether the peer is still there: `Err` once it closed or died. Cheap enough to call
+    /// from a progress loop now and then, not on every frame.
+    fn check_peer(&mut self) -> Result<(), PeerGoneError>;
+
+    /// Closes this end: the peer receives what was sent before, then [`PeerGoneError::Closed`].
+    /// Later calls on this end fail with `Closed`. Dropping a connection closes it.
+    fn close(&mut self);
+}
+
+/// How a connection waits for frames or free slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Spin on the ring until the timeout, never sleep: lowest latency, one busy core. For
+    /// workers pinned to their own cores.
+    BusyPoll,
+    /// Spin for at most `spin`, then sleep until the peer wakes this end. The peer only pays for
+    /// a wake-up (a system call) when this end actually sleeps; an idle connection uses no CPU.
+    Adaptive {
+        /// How long to spin before going to sleep.
+        spin: Duration,
+    },
+}
+
+impl Default for WaitMode {
+    fn default() -> Self {
+        WaitMode::Adaptive {
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// Why the peer can no longer be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerGoneError {
+    /// The peer closed the connection.
+    Closed,
+    /// The peer disappeared without closing: its process died or its socket hung up.
+    Died,
+}
+
+impl fmt::Display for PeerGoneError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerGoneError::Closed => f.write_str("the peer closed the connection"),
+            PeerGoneError::Died => {
+                f.write_str("the peer went away without closing (process died or socket hung up)")
+            }
+        }
+    }
+}
+
+impl core::error::Error for PeerGoneError {}
+
+/// Why [`Transport::send`] or [`Transport::wait_send`] failed. Never allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameSendError {
+    /// Every slot towards the peer is taken; the frame was not sent. Retry later.
+    Full,
+    /// The frame is longer than the connection's maximum message size.
+    TooLarge {
+        /// Length of the refused frame.
+        len: usize,
+        /// The connection's maximum message size.
+        max: u32,
+    },
+    /// This end was closed.
+    Closed,
+    /// The peer closed or died.
+    PeerGone(PeerGoneError),
+    /// The peer broke the transport protocol (e.g. wrote impossible ring indices); the
+    /// connection is unusable.
+    Protocol(&'static str),
+}
+
+impl fmt::Display for FrameSendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameSendError::Full => {
+                f.write_str("the send ring is full: the peer has not consumed earlier frames yet")
+            }
+            FrameSendError::TooLarge { len, max } => write!(
+                f,
+                "frame of {len} bytes exceeds the connection's maximum message size of {max} bytes"
+            ),
+            FrameSendError::Closed => f.write_str("cannot send on a closed connection"),
+            FrameSendError::PeerGone(e) => write!(f, "cannot send: {e}"),
+            FrameSendError::Protocol(what) => {
+                write!(f, "peer broke the transport protocol: {what}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for FrameSendError {}
+
+/// Why [`Transport::recv`] or [`Transport::wait_recv`] failed. Never allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameRecvError {
+    /// This end was closed.
+    Closed,
+    /// The peer closed or died, and every frame it sent has been received.
+    PeerGone(PeerGoneError),
+    /// The peer broke the transport protocol (e.g. announced a frame longer than a slot); the
+    /// connection is unusable.
+    Protocol(&'static str),
+}
+
+impl fmt::Display for FrameRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameRecvError::Closed => f.write_str("cannot receive on a closed connection"),
+            FrameRecvError::PeerGone(e) => write!(f, "nothing more to receive: {e}"),
+            FrameRecvError::Protocol(what) => {
+                write!(f, "peer broke the transport protocol: {what}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for FrameRecvError {}
+
+impl From<PeerGoneError> for FrameSendError {
+    fn from(e: PeerGoneError) -> Self {
+        FrameSendError::PeerGone(e)
+    }
+}
+
+impl From<PeerGoneError> for FrameRecvError {
+    fn from(e: PeerGoneError) -> Self {
+        FrameRecvError::PeerGone(e)
+    }
+}
+
+/// Deadline `timeout` from `start`; "never" when it does not fit an `Instant`.
+pub(crate) fn deadline(start: std::time::Instant, timeout: Duration) -> Option<std::time::Instant> {
+    start.checked_add(timeout)
+}

@@ -1,0 +1,365 @@
+//! The transport conformance suite: every [`Transport`] must pass each of these, unchanged.
+//!
+//! A transport joins by implementing [`Pair`] and adding one `conformance!` line at the bottom.
+
+use std::time::{Duration, Instant};
+
+use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::loopback::LoopbackConnection;
+use urom_core::transport::{FrameRecvError, FrameSendError, PeerGoneError, Transport, WaitMode};
+use urom_core::wire::MaxMsgSize;
+
+/// Generous bound for anything that should happen "soon"; never a performance assertion.
+const SOON: Duration = Duration::from_secs(20);
+/// Slots per direction in every connection of the suite.
+const SLOTS: usize = 8;
+
+/// How the suite makes connected pairs of one transport.
+trait Pair {
+    type Conn: Transport + Send + 'static;
+    fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn);
+    /// Ends `conn` as if its process died.
+    fn crash(conn: Self::Conn);
+}
+
+struct Loopback;
+
+impl Pair for Loopback {
+    type Conn = LoopbackConnection;
+    fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn) {
+        LoopbackConnection::pair(max, slots)
+    }
+    fn crash(conn: Self::Conn) {
+        conn.simulate_crash();
+    }
+}
+
+struct Shm;
+
+impl Pair for Shm {
+    type Conn = ShmConnection;
+    fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn) {
+        let config = ShmConfig {
+            max_msg_size: max,
+            slots: slots as u32,
+            ..ShmConfig::default()
+        };
+        ShmConnection::pair(&config).expect("shared-memory pair")
+    }
+    fn crash(conn: Self::Conn) {
+        conn.simulate_crash();
+    }
+}
+
+fn pattern(seq: u32, len: usize) -> impl Iterator<Item = u8> {
+    (0..len).map(move |i| (seq as usize * 31 + i * 7) as u8)
+}
+
+fn frame(seq: u32, len: usize, buf: &mut [u8]) -> &[u8] {
+    buf[..4].copy_from_slice(&seq.to_le_bytes());
+    for (b, v) in buf[4..len].iter_mut().zip(pattern(seq, len)) {
+        *b = v;
+    }
+    &buf[..len]
+}
+
+fn check(seq: u32, got: &[u8], len: usize) {
+    assert_eq!(got.len(), len, "frame {seq}: length");
+    assert_eq!(got[..4], seq.to_le_bytes(), "frame {seq}: sequence number");
+    assert!(
+        got[4..].iter().zip(pattern(seq, len)).all(|(a, b)| *a == b),
+        "frame {seq}: contents"
+    );
+}
+
+/// Receives one frame, waiting for it.
+fn recv_one<C: Transport>(conn: &mut C, out: &mut Vec<u8>) -> Result<(), FrameRecvError> {
+    let start = Instant::now();
+    loop {
+        if let Some(f) = conn.recv()? {
+            out.clear();
+            out.extend_from_slice(f);
+            return Ok(());
+        }
+        assert!(start.elapsed() < SOON, "no frame arrived");
+        conn.wait_recv(SOON)?;
+    }
+}
+
+fn len_for(seq: u32, max: usize) -> usize {
+    4 + (seq as usize * 977) % (max - 3)
+}
+
+fn in_order_and_intact<P: Pair>() {
+    let max = MaxMsgSize::new(512).unwrap();
+    let (mut a, mut b) = P::pair(max, SLOTS);
+    assert_eq!(a.max_msg_size(), max);
+    let mut buf = vec![0u8; 512];
+    let mut got = Vec::new();
+    let mut sent = 0u32;
+    let mut received = 0u32;
+    while received < 1000 {
+        // Send bursts of varying size, then drain some.
+        for _ in 0..(received % 11) {
+            let len = len_for(sent, 512);
+            match a.send(frame(sent, len, &mut buf)) {
+                Ok(()) => sent += 1,
+                Err(FrameSendError::Full) => break,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        if sent == received {
+            let len = len_for(sent, 512);
+            a.send(frame(sent, len, &mut buf)).unwrap();
+            sent += 1;
+        }
+        recv_one(&mut b, &mut got).unwrap();
+        check(received, &got, len_for(received, 512));
+        received += 1;
+    }
+}
+
+fn empty_and_timeout<P: Pair>() {
+    let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    assert_eq!(b.recv().unwrap(), None);
+    for mode in [
+        WaitMode::BusyPoll,
+        WaitMode::Adaptive {
+            spin: Duration::from_micros(10),
+        },
+    ] {
+        b.set_wait_mode(mode);
+        let start = Instant::now();
+        assert!(!b.wait_recv(Duration::from_millis(5)).unwrap());
+        assert!(start.elapsed() >= Duration::from_millis(5));
+    }
+    assert!(a.wait_send(Duration::ZERO).unwrap());
+    a.check_peer().unwrap();
+    b.check_peer().unwrap();
+}
+
+fn full_keeps_the_frame<P: Pair>() {
+    let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    let mut n = 0;
+    while a.send(&[n as u8; 10]).is_ok() {
+        n += 1;
+        assert!(n <= SLOTS, "more frames accepted than slots");
+    }
+    assert_eq!(n, SLOTS);
+    assert_eq!(a.send(&[99]), Err(FrameSendError::Full));
+    assert!(!a.wait_send(Duration::from_millis(2)).unwrap());
+    // Draining frees slots again (possibly after the receiver publishes in a batch).
+    for i in 0..SLOTS {
+        assert_eq!(b.recv().unwrap(), Some(&[i as u8; 10][..]));
+    }
+    assert_eq!(b.recv().unwrap(), None);
+    assert!(a.wait_send(SOON).unwrap());
+    a.send(&[99]).unwrap();
+    assert_eq!(b.recv().unwrap(), Some(&[99u8][..]));
+}
+
+fn sizes_up_to_the_maximum<P: Pair>() {
+    let max = MaxMsgSize::new(300).unwrap();
+    let (mut a, mut b) = P::pair(max, SLOTS);
+    a.send(&[]).unwrap();
+    a.send(&[1; 300]).unwrap();
+    assert_eq!(
+        a.send(&[2; 301]),
+        Err(FrameSendError::TooLarge { len: 301, max: 300 })
+    );
+    assert_eq!(b.recv().unwrap(), Some(&[][..]));
+    assert_eq!(b.recv().unwrap(), Some(&[1u8; 300][..]));
+    assert_eq!(b.recv().unwrap(), None);
+}
+
+fn close_delivers_then_reports<P: Pair>() {
+    let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    for i in 0..3u8 {
+        a.send(&[i]).unwrap();
+    }
+    a.close();
+    assert_eq!(a.send(&[9]), Err(FrameSendError::Closed));
+    assert_eq!(a.recv(), Err(FrameRecvError::Closed));
+    for i in 0..3u8 {
+        assert_eq!(b.recv().unwrap(), Some(&[i][..]));
+    }
+    let gone = FrameRecvError::PeerGone(PeerGoneError::Closed);
+    assert_eq!(b.recv(), Err(gone));
+    assert_eq!(b.wait_recv(SOON), Err(gone));
+    assert_eq!(b.check_peer(), Err(PeerGoneError::Closed));
+    // Sending to a closed peer fails (at the latest once its slots are used up).
+    let mut result = Ok(());
+    for _ in 0..=SLOTS {
+        result = b.send(&[1]);
+        if result.is_err() {
+            break;
+        }
+    }
+    assert_eq!(result, Err(FrameSendError::PeerGone(PeerGoneError::Closed)));
+}
+
+fn drop_closes_the_connection<P: Pair>() {
+    let (a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    drop(a);
+    assert_eq!(
+        b.wait_recv(SOON),
+        Err(FrameRecvError::PeerGone(PeerGoneError::Closed))
+    );
+}
+
+fn crash_is_noticed<P: Pair>() {
+    let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    a.send(b"last words").unwrap();
+    P::crash(a);
+    assert_eq!(b.recv().unwrap(), Some(&b"last words"[..]));
+    let died = FrameRecvError::PeerGone(PeerGoneError::Died);
+    b.set_wait_mode(WaitMode::BusyPoll);
+    assert_eq!(b.wait_recv(SOON), Err(died));
+    b.set_wait_mode(WaitMode::default());
+    assert_eq!(b.wait_recv(SOON), Err(died));
+    // Polling alone notices it too, after a bounded number of empty polls.
+    let start = Instant::now();
+    loop {
+        match b.recv() {
+            Ok(None) => assert!(start.elapsed() < SOON, "death not noticed by recv"),
+            other => {
+                assert_eq!(other, Err(died));
+                break;
+            }
+        }
+    }
+    assert_eq!(b.check_peer(), Err(PeerGoneError::Died));
+    // A sender notices at the latest when the ring fills.
+    let mut result = Ok(());
+    for _ in 0..=SLOTS {
+        result = b.send(&[1]);
+        if result.is_err() {
+            break;
+        }
+    }
+    assert_eq!(result, Err(FrameSendError::PeerGone(PeerGoneError::Died)));
+    assert_eq!(
+        b.wait_send(SOON),
+        Err(FrameSendError::PeerGone(PeerGoneError::Died))
+    );
+}
+
+/// Both directions at once on two threads, with sleeping waits that must never lose a wake-up.
+fn threads_stream_both_ways<P: Pair>(mode: WaitMode) {
+    const N: u32 = 20_000;
+    let max = MaxMsgSize::new(256).unwrap();
+    let (a, b) = P::pair(max, SLOTS);
+    let run = move |mut conn: P::Conn| {
+        conn.set_wait_mode(mode);
+        let mut buf = vec![0u8; 256];
+        let mut got = Vec::new();
+        let (mut sent, mut received) = (0u32, 0u32);
+        while sent < N || received < N {
+            if sent < N {
+                let len = len_for(sent, 256);
+                match conn.send(frame(sent, len, &mut buf)) {
+                    Ok(()) => sent += 1,
+                    Err(FrameSendError::Full) => {}
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+            if received < N {
+                match conn.recv().unwrap() {
+                    Some(f) => {
+                        got.clear();
+                        got.extend_from_slice(f);
+                        check(received, &got, len_for(received, 256));
+                        received += 1;
+                    }
+                    None if sent == N => {
+                        assert!(conn.wait_recv(SOON).unwrap(), "lost wake-up (receive)");
+                    }
+                    None => {}
+                }
+            }
+            if sent < N && received == N {
+                assert!(conn.wait_send(SOON).unwrap(), "lost wake-up (send)");
+            }
+        }
+        // Keep the connection open until the peer has everything.
+        conn
+    };
+    let other = std::thread::spawn(move || run(b));
+    let a = run(a);
+    let b = other.join().unwrap();
+    drop((a, b));
+}
+
+/// A consumer asleep in `wait_recv` is woken by a frame sent from another thread.
+fn sleeper_is_woken<P: Pair>() {
+    let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    b.set_wait_mode(WaitMode::Adaptive {
+        spin: Duration::ZERO,
+    });
+    let sender = std::thread::spawn(move || {
+        for i in 0..50u8 {
+            std::thread::sleep(Duration::from_millis(1));
+            a.send(&[i]).unwrap();
+        }
+        a
+    });
+    for i in 0..50u8 {
+        assert!(b.wait_recv(SOON).unwrap());
+        assert_eq!(b.recv().unwrap(), Some(&[i][..]));
+    }
+    drop(sender.join().unwrap());
+}
+
+macro_rules! conformance {
+    ($name:ident, $pair:ty) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn frames_arrive_in_order_and_intact() {
+                in_order_and_intact::<$pair>();
+            }
+            #[test]
+            fn empty_recv_and_wait_timeout() {
+                empty_and_timeout::<$pair>();
+            }
+            #[test]
+            fn full_ring_keeps_the_frame() {
+                full_keeps_the_frame::<$pair>();
+            }
+            #[test]
+            fn frame_sizes_up_to_the_maximum() {
+                sizes_up_to_the_maximum::<$pair>();
+            }
+            #[test]
+            fn close_delivers_pending_frames_then_reports() {
+                close_delivers_then_reports::<$pair>();
+            }
+            #[test]
+            fn drop_closes() {
+                drop_closes_the_connection::<$pair>();
+            }
+            #[test]
+            fn crashed_peer_is_noticed() {
+                crash_is_noticed::<$pair>();
+            }
+            #[test]
+            fn sleeping_receiver_is_woken() {
+                sleeper_is_woken::<$pair>();
+            }
+            #[test]
+            fn threads_stream_both_ways_busy() {
+                threads_stream_both_ways::<$pair>(WaitMode::BusyPoll);
+            }
+            #[test]
+            fn threads_stream_both_ways_sleeping() {
+                threads_stream_both_ways::<$pair>(WaitMode::Adaptive {
+                    spin: Duration::ZERO,
+                });
+            }
+        }
+    };
+}
+
+conformance!(loopback, Loopback);
+conformance!(shm, Shm);
