@@ -16,8 +16,11 @@ use nix::sys::eventfd::EfdFlags;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use nix::sys::time::TimeSpec;
 
-/// Most descriptors one message may carry.
+/// Most descriptors one message may carry that we accept.
 pub(crate) const MAX_FDS: usize = 4;
+/// Most descriptors the kernel passes in one message (`SCM_MAX_FD`): room for all of them means
+/// none is ever dropped unseen (and leaked) by a truncated control buffer.
+const SCM_MAX_FD: usize = 253;
 
 /// Sends `bytes` with `fds` attached (`SCM_RIGHTS`).
 pub(crate) fn send_with_fds(
@@ -43,12 +46,13 @@ pub(crate) fn send_with_fds(
 
 /// Receives one message into `buf`; returns its length and the descriptors it carried (at most
 /// [`MAX_FDS`]; a message carrying more is refused with `EMSGSIZE`, its descriptors closed).
+/// Setup only: allocates.
 pub(crate) fn recv_with_fds(
     stream: &UnixStream,
     buf: &mut [u8],
 ) -> nix::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = [IoSliceMut::new(buf)];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let msg = recvmsg::<()>(
         stream.as_raw_fd(),
         &mut iov,
@@ -56,7 +60,7 @@ pub(crate) fn recv_with_fds(
         MsgFlags::MSG_CMSG_CLOEXEC,
     )?;
     let mut fds = Vec::new();
-    for cmsg in msg.cmsgs()? {
+    for cmsg in msg.cmsgs().map_err(|_| Errno::EMSGSIZE)? {
         if let ControlMessageOwned::ScmRights(raw) = cmsg {
             for fd in raw {
                 // SAFETY: the kernel just installed `fd` in our table for this message; nothing

@@ -1,0 +1,237 @@
+//! Setting up a shared-memory connection: a peer that offers something bad gets an error,
+//! never undefined behaviour; mismatched settings are refused on both sides.
+
+use std::io::{IoSlice, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+use urom_core::shm::{HugePages, ShmConfig, ShmConnectError, ShmConnection, ShmLayoutError};
+use urom_core::transport::Transport;
+use urom_core::wire::MaxMsgSize;
+
+const SLOTS: u32 = 8;
+const STRIDE: u64 = 4224;
+const TOTAL: u64 = 640 + 2 * SLOTS as u64 * STRIDE;
+
+/// The header of a valid mapping, built from the documented layout (4096-byte slots, 8 of them).
+fn header() -> [u8; 128] {
+    let mut h = [0u8; 128];
+    h[0..8].copy_from_slice(b"UROMSHM\0");
+    h[8..12].copy_from_slice(&1u32.to_le_bytes());
+    h[12..16].copy_from_slice(&128u32.to_le_bytes());
+    h[16..20].copy_from_slice(&4096u32.to_le_bytes());
+    h[20..24].copy_from_slice(&SLOTS.to_le_bytes());
+    h[24..28].copy_from_slice(&(STRIDE as u32).to_le_bytes());
+    h[28..32].copy_from_slice(&128u32.to_le_bytes());
+    h[32..36].copy_from_slice(&384u32.to_le_bytes());
+    h[40..48].copy_from_slice(&640u64.to_le_bytes());
+    h[48..56].copy_from_slice(&(640 + SLOTS as u64 * STRIDE).to_le_bytes());
+    h[56..64].copy_from_slice(&TOTAL.to_le_bytes());
+    h
+}
+
+fn memfd(header: &[u8], len: u64, seal: bool) -> OwnedFd {
+    let fd = memfd_create(c"test", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).unwrap();
+    let mut file = std::fs::File::from(fd.try_clone().unwrap());
+    file.write_all(header).unwrap();
+    nix::unistd::ftruncate(&fd, len as i64).unwrap();
+    if seal {
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).unwrap();
+    }
+    fd
+}
+
+fn hello() -> [u8; 16] {
+    let mut m = [0u8; 16];
+    m[..8].copy_from_slice(b"UROMHELO");
+    m[8..12].copy_from_slice(&1u32.to_le_bytes());
+    m
+}
+
+fn offer(stream: &UnixStream, message: &[u8], fds: &[&OwnedFd]) {
+    let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(message)],
+        cmsgs,
+        MsgFlags::empty(),
+        None,
+    )
+    .unwrap();
+}
+
+fn eventfd() -> OwnedFd {
+    nix::sys::eventfd::EventFd::new().unwrap().into()
+}
+
+fn config() -> ShmConfig {
+    ShmConfig {
+        handshake_timeout: Duration::from_secs(5),
+        ..ShmConfig::default()
+    }
+}
+
+/// Offers `file` (with two eventfds) to an acceptor; returns what it says.
+fn accept_file(file: &OwnedFd) -> Result<ShmConnection, ShmConnectError> {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    offer(&ours, &hello(), &[file, &eventfd(), &eventfd()]);
+    ShmConnection::accept(theirs, &config())
+}
+
+#[test]
+fn hand_made_offer_following_the_documented_layout_is_accepted() {
+    let conn = accept_file(&memfd(&header(), TOTAL, true)).unwrap();
+    assert_eq!(conn.max_msg_size(), MaxMsgSize::DEFAULT);
+}
+
+#[test]
+fn bad_files_are_refused() {
+    let layout = |e| Some(ShmConnectError::Layout(e));
+    let mut bad_magic = header();
+    bad_magic[0] = b'X';
+    assert_eq!(
+        accept_file(&memfd(&bad_magic, TOTAL, true)).err(),
+        layout(ShmLayoutError::Magic)
+    );
+    assert_eq!(
+        accept_file(&memfd(&header(), TOTAL, false)).err(),
+        layout(ShmLayoutError::NotSealed)
+    );
+    assert_eq!(
+        accept_file(&memfd(&header(), 4096, true)).err(),
+        layout(ShmLayoutError::Truncated {
+            file_len: 4096,
+            needed: TOTAL
+        })
+    );
+    assert_eq!(
+        accept_file(&memfd(&header(), 64, true)).err(),
+        layout(ShmLayoutError::Truncated {
+            file_len: 64,
+            needed: 128
+        })
+    );
+    let mut three_slots = header();
+    three_slots[20] = 3;
+    assert_eq!(
+        accept_file(&memfd(&three_slots, TOTAL, true)).err(),
+        layout(ShmLayoutError::SlotCount { found: 3 })
+    );
+    let mut bad_offset = header();
+    bad_offset[40] = 0;
+    assert_eq!(
+        accept_file(&memfd(&bad_offset, TOTAL, true)).err(),
+        layout(ShmLayoutError::Field {
+            name: "slots_offset[0]"
+        })
+    );
+    let (read_end, _write_end) = nix::unistd::pipe().unwrap();
+    assert_eq!(
+        accept_file(&read_end).err(),
+        layout(ShmLayoutError::NotAFile)
+    );
+}
+
+#[test]
+fn bad_handshakes_are_refused() {
+    let handshake = |stream: UnixStream| match ShmConnection::accept(stream, &config()) {
+        Err(ShmConnectError::Handshake(what)) => what,
+        other => panic!("expected a handshake error, got {:?}", other.err()),
+    };
+    // No descriptors.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    offer(&ours, &hello(), &[]);
+    handshake(theirs);
+    // Not a hello.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let file = memfd(&header(), TOTAL, true);
+    offer(
+        &ours,
+        b"GET / HTTP/1.1\r\n",
+        &[&file, &eventfd(), &eventfd()],
+    );
+    handshake(theirs);
+    // Too many descriptors.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let extra: Vec<OwnedFd> = (0..5).map(|_| eventfd()).collect();
+    offer(&ours, &hello(), &extra.iter().collect::<Vec<_>>());
+    handshake(theirs);
+    // Hang-up before the offer.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    drop(ours);
+    handshake(theirs);
+    // Silence.
+    let (_ours, theirs) = UnixStream::pair().unwrap();
+    let quick = ShmConfig {
+        handshake_timeout: Duration::from_millis(50),
+        ..config()
+    };
+    assert!(matches!(
+        ShmConnection::accept(theirs, &quick),
+        Err(ShmConnectError::Handshake(_))
+    ));
+    // A creator whose peer never answers.
+    let (ours, _theirs) = UnixStream::pair().unwrap();
+    assert!(matches!(
+        ShmConnection::create(ours, &quick),
+        Err(ShmConnectError::Handshake(_))
+    ));
+}
+
+#[test]
+fn max_msg_size_mismatch_is_refused_on_both_sides() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let creator = std::thread::spawn(move || ShmConnection::create(a, &config()).err());
+    let big = ShmConfig {
+        max_msg_size: MaxMsgSize::new(8192).unwrap(),
+        ..config()
+    };
+    let mismatch = ShmConnectError::MaxMsgSizeMismatch {
+        ours: 8192,
+        theirs: 4096,
+    };
+    assert_eq!(ShmConnection::accept(b, &big).err(), Some(mismatch));
+    assert_eq!(
+        creator.join().unwrap(),
+        Some(ShmConnectError::MaxMsgSizeMismatch {
+            ours: 4096,
+            theirs: 8192
+        })
+    );
+    assert!(mismatch.to_string().contains("8192"));
+}
+
+#[test]
+fn hugepages_are_used_only_when_available() {
+    let reserved: u64 = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let (a, _b) = ShmConnection::pair(&config()).unwrap();
+    if reserved == 0 {
+        assert!(!a.on_hugepages());
+    }
+    let never = ShmConfig {
+        hugepages: HugePages::Never,
+        ..config()
+    };
+    assert!(!ShmConnection::pair(&never).unwrap().0.on_hugepages());
+    let require = ShmConfig {
+        hugepages: HugePages::Require,
+        ..config()
+    };
+    match ShmConnection::pair(&require) {
+        Ok((a, b)) => assert!(a.on_hugepages() && b.on_hugepages()),
+        Err(e) => {
+            assert!(matches!(e, ShmConnectError::Sys { .. }), "{e}");
+            eprintln!("no hugepages here ({reserved} reserved): {e}");
+        }
+    }
+}
