@@ -64,3 +64,69 @@ pub fn cdylib(package: &str, lib_name: &str) -> PathBuf {
     built.insert(package.to_owned(), path.clone());
     path
 }
+
+/// A directory under the system's temporary directory, removed with its contents on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates a fresh directory whose name starts with `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("creating a temporary directory");
+        Self(path)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process that is killed and reaped when dropped, so a failing test leaves nothing
+/// running.
+pub struct ChildGuard(pub std::process::Child);
+
+impl ChildGuard {
+    /// Sends `signal` (e.g. `libc`'s SIGTERM number) to the child.
+    pub fn signal(&self, signal: i32) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.0.id().to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.0.id());
+    }
+
+    /// Waits up to `timeout` for the child to exit.
+    pub fn wait_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("waiting for a child") {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -8,7 +8,7 @@
 //! is caught at the boundary and becomes `DOCA_ERROR_UNEXPECTED`; it never unwinds into the
 //! worker.
 //!
-//! ```ignore
+//! ```no_run
 //! use urom_core::plugin::{Command, Notifier, Plugin};
 //! use urom_core::wire::Status;
 //!

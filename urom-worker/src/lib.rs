@@ -1,6 +1,159 @@
 //! The urom worker process.
 //!
-//! Loads plugin `.so` files, pins itself to its cpuset, polls its host channels, dispatches
-//! commands to plugins and routes their notifications back. Not implemented yet: see the
-//! README's status table.
+//! A worker loads plugin libraries given on its command line as `so_path:id`, pins itself to its
+//! CPUs, accepts host connections on a Unix socket (each a shared-memory channel whose rings the
+//! worker allocates, on hugepages when the system has them) and then loops: take each command
+//! off every host channel, hand it to the plugin its id names, give every plugin time to
+//! progress, and route each notification back to the host connection it answers.
+//!
+//! A plugin that fails to load or open is logged and left out; the others run. A command for an
+//! unknown plugin, a malformed frame, a command a plugin refuses and a plugin that panics each
+//! get an error notification, and the worker goes on. SIGTERM or SIGINT stop the worker: every
+//! plugin is closed and the process exits 0.
 #![deny(unsafe_code)]
+
+mod args;
+mod dispatch;
+mod logging;
+
+use std::fmt;
+use std::io;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use tracing::{error, info, warn};
+use urom_core::abi::{LoadedPlugin, PluginLibrary};
+use urom_wire::{CpuSet, MaxMsgSize};
+
+pub use args::{Args, MAX_PLUGINS, PluginSpec};
+pub use dispatch::Worker;
+pub use logging::{LogInitError, init_logging, log_file_name};
+
+/// Why the worker could not run.
+#[derive(Debug)]
+pub enum WorkerRunError {
+    /// Logging could not be set up.
+    Log(LogInitError),
+    /// The worker could not be pinned to its CPUs.
+    Pin {
+        /// The CPUs asked for.
+        cpuset: Box<CpuSet>,
+        /// What the OS said.
+        errno: nix::errno::Errno,
+    },
+    /// No plugin could be loaded; each failure was logged.
+    NoPlugins,
+    /// The host socket could not be created.
+    Listen {
+        /// Its path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The stop signals could not be hooked.
+    Signals(io::Error),
+}
+
+impl fmt::Display for WorkerRunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Log(e) => write!(f, "{e}"),
+            Self::Pin { cpuset, errno } => write!(
+                f,
+                "cannot run on CPUs {cpuset}: {errno} (are they online and allowed for this \
+                 process?)"
+            ),
+            Self::NoPlugins => f.write_str("no plugin could be loaded; see the log for why"),
+            Self::Listen { path, source } => {
+                write!(f, "cannot listen on {}: {source}", path.display())
+            }
+            Self::Signals(e) => write!(f, "cannot install the SIGTERM handler: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerRunError {}
+
+/// Runs a worker until SIGTERM or SIGINT.
+pub fn run(args: Args) -> Result<(), WorkerRunError> {
+    init_logging(args.log_level, args.log_dir.as_deref()).map_err(WorkerRunError::Log)?;
+    info!(
+        id = args.id,
+        gid = args.gid,
+        pid = std::process::id(),
+        "urom worker starting"
+    );
+    if let Some(cpuset) = &args.cpuset {
+        pin(cpuset)?;
+        info!(%cpuset, "pinned");
+    }
+    let max = args.max_msg_size();
+    let plugins = load_plugins(&args.plugins, max);
+    if plugins.is_empty() {
+        error!("no plugin could be loaded");
+        return Err(WorkerRunError::NoPlugins);
+    }
+    let listener = UnixListener::bind(&args.listen).map_err(|source| WorkerRunError::Listen {
+        path: args.listen.clone(),
+        source,
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
+    }
+    info!(socket = %args.listen.display(), "accepting hosts");
+    let mut worker = Worker::new(plugins, listener, max, args.busy_poll);
+    worker.run(&stop);
+    drop(worker);
+    let _ = std::fs::remove_file(&args.listen);
+    info!("urom worker stopped");
+    Ok(())
+}
+
+/// Restricts this process to `cpuset`; an impossible set is an error, never ignored.
+fn pin(cpuset: &CpuSet) -> Result<(), WorkerRunError> {
+    let mut mask = nix::sched::CpuSet::new();
+    let too_big = |_| WorkerRunError::Pin {
+        cpuset: Box::new(*cpuset),
+        errno: nix::errno::Errno::EINVAL,
+    };
+    for cpu in cpuset.iter() {
+        mask.set(cpu).map_err(too_big)?;
+    }
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &mask).map_err(|errno| {
+        WorkerRunError::Pin {
+            cpuset: Box::new(*cpuset),
+            errno,
+        }
+    })
+}
+
+/// Loads and opens every plugin; failures are logged and left out.
+fn load_plugins(specs: &[PluginSpec], max: MaxMsgSize) -> Vec<LoadedPlugin> {
+    let mut plugins: Vec<LoadedPlugin> = Vec::new();
+    for spec in specs {
+        if plugins.iter().any(|p| p.id() == spec.id) {
+            warn!(path = %spec.path.display(), id = spec.id, "plugin id given twice; left out");
+            continue;
+        }
+        let opened = PluginLibrary::load(&spec.path)
+            .map_err(|e| e.to_string())
+            .and_then(|library| library.open(spec.id, max).map_err(|e| e.to_string()));
+        match opened {
+            Ok(plugin) => {
+                info!(
+                    path = %spec.path.display(),
+                    id = spec.id,
+                    version = plugin.library().version(),
+                    native = plugin.library().has_native_path(),
+                    "plugin loaded"
+                );
+                plugins.push(plugin);
+            }
+            Err(reason) => error!(id = spec.id, "{reason}; plugin left out"),
+        }
+    }
+    plugins
+}

@@ -1,0 +1,437 @@
+//! The worker's loop: host channels in, plugins, notifications out.
+//!
+//! Nothing here allocates, locks or makes a system call per command once a host is connected:
+//! a received frame is copied into a preallocated inbox, parsed in place, handed to its plugin,
+//! and each notification is written into a preallocated outbox and sent on its host's ring.
+//! New hosts are accepted and handshaken on a side thread and handed over through a channel.
+
+use std::os::unix::net::UnixListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+use urom_core::abi::{LoadedPlugin, NotificationSink};
+use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::{FrameSendError, Transport, WaitMode};
+use urom_wire::data::{
+    COMMAND_PAYLOAD_OFFSET, DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, write_notify_headers,
+};
+use urom_wire::{FrameRepr, MaxMsgSize, Status};
+
+use crate::args::MAX_PLUGINS;
+
+/// Frames taken from one host per turn, so that one busy host cannot starve the others.
+const FRAMES_PER_TURN: usize = 64;
+/// How long an idle worker keeps spinning before it naps (unless it busy-polls).
+const SPIN_BEFORE_NAP: Duration = Duration::from_micros(50);
+/// How long one nap lasts at most; a frame on the only host channel ends it early.
+const NAP: Duration = Duration::from_millis(1);
+/// How long a notification waits for room on a host's ring before the host is given up on.
+const SEND_PATIENCE: Duration = Duration::from_secs(10);
+/// How often the acceptor thread looks for new hosts and for the worker stopping.
+const ACCEPT_POLL: Duration = Duration::from_millis(5);
+
+/// One connected host.
+struct Host {
+    conn: ShmConnection,
+    /// Distinguishes this host from earlier ones in the same slot.
+    generation: u32,
+}
+
+/// A worker: its plugins and host channels.
+pub struct Worker {
+    /// Indexed by the bit of the plugin id.
+    plugins: Vec<Option<LoadedPlugin>>,
+    hosts: Vec<Option<Host>>,
+    next_generation: u32,
+    arrivals: mpsc::Receiver<ShmConnection>,
+    acceptor_stop: Arc<AtomicBool>,
+    inbox: Box<[u8]>,
+    outbox: Box<[u8]>,
+    max: MaxMsgSize,
+    busy_poll: bool,
+    seq: u64,
+}
+
+impl Worker {
+    /// A worker serving `plugins` to the hosts that connect on `listener`.
+    pub fn new(
+        plugins: Vec<LoadedPlugin>,
+        listener: UnixListener,
+        max: MaxMsgSize,
+        busy_poll: bool,
+    ) -> Self {
+        let mut table: Vec<Option<LoadedPlugin>> = (0..MAX_PLUGINS).map(|_| None).collect();
+        for plugin in plugins {
+            let index = plugin_index(plugin.id()).expect("plugin ids are checked when parsed");
+            table[index] = Some(plugin);
+        }
+        let wait = if busy_poll {
+            WaitMode::BusyPoll
+        } else {
+            WaitMode::default()
+        };
+        let config = ShmConfig {
+            max_msg_size: max,
+            wait,
+            ..ShmConfig::default()
+        };
+        let (arrive, arrivals) = mpsc::channel();
+        let acceptor_stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&acceptor_stop);
+        thread::Builder::new()
+            .name("urom-accept".into())
+            .spawn(move || accept_hosts(listener, config, arrive, &stop))
+            .expect("spawning the acceptor thread");
+        Self {
+            plugins: table,
+            hosts: Vec::new(),
+            next_generation: 1,
+            arrivals,
+            acceptor_stop,
+            inbox: vec![0; max.get()].into_boxed_slice(),
+            outbox: vec![0; max.get()].into_boxed_slice(),
+            max,
+            busy_poll,
+            seq: 0,
+        }
+    }
+
+    /// Serves hosts until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        let mut idle_since = None;
+        while !stop.load(Ordering::Relaxed) {
+            if self.turn() {
+                idle_since = None;
+            } else {
+                self.rest(&mut idle_since);
+            }
+        }
+    }
+
+    /// One pass over new hosts, every host channel and every plugin; whether anything happened.
+    pub fn turn(&mut self) -> bool {
+        let mut worked = self.admit_hosts();
+        for slot in 0..self.hosts.len() {
+            worked |= self.serve_host(slot);
+        }
+        let mut router = Router {
+            hosts: &mut self.hosts,
+            outbox: &mut self.outbox,
+            max: self.max,
+            seq: &mut self.seq,
+        };
+        for plugin in self.plugins.iter_mut().flatten() {
+            match plugin.progress(&mut router) {
+                Ok(progressed) => worked |= progressed,
+                Err(Status::Unexpected) => {
+                    warn!(id = plugin.id(), "plugin progress failed (did it panic?)")
+                }
+                Err(status) => debug!(id = plugin.id(), %status, "plugin progress failed"),
+            }
+        }
+        worked
+    }
+
+    /// How many hosts are connected.
+    pub fn host_count(&self) -> usize {
+        self.hosts.iter().flatten().count()
+    }
+
+    fn admit_hosts(&mut self) -> bool {
+        let mut admitted = false;
+        while let Ok(conn) = self.arrivals.try_recv() {
+            let generation = self.next_generation;
+            self.next_generation = self.next_generation.wrapping_add(1).max(1);
+            let host = Some(Host { conn, generation });
+            let slot = match self.hosts.iter().position(Option::is_none) {
+                Some(free) => {
+                    self.hosts[free] = host;
+                    free
+                }
+                None => {
+                    self.hosts.push(host);
+                    self.hosts.len() - 1
+                }
+            };
+            info!(slot, "host connected");
+            admitted = true;
+        }
+        admitted
+    }
+
+    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel and dispatches them.
+    fn serve_host(&mut self, slot: usize) -> bool {
+        let mut worked = false;
+        for _ in 0..FRAMES_PER_TURN {
+            let Some(host) = self.hosts[slot].as_mut() else {
+                break;
+            };
+            let dest_id = dest_id(slot, host.generation);
+            // Copied out so the host's ring slot is free while plugins run and the notification
+            // goes back on the same connection.
+            let len = match host.conn.recv() {
+                Ok(Some(frame)) => {
+                    self.inbox[..frame.len()].copy_from_slice(frame);
+                    frame.len()
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    info!(slot, "host left: {e}");
+                    self.hosts[slot] = None;
+                    break;
+                }
+            };
+            let mut router = Router {
+                hosts: &mut self.hosts,
+                outbox: &mut self.outbox,
+                max: self.max,
+                seq: &mut self.seq,
+            };
+            dispatch(&mut self.plugins, &mut router, dest_id, &self.inbox[..len]);
+            worked = true;
+        }
+        worked
+    }
+
+    /// Waits a little when there is nothing to do: spins first, then naps on the only host
+    /// channel (woken by the host's next frame) or for a moment.
+    fn rest(&mut self, idle_since: &mut Option<Instant>) {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if self.busy_poll || since.elapsed() < SPIN_BEFORE_NAP {
+            std::hint::spin_loop();
+            return;
+        }
+        let mut live = self.hosts.iter_mut().flatten();
+        match (live.next(), live.next()) {
+            (Some(only), None) => {
+                // A failure shows up at the next `recv`, which drops the host.
+                let _ = only.conn.wait_recv(NAP);
+            }
+            _ => thread::sleep(NAP),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.acceptor_stop.store(true, Ordering::Relaxed);
+        // Plugins are closed (dropped) before the host channels go away.
+        self.plugins.clear();
+    }
+}
+
+/// Hands one received frame to its plugin; anything that is not answered by a plugin is
+/// answered here with an error.
+fn dispatch(
+    plugins: &mut [Option<LoadedPlugin>],
+    router: &mut Router<'_>,
+    dest_id: u64,
+    frame: &[u8],
+) {
+    let (plugin_id, urom_context, status) = match FrameRepr::<DataMessage>::parse(frame, router.max)
+    {
+        Ok(FrameRepr {
+            body: DataMessage::Command(command),
+            ..
+        }) => {
+            let plugin = plugin_index(command.plugin)
+                .and_then(|index| plugins.get_mut(index))
+                .and_then(Option::as_mut);
+            let status = match plugin {
+                Some(plugin) => plugin.command(dest_id, &command, router),
+                None => {
+                    warn!(
+                        plugin = command.plugin,
+                        "command for a plugin this worker does not run"
+                    );
+                    Status::NotFound
+                }
+            };
+            (command.plugin, command.urom_context, status)
+        }
+        Ok(FrameRepr {
+            body: DataMessage::Notify(notify),
+            ..
+        }) => {
+            warn!("a host sent a notification; only commands are accepted");
+            (notify.plugin, notify.urom_context, Status::InvalidValue)
+        }
+        Err(error) => {
+            warn!("malformed frame from a host: {error}");
+            let (plugin, urom_context) = command_identity(frame);
+            (plugin, urom_context, Status::InvalidValue)
+        }
+    };
+    if status != Status::Success {
+        let answer = Notification {
+            plugin: plugin_id,
+            urom_context,
+            status,
+            payload: &[],
+        };
+        // A host that is gone cannot be answered; the router logs it.
+        let _ = router.notify(dest_id, answer);
+    }
+}
+
+/// The plugin id and cookie a malformed command frame carries where a command header would
+/// be, so that the error notification can name the command; zeros when absent.
+fn command_identity(frame: &[u8]) -> (u64, u64) {
+    let word = |at: usize| {
+        frame
+            .get(at..at + 8)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    let header = COMMAND_PAYLOAD_OFFSET - 24;
+    (word(header), word(header + 8))
+}
+
+/// The table index of a plugin id, when it is one this worker can hold.
+fn plugin_index(id: u64) -> Option<usize> {
+    (id.count_ones() == 1 && id.trailing_zeros() < MAX_PLUGINS)
+        .then(|| id.trailing_zeros() as usize)
+}
+
+fn dest_id(slot: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | slot as u64
+}
+
+/// Sends notifications to the host connection their `dest_id` names.
+struct Router<'a> {
+    hosts: &'a mut [Option<Host>],
+    outbox: &'a mut [u8],
+    max: MaxMsgSize,
+    seq: &'a mut u64,
+}
+
+impl NotificationSink for Router<'_> {
+    fn notify(&mut self, dest_id: u64, n: Notification<'_>) -> Result<(), Status> {
+        let slot = (dest_id & u64::from(u32::MAX)) as usize;
+        let generation = (dest_id >> 32) as u32;
+        let host = match self.hosts.get_mut(slot) {
+            Some(Some(host)) if host.generation == generation => host,
+            _ => {
+                debug!(dest_id, "notification for a host that has left");
+                return Err(Status::NotConnected);
+            }
+        };
+        *self.seq += 1;
+        let seq = *self.seq;
+        let mut write = |status: Status, payload: &[u8]| {
+            let len = write_notify_headers(
+                self.outbox,
+                seq,
+                n.plugin,
+                n.urom_context,
+                status,
+                payload.len(),
+                self.max,
+            )
+            .ok()?;
+            self.outbox[NOTIFY_PAYLOAD_OFFSET..len].copy_from_slice(payload);
+            Some(len)
+        };
+        let len = match write(n.status, n.payload) {
+            Some(len) => len,
+            None => {
+                warn!(
+                    plugin = n.plugin,
+                    len = n.payload.len(),
+                    "notification too big for the channel"
+                );
+                write(Status::TooBig, &[]).expect("an empty notification always fits")
+            }
+        };
+        send_patiently(&mut host.conn, &self.outbox[..len])
+    }
+}
+
+/// Sends one frame, waiting for room while the host drains its ring.
+fn send_patiently(conn: &mut ShmConnection, frame: &[u8]) -> Result<(), Status> {
+    let mut deadline = None;
+    loop {
+        match conn.send(frame) {
+            Ok(()) => return Ok(()),
+            Err(FrameSendError::Full) => {
+                let deadline = *deadline.get_or_insert_with(|| Instant::now() + SEND_PATIENCE);
+                if Instant::now() > deadline {
+                    warn!(
+                        "a host has not drained its notifications for {SEND_PATIENCE:?}; dropping one"
+                    );
+                    return Err(Status::TimeOut);
+                }
+                let _ = conn.wait_send(NAP);
+            }
+            Err(error) => {
+                debug!("cannot send a notification: {error}");
+                return Err(Status::NotConnected);
+            }
+        }
+    }
+}
+
+/// Accepts hosts and sets up their channels until `stop` is set.
+fn accept_hosts(
+    listener: UnixListener,
+    config: ShmConfig,
+    arrive: mpsc::Sender<ShmConnection>,
+    stop: &AtomicBool,
+) {
+    if let Err(e) = listener.set_nonblocking(true) {
+        warn!("cannot make the host socket non-blocking: {e}; no host can connect");
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let connected = stream
+                    .set_nonblocking(false)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        ShmConnection::create(stream, &config).map_err(|e| e.to_string())
+                    });
+                match connected {
+                    Ok(conn) => {
+                        if arrive.send(conn).is_err() {
+                            return;
+                        }
+                    }
+                    Err(reason) => warn!("a host could not connect: {reason}"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
+            Err(e) => {
+                warn!("accepting a host failed: {e}");
+                thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_ids_map_to_table_slots() {
+        assert_eq!(plugin_index(1), Some(0));
+        assert_eq!(plugin_index(1 << 61), Some(61));
+        assert_eq!(plugin_index(1 << 62), None);
+        assert_eq!(plugin_index(3), None);
+        assert_eq!(plugin_index(0), None);
+    }
+
+    #[test]
+    fn a_malformed_frame_still_names_its_command() {
+        let mut frame = vec![0u8; 40];
+        frame[24..32].copy_from_slice(&4u64.to_le_bytes());
+        frame[32..40].copy_from_slice(&99u64.to_le_bytes());
+        assert_eq!(command_identity(&frame), (4, 99));
+        assert_eq!(command_identity(&frame[..30]), (0, 0));
+    }
+}
