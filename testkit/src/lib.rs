@@ -130,3 +130,30 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// Compiles C `source` into the shared object `<tmp>/<name>.so` with the system C compiler
+/// (`$CC`, else `cc`), warnings as errors, `-I` for each of `include`, `-D` for each of
+/// `defines`.
+pub fn c_shared_object(source: &Path, name: &str, include: &[&Path], defines: &[&str]) -> PathBuf {
+    let out = profile_dir().join("c-objects");
+    std::fs::create_dir_all(&out).expect("creating the C object directory");
+    let out = out.join(format!("{name}.so"));
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&compiler)
+        .args([
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2",
+        ])
+        .args(include.iter().map(|dir| format!("-I{}", dir.display())))
+        .args(defines.iter().map(|define| format!("-D{define}")))
+        .arg("-o")
+        .arg(&out)
+        .arg(source)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
+    assert!(
+        status.success(),
+        "compiling {} with {defines:?} failed",
+        source.display()
+    );
+    out
+}

@@ -3,7 +3,6 @@
 //! Compiling the plugin with the header proves the header and the Rust ABI types agree.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use urom_core::abi::{NotificationSink, PluginLibrary, PluginLoadError};
 use urom_core::wire::data::{Command as WireCommand, Notification};
@@ -12,26 +11,9 @@ use urom_core::wire::{MaxMsgSize, Status};
 const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plugins/loopback.c");
 const INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/include");
 
-/// Compiles the C loopback plugin with `defines` into `<tmp>/<name>.so`.
+/// Compiles the C loopback plugin with `defines`.
 fn build_c_plugin(name: &str, defines: &[&str]) -> PathBuf {
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.so"));
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let status = Command::new(&compiler)
-        .args([
-            "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2",
-        ])
-        .arg(format!("-I{INCLUDE}"))
-        .args(defines.iter().map(|d| format!("-D{d}")))
-        .arg("-o")
-        .arg(&out)
-        .arg(SOURCE)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
-    assert!(
-        status.success(),
-        "compiling {SOURCE} with {defines:?} failed"
-    );
-    out
+    urom_testkit::c_shared_object(Path::new(SOURCE), name, &[Path::new(INCLUDE)], defines)
 }
 
 /// Collects notifications as the worker would route them.
