@@ -537,6 +537,7 @@ fn no_trailing(body: &[u8], rest: &[u8]) -> Result<(), DecodeError> {
 }
 
 /// `Ok` when `found` bytes are exactly the `expected` ones.
+#[inline]
 pub(crate) fn check_exact_len(expected: usize, found: usize) -> Result<(), DecodeError> {
     match found.cmp(&expected) {
         core::cmp::Ordering::Less => Err(DecodeError::Truncated {

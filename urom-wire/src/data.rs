@@ -112,6 +112,7 @@ impl<'a> Body<'a> for DataMessage<'a> {
         }
     }
 
+    #[inline]
     fn parse(kind: FrameKind, body: &'a [u8]) -> Result<Self, DecodeError> {
         match kind {
             FrameKind::Command => {
@@ -164,11 +165,13 @@ impl<'a> Body<'a> for DataMessage<'a> {
     }
 }
 
+#[inline]
 fn check_payload_len(header_len: usize, len: u64, body_len: usize) -> Result<(), DecodeError> {
     let claimed = usize::try_from(len).unwrap_or(usize::MAX);
     check_exact_len(header_len.saturating_add(claimed), body_len)
 }
 
+#[inline]
 fn command_header(plugin: u64, urom_context: u64, payload_len: usize) -> CommandHeader {
     CommandHeader {
         plugin: U64::new(plugin),
@@ -177,6 +180,7 @@ fn command_header(plugin: u64, urom_context: u64, payload_len: usize) -> Command
     }
 }
 
+#[inline]
 fn notify_header(
     plugin: u64,
     urom_context: u64,
@@ -194,6 +198,7 @@ fn notify_header(
 
 /// Writes the frame and command headers of a command whose `payload_len` bytes the caller
 /// writes at [`COMMAND_PAYLOAD_OFFSET`]; returns the frame's length.
+#[inline]
 pub fn write_command_headers(
     frame: &mut [u8],
     seq: u64,
@@ -215,6 +220,7 @@ pub fn write_command_headers(
 
 /// Writes the frame and notification headers of a notification whose `payload_len` bytes the
 /// caller writes at [`NOTIFY_PAYLOAD_OFFSET`]; returns the frame's length.
+#[inline]
 pub fn write_notify_headers(
     frame: &mut [u8],
     seq: u64,
@@ -235,6 +241,7 @@ pub fn write_notify_headers(
     )
 }
 
+#[inline]
 fn write_headers(
     frame: &mut [u8],
     kind: FrameKind,

@@ -118,24 +118,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// Checks the header fields and that the buffer is exactly as long as the frame says.
     pub fn check(&self, max: MaxMsgSize) -> Result<(), DecodeError> {
-        let bytes = self.buffer.as_ref();
-        let length = frame_length(bytes, max)?.ok_or(DecodeError::Truncated {
-            needed: FRAME_HEADER_LEN,
-            available: bytes.len(),
-        })?;
-        if bytes.len() < length {
-            return Err(DecodeError::Truncated {
-                needed: length,
-                available: bytes.len(),
-            });
-        }
-        if bytes.len() > length {
-            return Err(DecodeError::TrailingBytes {
-                expected: length,
-                found: bytes.len(),
-            });
-        }
-        Ok(())
+        check_frame(self.buffer.as_ref(), max).map(|_| ())
     }
 
     fn header(&self) -> &FrameHeader {
@@ -200,7 +183,22 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 ///
 /// For stream readers: call it as bytes arrive, then wait for the returned length. Garbage is
 /// refused as soon as the header is in, before any body byte is awaited.
+#[inline]
 pub fn frame_length(prefix: &[u8], max: MaxMsgSize) -> Result<Option<usize>, DecodeError> {
+    Ok(check_header(prefix, max)?.map(|checked| checked.length))
+}
+
+/// What [`check_header`] learned from a valid header.
+struct CheckedHeader {
+    length: usize,
+    kind: FrameKind,
+    seq: u64,
+}
+
+/// Checks magic, version, kind, flags and length, in that order; `None` when the header has
+/// not fully arrived.
+#[inline]
+fn check_header(prefix: &[u8], max: MaxMsgSize) -> Result<Option<CheckedHeader>, DecodeError> {
     let Ok((header, _)) = FrameHeader::ref_from_prefix(prefix) else {
         return Ok(None);
     };
@@ -210,9 +208,8 @@ pub fn frame_length(prefix: &[u8], max: MaxMsgSize) -> Result<Option<usize>, Dec
     if header.version.get() != PROTOCOL_VERSION {
         return Err(DecodeError::UnsupportedVersion(header.version.get()));
     }
-    if FrameKind::from_raw(header.kind.get()).is_none() {
-        return Err(DecodeError::UnknownKind(header.kind.get()));
-    }
+    let kind = FrameKind::from_raw(header.kind.get())
+        .ok_or(DecodeError::UnknownKind(header.kind.get()))?;
     if header.flags.get() != 0 {
         return Err(DecodeError::ReservedNotZero { field: "flags" });
     }
@@ -229,7 +226,22 @@ pub fn frame_length(prefix: &[u8], max: MaxMsgSize) -> Result<Option<usize>, Dec
             max: max.get(),
         });
     }
-    Ok(Some(length))
+    Ok(Some(CheckedHeader {
+        length,
+        kind,
+        seq: header.seq.get(),
+    }))
+}
+
+/// Checks a whole frame: a valid header and exactly as many bytes as it claims.
+#[inline]
+fn check_frame(bytes: &[u8], max: MaxMsgSize) -> Result<CheckedHeader, DecodeError> {
+    let checked = check_header(bytes, max)?.ok_or(DecodeError::Truncated {
+        needed: FRAME_HEADER_LEN,
+        available: bytes.len(),
+    })?;
+    crate::control::check_exact_len(checked.length, bytes.len())?;
+    Ok(checked)
 }
 
 /// The body of a family of frames (control or data path): how it maps to frame kinds and bytes.
@@ -256,13 +268,12 @@ pub struct FrameRepr<B> {
 
 impl<'a, B: Body<'a>> FrameRepr<B> {
     /// Reads a whole frame: header checks first, then the body.
+    #[inline]
     pub fn parse(bytes: &'a [u8], max: MaxMsgSize) -> Result<Self, DecodeError> {
-        let frame = Frame::new_checked(bytes, max)?;
-        let raw_kind = frame.header().kind.get();
-        let kind = FrameKind::from_raw(raw_kind).ok_or(DecodeError::UnknownKind(raw_kind))?;
+        let header = check_frame(bytes, max)?;
         Ok(Self {
-            seq: frame.seq(),
-            body: B::parse(kind, &bytes[FRAME_HEADER_LEN..])?,
+            seq: header.seq,
+            body: B::parse(header.kind, &bytes[FRAME_HEADER_LEN..])?,
         })
     }
 
@@ -293,6 +304,7 @@ impl<'a, B: Body<'a>> FrameRepr<B> {
 }
 
 /// Reads a fixed-size wire struct that must fill `bytes` exactly.
+#[inline]
 pub(crate) fn exact<W>(bytes: &[u8]) -> Result<&W, DecodeError>
 where
     W: FromBytes + KnownLayout + Immutable + Unaligned,
@@ -308,6 +320,7 @@ where
 }
 
 /// Reads a fixed-size wire struct at the front of `bytes`; returns it and the bytes after it.
+#[inline]
 pub(crate) fn prefix<W>(bytes: &[u8]) -> Result<(&W, &[u8]), DecodeError>
 where
     W: FromBytes + KnownLayout + Immutable + Unaligned,
@@ -321,6 +334,7 @@ where
 /// Writes a fixed-size wire struct at the front of `dst`; returns the bytes after it.
 ///
 /// Callers size `dst` from the same struct, so it is always long enough.
+#[inline]
 pub(crate) fn put<'d, W: IntoBytes + Immutable>(dst: &'d mut [u8], wire: &W) -> &'d mut [u8] {
     let (head, tail) = dst.split_at_mut(size_of::<W>());
     head.copy_from_slice(wire.as_bytes());
@@ -328,6 +342,7 @@ pub(crate) fn put<'d, W: IntoBytes + Immutable>(dst: &'d mut [u8], wire: &W) -> 
 }
 
 /// `Ok` when a reserved field is zero.
+#[inline]
 pub(crate) fn reserved_zero(field: &'static str, value: u64) -> Result<(), DecodeError> {
     if value == 0 {
         Ok(())

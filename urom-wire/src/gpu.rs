@@ -98,6 +98,7 @@ pub enum GpuMessage<'a> {
 ///
 /// For stream readers (TCP): call it as bytes arrive, then wait for the returned length. An
 /// unknown id or an impossible or oversized length is refused as soon as the header is in.
+#[inline]
 pub fn message_length(prefix: &[u8], max_payload: usize) -> Result<Option<usize>, DecodeError> {
     let Ok((header, _)) = GpuHeader::ref_from_prefix(prefix) else {
         return Ok(None);
@@ -126,6 +127,7 @@ pub fn message_length(prefix: &[u8], max_payload: usize) -> Result<Option<usize>
     }
 }
 
+#[inline]
 fn fixed_length(expected: usize, length: usize) -> Result<Option<usize>, DecodeError> {
     if length == expected {
         Ok(Some(length))
@@ -136,6 +138,7 @@ fn fixed_length(expected: usize, length: usize) -> Result<Option<usize>, DecodeE
 
 impl<'a> GpuMessage<'a> {
     /// Reads one whole message; `bytes` must hold exactly it.
+    #[inline]
     pub fn parse(bytes: &'a [u8], max_payload: usize) -> Result<Self, DecodeError> {
         let length = message_length(bytes, max_payload)?.ok_or(DecodeError::Truncated {
             needed: GPU_HEADER_LEN,
@@ -237,6 +240,7 @@ impl<'a> GpuMessage<'a> {
 
 /// Writes the headers of a client request or response whose `payload_len` bytes the caller
 /// writes at [`CLIENT_HEADER_LEN`]; returns the message's length.
+#[inline]
 pub fn write_client_headers(
     buf: &mut [u8],
     response: bool,

@@ -22,6 +22,7 @@ macro_rules! int_enum {
 
         impl $name {
             /// The enum for a code; codes this version does not know are kept as they are.
+            #[inline]
             pub const fn from_raw(raw: $int) -> Self {
                 match raw {
                     $( $value => Self::$variant, )+
@@ -30,6 +31,7 @@ macro_rules! int_enum {
             }
 
             /// The code as it travels on the wire.
+            #[inline]
             pub const fn raw(self) -> $int {
                 match self {
                     $( Self::$variant => $value, )+
@@ -67,6 +69,7 @@ macro_rules! int_enum {
             pub const ALL: &'static [Self] = &[$( Self::$variant, )+];
 
             /// The enum for a code, or `None` when the code is not one of ours.
+            #[inline]
             pub const fn from_raw(raw: $int) -> Option<Self> {
                 match raw {
                     $( $value => Some(Self::$variant), )+
