@@ -5,7 +5,7 @@
 //! profile as the running test.
 #![deny(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -31,37 +31,48 @@ pub fn workspace_root() -> PathBuf {
 /// Builds `package` with cargo (once per test process) and returns the path of its shared
 /// library `lib<lib_name>.so`.
 pub fn cdylib(package: &str, lib_name: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    build(package, &format!("lib{lib_name}.so"))
+}
+
+/// Builds `package` with cargo (once per test process) and returns the path of its binary
+/// `name`.
+pub fn binary(package: &str, name: &str) -> PathBuf {
+    build(package, name)
+}
+
+/// Runs `cargo build -p package` in the running test's target directory and profile, once per
+/// process, and returns the path of `artifact` in the profile directory.
+fn build(package: &str, artifact: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let profile_dir = profile_dir();
+    let path = profile_dir.join(artifact);
     let built = BUILT.get_or_init(Default::default);
     let mut built = built
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(path) = built.get(package) {
-        return path.clone();
+    if !built.contains(package) {
+        let target_dir = profile_dir
+            .parent()
+            .expect("profile directory inside the target directory");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut command = Command::new(&cargo);
+        command
+            .current_dir(workspace_root())
+            .args(["build", "--quiet", "-p", package, "--target-dir"])
+            .arg(target_dir);
+        if profile_dir
+            .file_name()
+            .is_some_and(|name| name == "release")
+        {
+            command.arg("--release");
+        }
+        let status = command
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run `{cargo}` to build {package}: {e}"));
+        assert!(status.success(), "building {package} failed");
+        built.insert(package.to_owned());
     }
-    let profile_dir = profile_dir();
-    let target_dir = profile_dir
-        .parent()
-        .expect("profile directory inside the target directory");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut command = Command::new(&cargo);
-    command
-        .current_dir(workspace_root())
-        .args(["build", "--quiet", "-p", package, "--target-dir"])
-        .arg(target_dir);
-    if profile_dir
-        .file_name()
-        .is_some_and(|name| name == "release")
-    {
-        command.arg("--release");
-    }
-    let status = command
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run `{cargo}` to build {package}: {e}"));
-    assert!(status.success(), "building {package} failed");
-    let path = profile_dir.join(format!("lib{lib_name}.so"));
     assert!(path.exists(), "{} was not built", path.display());
-    built.insert(package.to_owned(), path.clone());
     path
 }
 

@@ -25,8 +25,9 @@ use crate::args::MAX_PLUGINS;
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
-/// How long an idle worker keeps spinning before it naps (unless it busy-polls).
-const SPIN_BEFORE_NAP: Duration = Duration::from_micros(50);
+/// How many idle turns a worker spins before it naps (unless it busy-polls); counted rather
+/// than timed, so that the loop reads no clock.
+const SPIN_TURNS_BEFORE_NAP: u32 = 4096;
 /// How long one nap lasts at most; a frame on the only host channel ends it early.
 const NAP: Duration = Duration::from_millis(1);
 /// How long a notification waits for room on a host's ring before the host is given up on.
@@ -102,12 +103,13 @@ impl Worker {
 
     /// Serves hosts until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) {
-        let mut idle_since = None;
+        let mut idle_turns = 0u32;
         while !stop.load(Ordering::Relaxed) {
             if self.turn() {
-                idle_since = None;
+                idle_turns = 0;
             } else {
-                self.rest(&mut idle_since);
+                idle_turns = idle_turns.saturating_add(1);
+                self.rest(idle_turns);
             }
         }
     }
@@ -199,9 +201,8 @@ impl Worker {
 
     /// Waits a little when there is nothing to do: spins first, then naps on the only host
     /// channel (woken by the host's next frame) or for a moment.
-    fn rest(&mut self, idle_since: &mut Option<Instant>) {
-        let since = *idle_since.get_or_insert_with(Instant::now);
-        if self.busy_poll || since.elapsed() < SPIN_BEFORE_NAP {
+    fn rest(&mut self, idle_turns: u32) {
+        if self.busy_poll || idle_turns < SPIN_TURNS_BEFORE_NAP {
             std::hint::spin_loop();
             return;
         }

@@ -72,7 +72,7 @@ fn the_doca_path_allocates_descriptors_and_the_count_sees_them() {
     // descriptor per command. Seeing them proves the count covers plugin allocations.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let plugin = c_shared_object(
-        &root.join("urom-core/tests/plugins/loopback.c"),
+        &root.join("plugins/c-loopback/loopback.c"),
         "c_loopback_for_allocations",
         &[&root.join("plugins/include")],
         &[],

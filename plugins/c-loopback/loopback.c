@@ -2,6 +2,9 @@
  * A loopback plugin in C, written against urom_plugin.h the way DOCA UROM plugins are: each
  * 16-byte command {type, data} comes back as a 16-byte notification with the same data.
  *
+ * Build: cc -std=c11 -shared -fPIC -I plugins/include -o worker_c_loopback.so \
+ *            plugins/c-loopback/loopback.c
+ *
  * Compile-time knobs make the broken variants the loader tests need:
  *   -DOMIT_GET_IFACE       export the interface under a misspelled name only
  *   -DIFACE_VERSION=n      report interface version n

@@ -1,0 +1,268 @@
+//! Loopback commands through a real `urom-worker` process, beside the bare transport, in one
+//! run:
+//!
+//! * `worker/transport_round_trip_64B`: a 64-byte frame to an echo process and back over a
+//!   shared-memory connection, the least a worker round trip can cost;
+//! * `worker/native_round_trip_64B`: a 64-byte graph loopback command (frame header, command
+//!   header, 16-byte payload) through the worker and the graph plugin's native path, and its
+//!   notification back;
+//! * `worker/doca_round_trip_64B`: the same through the C loopback plugin (DOCA descriptor
+//!   path: a `malloc` and a `free` per descriptor);
+//! * `worker_rate/native_pipelined_64`: 64 commands kept in flight, in commands per second.
+//!
+//! This process runs on core 0, its peers on core 1, everything busy-polling, one peer at a
+//! time. Because these benches run seconds apart and a VM's cores change speed and placement
+//! over seconds, the binary then measures the three round trips again interleaved: all three
+//! peers wait adaptively (asleep when not served), and batches of round trips alternate
+//! between them; the median of the per-batch ratios is the comparison to trust.
+//! `benches/run-worker-bench.sh` runs it and prints the medians and ratios.
+
+use std::hint::black_box;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use urom_core::graph::GraphCommand;
+use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::{Transport, WaitMode};
+use urom_testkit::{ChildGuard, TempDir, binary, c_shared_object, cdylib, workspace_root};
+use urom_wire::MaxMsgSize;
+use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
+
+const ECHO_ENV: &str = "UROM_BENCH_ECHO_SOCKET";
+const ECHO_WAIT_ENV: &str = "UROM_BENCH_ECHO_ADAPTIVE";
+const HOST_CORE: usize = 0;
+const PEER_CORE: usize = 1;
+const IN_FLIGHT: u64 = 64;
+
+/// Batches of the interleaved comparison, and round trips per timed sample and per batch.
+const BATCHES: usize = 200;
+const ROUND_TRIPS_PER_SAMPLE: u32 = 10;
+const SAMPLES_PER_BATCH: usize = 51;
+
+fn config(wait: WaitMode) -> ShmConfig {
+    ShmConfig {
+        wait,
+        ..ShmConfig::default()
+    }
+}
+
+/// The echo peer: this binary re-run with [`ECHO_ENV`] set; returns every frame it receives.
+fn run_echo(socket: &Path) {
+    urom_core::pin_current_thread(PEER_CORE).expect("pinning the echo process");
+    let stream = UnixStream::connect(socket).expect("connecting to the benchmark");
+    let wait = if std::env::var_os(ECHO_WAIT_ENV).is_some() {
+        WaitMode::default()
+    } else {
+        WaitMode::BusyPoll
+    };
+    let mut conn = ShmConnection::accept(stream, &config(wait)).expect("echo handshake");
+    let mut frame = [0u8; 4096];
+    loop {
+        let len = match conn.recv() {
+            Ok(Some(received)) => {
+                frame[..received.len()].copy_from_slice(received);
+                received.len()
+            }
+            Ok(None) => {
+                if conn.wait_recv(Duration::from_millis(100)).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => return,
+        };
+        while conn.send(&frame[..len]).is_err() {}
+    }
+}
+
+/// A connection to an echo process, like a worker's but with nothing behind it.
+fn echo_peer(dir: &TempDir, busy_poll: bool) -> (ChildGuard, ShmConnection) {
+    let socket = dir.path().join(format!("echo-{busy_poll}.sock"));
+    let listener = UnixListener::bind(&socket).unwrap();
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env(ECHO_ENV, &socket);
+    if !busy_poll {
+        command.env(ECHO_WAIT_ENV, "1");
+    }
+    let child = command.spawn().expect("starting the echo process");
+    let (stream, _) = listener.accept().unwrap();
+    let conn = ShmConnection::create(stream, &config(host_wait())).expect("echo handshake");
+    (ChildGuard(child), conn)
+}
+
+/// The host side always spins: it is the one measuring.
+fn host_wait() -> WaitMode {
+    WaitMode::BusyPoll
+}
+
+/// A worker process running `plugin` as id 1 on [`PEER_CORE`], and a host connection to it.
+fn worker(
+    dir: &TempDir,
+    name: &str,
+    plugin: &Path,
+    busy_poll: bool,
+) -> (ChildGuard, ShmConnection) {
+    let socket = dir.path().join(format!("{name}.sock"));
+    let mut command = Command::new(binary("urom-worker", "urom-worker"));
+    command
+        .arg("--plugin")
+        .arg(format!("{}:1", plugin.display()))
+        .arg("--listen")
+        .arg(&socket)
+        .args(["--cpuset", &PEER_CORE.to_string(), "--log-level", "30"])
+        .stdout(Stdio::null());
+    if busy_poll {
+        command.arg("--busy-poll");
+    }
+    let child = command.spawn().expect("starting urom-worker");
+    let child = ChildGuard(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        match UnixStream::connect(&socket) {
+            Ok(stream) => break stream,
+            Err(e) if Instant::now() > deadline => panic!("the worker did not come up: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let conn = ShmConnection::accept(stream, &config(host_wait())).expect("worker handshake");
+    (child, conn)
+}
+
+/// A graph loopback command frame: 24 + 24 + 16 = 64 bytes.
+fn loopback_frame() -> Vec<u8> {
+    let mut frame = vec![0u8; 64];
+    let len = write_command_headers(&mut frame, 1, 1, 7, 16, MaxMsgSize::DEFAULT).unwrap();
+    assert_eq!(len, 64);
+    GraphCommand::Loopback { data: 42 }
+        .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
+        .unwrap();
+    frame
+}
+
+fn round_trip(conn: &mut ShmConnection, frame: &[u8]) {
+    while conn.send(frame).is_err() {}
+    loop {
+        if let Some(answer) = conn.recv().expect("the peer went away") {
+            black_box(answer);
+            return;
+        }
+    }
+}
+
+fn pipelined(conn: &mut ShmConnection, frame: &[u8], count: u64) -> Duration {
+    let start = Instant::now();
+    let (mut sent, mut done) = (0, 0);
+    while done < count {
+        while sent < count && sent - done < IN_FLIGHT && conn.send(frame).is_ok() {
+            sent += 1;
+        }
+        if conn.recv().expect("the peer went away").is_some() {
+            done += 1;
+        }
+    }
+    start.elapsed()
+}
+
+/// Median time of one round trip over `ROUND_TRIPS_PER_SAMPLE`-round-trip samples, after a
+/// warm-up that wakes the peer.
+fn batch_median(conn: &mut ShmConnection, frame: &[u8]) -> f64 {
+    for _ in 0..100 {
+        round_trip(conn, frame);
+    }
+    let mut samples = [0f64; SAMPLES_PER_BATCH];
+    for sample in &mut samples {
+        let start = Instant::now();
+        for _ in 0..ROUND_TRIPS_PER_SAMPLE {
+            round_trip(conn, frame);
+        }
+        *sample = start.elapsed().as_nanos() as f64 / f64::from(ROUND_TRIPS_PER_SAMPLE);
+    }
+    median(&mut samples)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The three round trips in alternating batches; prints medians and per-batch ratios.
+fn interleaved(dir: &TempDir, graph: &Path, c_loopback: &Path, frame: &[u8]) {
+    let (_echo, mut bare) = echo_peer(dir, false);
+    let (_native_worker, mut native) = worker(dir, "interleaved-native", graph, false);
+    let (_doca_worker, mut doca) = worker(dir, "interleaved-doca", c_loopback, false);
+    let mut rows = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        let bare_ns = batch_median(&mut bare, frame);
+        let native_ns = batch_median(&mut native, frame);
+        let doca_ns = batch_median(&mut doca, frame);
+        rows.push([
+            bare_ns,
+            native_ns,
+            doca_ns,
+            native_ns / bare_ns,
+            doca_ns / bare_ns,
+        ]);
+    }
+    let column = |i: usize| median(&mut rows.iter().map(|row| row[i]).collect::<Vec<_>>());
+    println!();
+    println!("interleaved: {BATCHES} batches of bare / native / DOCA round trips, medians");
+    println!("  bare shm round trip (echo process)  {:8.1} ns", column(0));
+    println!("  graph plugin, native path           {:8.1} ns", column(1));
+    println!("  C loopback plugin, DOCA path        {:8.1} ns", column(2));
+    println!("  native / bare, per batch            {:8.2}", column(3));
+    println!("  DOCA / bare, per batch              {:8.2}", column(4));
+}
+
+fn main() {
+    if let Some(socket) = std::env::var_os(ECHO_ENV) {
+        run_echo(&PathBuf::from(socket));
+        return;
+    }
+    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    let dir = TempDir::new("urom-worker-bench");
+    let graph = cdylib("urom-plugin-graph", "worker_graph");
+    let root = workspace_root();
+    let c_loopback = c_shared_object(
+        &root.join("plugins/c-loopback/loopback.c"),
+        "c_loopback_bench",
+        &[&root.join("plugins/include")],
+        &[],
+    );
+    let frame = loopback_frame();
+    let mut criterion = Criterion::default().configure_from_args();
+    // One peer at a time: each busy-polls the peer core.
+    let mut group = criterion.benchmark_group("worker");
+    {
+        let (_echo, mut conn) = echo_peer(&dir, true);
+        group.bench_function("transport_round_trip_64B", |b| {
+            b.iter(|| round_trip(&mut conn, &frame))
+        });
+    }
+    {
+        let (_worker, mut conn) = worker(&dir, "native", &graph, true);
+        group.bench_function("native_round_trip_64B", |b| {
+            b.iter(|| round_trip(&mut conn, &frame))
+        });
+    }
+    {
+        let (_worker, mut conn) = worker(&dir, "doca", &c_loopback, true);
+        group.bench_function("doca_round_trip_64B", |b| {
+            b.iter(|| round_trip(&mut conn, &frame))
+        });
+    }
+    group.finish();
+    let mut group = criterion.benchmark_group("worker_rate");
+    group.throughput(Throughput::Elements(1));
+    {
+        let (_worker, mut conn) = worker(&dir, "native-rate", &graph, true);
+        group.bench_function("native_pipelined_64", |b| {
+            b.iter_custom(|count| pipelined(&mut conn, &frame, count))
+        });
+    }
+    group.finish();
+    criterion.final_summary();
+    interleaved(&dir, &graph, &c_loopback, &frame);
+}
