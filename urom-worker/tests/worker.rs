@@ -34,9 +34,22 @@ fn every_bad_command_gets_an_error_and_the_worker_goes_on() {
     let dir = TempDir::new("urom-worker-junk");
     let text_file = dir.path().join("notes.so");
     std::fs::write(&text_file, "not a library").unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let c_variant = |name: &str, define: &str| {
+        urom_testkit::c_shared_object(
+            &root.join("plugins/c-loopback/loopback.c"),
+            name,
+            &[&root.join("plugins/include")],
+            &[define],
+        )
+    };
+    let no_iface = c_variant("worker_no_iface", "OMIT_GET_IFACE");
+    let wrong_version = c_variant("worker_iface_v9", "IFACE_VERSION=9");
     let mut plugins = graph_and_faulty();
     plugins.push(format!("{}:4", text_file.display()));
     plugins.push("/nonexistent/worker_missing.so:8".to_owned());
+    plugins.push(format!("{}:32", no_iface.display()));
+    plugins.push(format!("{}:64", wrong_version.display()));
     let worker = start_worker(&plugins, &[]);
     let mut host = connect(&worker.socket);
 
@@ -79,6 +92,8 @@ fn every_bad_command_gets_an_error_and_the_worker_goes_on() {
     assert!(log.contains("cannot load plugin"), "{log}");
     assert!(log.contains("worker_missing.so"), "{log}");
     assert!(log.contains("plugin left out"), "{log}");
+    assert!(log.contains("does not export `urom_plugin_get_iface`"), "{log}");
+    assert!(log.contains("interface version 9"), "{log}");
 }
 
 #[test]
