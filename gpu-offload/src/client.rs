@@ -1,0 +1,492 @@
+//! `gpu-offload-client`: threads x iterations x pipelined requests against a server, every
+//! response checked, then the statistics block.
+//!
+//! Each thread opens its own connection, keeps up to `--max-concurrent-messages` requests in
+//! flight (sending a batch of requests with one `write` whenever responses came back), and
+//! compares every response with the expected one byte for byte, header included. Responses
+//! are parsed from a stream buffer, so one that straddles two reads is read correctly.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use clap::{ArgAction, Parser};
+use urom_wire::DecodeError;
+use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length};
+
+use crate::cli::JsonArgs;
+
+/// Sends requests to a gpu-offload server, checks every response and prints throughput.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "gpu-offload-client",
+    version,
+    disable_version_flag = true,
+    args_override_self = true
+)]
+pub struct ClientArgs {
+    /// Print version information.
+    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+
+    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
+    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub log_level: u8,
+
+    /// SDK log level in the original; accepted for compatibility.
+    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub sdk_log_level: u8,
+
+    /// Read options from a JSON file (DOCA layout or a flat object of long option names); the
+    /// command line wins.
+    #[arg(short = 'j', long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Server address (IP or host name).
+    #[arg(short = 's', long, value_name = "IP ADDR")]
+    pub server_ip_address: String,
+
+    /// Server TCP port.
+    #[arg(short = 'p', long, value_name = "IP PORT")]
+    pub server_ip_port: u16,
+
+    /// Threads, each with its own connection.
+    #[arg(short = 't', long, value_name = "THREAD_COUNT", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub thread_count: u32,
+
+    /// Requests each thread sends.
+    #[arg(short = 'i', long, value_name = "ITERATION_COUNT")]
+    pub iteration_count: u64,
+
+    /// The request's payload.
+    #[arg(short = 'm', long, value_name = "MESSAGE", allow_hyphen_values = true)]
+    pub message_string: String,
+
+    /// The payload every response must carry (the message reversed, for the byte-reversing
+    /// processors).
+    #[arg(
+        short = 'e',
+        long,
+        value_name = "EXPECTED RESPONSE",
+        allow_hyphen_values = true
+    )]
+    pub expected_response: String,
+
+    /// Requests each thread keeps in flight.
+    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_concurrent_messages: u32,
+
+    /// Give up when no response arrives for this long, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub response_timeout: u64,
+}
+
+impl JsonArgs for ClientArgs {
+    fn json_file(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+}
+
+/// What a client run does.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The server.
+    pub server: SocketAddr,
+    /// Threads, one connection each.
+    pub threads: usize,
+    /// Requests per thread.
+    pub iterations: u64,
+    /// Request payload.
+    pub message: Vec<u8>,
+    /// Expected response payload.
+    pub expected: Vec<u8>,
+    /// Requests in flight per thread.
+    pub pipeline: usize,
+    /// Longest wait for a response.
+    pub timeout: Duration,
+}
+
+impl ClientConfig {
+    /// The run the command line describes.
+    pub fn from_args(args: &ClientArgs) -> Result<Self, ClientError> {
+        let host = (args.server_ip_address.as_str(), args.server_ip_port);
+        let server = host
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .ok_or_else(|| ClientError::Resolve(args.server_ip_address.clone()))?;
+        Ok(Self {
+            server,
+            threads: args.thread_count as usize,
+            iterations: args.iteration_count,
+            message: args.message_string.as_bytes().to_vec(),
+            expected: args.expected_response.as_bytes().to_vec(),
+            pipeline: args.max_concurrent_messages as usize,
+            timeout: Duration::from_secs(args.response_timeout),
+        })
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Stats {
+    /// From the first request to the last response.
+    pub duration: Duration,
+    /// Requests answered and validated.
+    pub operations: u64,
+    /// Bytes sent, headers included.
+    pub tx_bytes: u64,
+    /// Bytes received, headers included.
+    pub rx_bytes: u64,
+}
+
+impl Stats {
+    /// Millions of operations per second.
+    pub fn miops(&self) -> f64 {
+        self.operations as f64 / self.duration.as_secs_f64().max(1e-9) / 1e6
+    }
+
+    fn gib_per_s(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.duration.as_secs_f64().max(1e-9) / (1u64 << 30) as f64
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = "+================================================+";
+        writeln!(f, "{rule}")?;
+        writeln!(f, "| Stats")?;
+        writeln!(f, "{rule}")?;
+        writeln!(f, "| Duration:          {} us", self.duration.as_micros())?;
+        writeln!(f, "| Operation count:   {}", self.operations)?;
+        writeln!(
+            f,
+            "| Data rate (Tx):    {:.6} GiB/s",
+            self.gib_per_s(self.tx_bytes)
+        )?;
+        writeln!(
+            f,
+            "| Data rate (Rx):    {:.6} GiB/s",
+            self.gib_per_s(self.rx_bytes)
+        )?;
+        writeln!(f, "| IO rate:           {:.6} MIOP/s", self.miops())?;
+        write!(f, "{rule}")
+    }
+}
+
+/// Why a client run failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The server address did not resolve.
+    Resolve(String),
+    /// A message is longer than a `u32` length field holds.
+    MessageTooLong(usize),
+    /// A thread could not connect.
+    Connect {
+        /// The server.
+        server: SocketAddr,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A read or write failed.
+    Io {
+        /// The thread.
+        thread: usize,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// No response arrived in time.
+    Timeout {
+        /// The thread.
+        thread: usize,
+        /// Responses it had received.
+        received: u64,
+    },
+    /// The server closed the connection before answering everything.
+    ServerClosed {
+        /// The thread.
+        thread: usize,
+        /// Responses it had received.
+        received: u64,
+        /// Responses it expected.
+        expected: u64,
+    },
+    /// A response's header is impossible.
+    Malformed {
+        /// The thread.
+        thread: usize,
+        /// Which response (from 0).
+        index: u64,
+        /// What is wrong.
+        error: DecodeError,
+    },
+    /// A response is well formed but not the expected one.
+    Mismatch {
+        /// The thread.
+        thread: usize,
+        /// Which response (from 0).
+        index: u64,
+        /// How it differs.
+        reason: String,
+    },
+    /// A thread panicked.
+    Panicked(usize),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Resolve(host) => write!(f, "cannot resolve server address `{host}`"),
+            Self::MessageTooLong(len) => {
+                write!(f, "a {len}-byte message does not fit the wire format")
+            }
+            Self::Connect { server, source } => write!(f, "cannot connect to {server}: {source}"),
+            Self::Io { thread, source } => write!(f, "thread {thread}: {source}"),
+            Self::Timeout { thread, received } => write!(
+                f,
+                "thread {thread}: no response in time after {received} responses"
+            ),
+            Self::ServerClosed {
+                thread,
+                received,
+                expected,
+            } => write!(
+                f,
+                "thread {thread}: the server closed the connection after {received} of \
+                 {expected} responses (a message longer than the server's \
+                 --max-message-length is refused this way)"
+            ),
+            Self::Malformed {
+                thread,
+                index,
+                error,
+            } => write!(f, "thread {thread}: response {index} is malformed: {error}"),
+            Self::Mismatch {
+                thread,
+                index,
+                reason,
+            } => write!(f, "thread {thread}: response {index} is wrong: {reason}"),
+            Self::Panicked(thread) => write!(f, "thread {thread} panicked"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// Runs the threads and returns what they measured, or the first failure.
+pub fn run(config: &ClientConfig) -> Result<Stats, ClientError> {
+    let request_len = CLIENT_HEADER_LEN + config.message.len();
+    let response_len = CLIENT_HEADER_LEN + config.expected.len();
+    if u32::try_from(request_len.max(response_len)).is_err() {
+        return Err(ClientError::MessageTooLong(
+            config.message.len().max(config.expected.len()),
+        ));
+    }
+    let barrier = Arc::new(Barrier::new(config.threads));
+    let config = Arc::new(config.clone());
+    let handles: Vec<_> = (0..config.threads)
+        .map(|thread| {
+            let barrier = Arc::clone(&barrier);
+            let config = Arc::clone(&config);
+            std::thread::spawn(move || run_thread(thread, &config, &barrier))
+        })
+        .collect();
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    let mut failure = None;
+    for (thread, handle) in handles.into_iter().enumerate() {
+        match handle.join() {
+            Ok(Ok((start, end))) => {
+                first = Some(first.map_or(start, |f| f.min(start)));
+                last = Some(last.map_or(end, |l| l.max(end)));
+            }
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(_) => failure = failure.or(Some(ClientError::Panicked(thread))),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let operations = config.iterations * config.threads as u64;
+    Ok(Stats {
+        duration: match (first, last) {
+            (Some(first), Some(last)) => last - first,
+            _ => Duration::ZERO,
+        },
+        operations,
+        tx_bytes: operations * request_len as u64,
+        rx_bytes: operations * response_len as u64,
+    })
+}
+
+fn encode(message: GpuMessage<'_>) -> Vec<u8> {
+    let mut frame = vec![0u8; message.buffer_len()];
+    message
+        .emit(&mut frame, usize::MAX)
+        .expect("length checked by run");
+    frame
+}
+
+/// One thread: connects, waits for the others, runs; returns when it started and ended.
+fn run_thread(
+    thread: usize,
+    config: &ClientConfig,
+    barrier: &Barrier,
+) -> Result<(Instant, Instant), ClientError> {
+    let connected = TcpStream::connect(config.server).map_err(|source| ClientError::Connect {
+        server: config.server,
+        source,
+    });
+    // Wait for the others even after a failure, so that nobody waits forever.
+    barrier.wait();
+    let mut stream = connected?;
+    let io_error = |source| ClientError::Io { thread, source };
+    stream.set_nodelay(true).map_err(io_error)?;
+    stream
+        .set_read_timeout(Some(config.timeout))
+        .map_err(io_error)?;
+    let request = encode(GpuMessage::ClientRequest(&config.message));
+    let expected = encode(GpuMessage::ClientResponse(&config.expected));
+    let pipeline = config.pipeline.max(1);
+    let batch: Vec<u8> = request
+        .iter()
+        .copied()
+        .cycle()
+        .take(request.len() * pipeline)
+        .collect();
+    let mut rbuf = vec![0u8; (64 * 1024).max(2 * expected.len())];
+    let (mut rstart, mut rend) = (0usize, 0usize);
+    let (mut sent, mut received) = (0u64, 0u64);
+    let start = Instant::now();
+    while received < config.iterations {
+        let in_flight = (sent - received) as usize;
+        let to_send = (pipeline - in_flight).min((config.iterations - sent) as usize);
+        if to_send > 0 {
+            stream
+                .write_all(&batch[..to_send * request.len()])
+                .map_err(io_error)?;
+            sent += to_send as u64;
+        }
+        if rstart > 0 {
+            rbuf.copy_within(rstart..rend, 0);
+            rend -= rstart;
+            rstart = 0;
+        }
+        let n = match stream.read(&mut rbuf[rend..]) {
+            Ok(0) => {
+                return Err(ClientError::ServerClosed {
+                    thread,
+                    received,
+                    expected: config.iterations,
+                });
+            }
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ClientError::Timeout { thread, received });
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(io_error(e)),
+        };
+        rend += n;
+        loop {
+            let available = &rbuf[rstart..rend];
+            let len = match message_length(available, config.expected.len()) {
+                Ok(Some(len)) if len <= available.len() => len,
+                Ok(_) => break,
+                Err(error) => {
+                    return Err(ClientError::Malformed {
+                        thread,
+                        index: received,
+                        error,
+                    });
+                }
+            };
+            if received >= sent {
+                return Err(ClientError::Mismatch {
+                    thread,
+                    index: received,
+                    reason: "a response arrived for a request never sent".to_owned(),
+                });
+            }
+            let response = &available[..len];
+            if response != expected.as_slice() {
+                return Err(ClientError::Mismatch {
+                    thread,
+                    index: received,
+                    reason: describe_mismatch(response, &expected),
+                });
+            }
+            received += 1;
+            rstart += len;
+        }
+    }
+    Ok((start, Instant::now()))
+}
+
+/// How `response` differs from `expected` (both whole messages).
+fn describe_mismatch(response: &[u8], expected: &[u8]) -> String {
+    match GpuMessage::parse(response, usize::MAX) {
+        Ok(GpuMessage::ClientResponse(payload)) => {
+            let want = &expected[CLIENT_HEADER_LEN..];
+            if payload.len() != want.len() {
+                format!("{} payload bytes, expected {}", payload.len(), want.len())
+            } else {
+                let at = payload
+                    .iter()
+                    .zip(want)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                format!(
+                    "payload {:?} differs from the expected {:?} at byte {at}",
+                    String::from_utf8_lossy(payload),
+                    String::from_utf8_lossy(want)
+                )
+            }
+        }
+        Ok(other) => format!("message id {:?}, expected ClientResponse", other.msg_id()),
+        Err(e) => format!("cannot be parsed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_block_names_every_figure() {
+        let stats = Stats {
+            duration: Duration::from_secs(2),
+            operations: 2_000_000,
+            tx_bytes: 1 << 31,
+            rx_bytes: 1 << 30,
+        };
+        let text = stats.to_string();
+        assert!(text.contains("Duration:          2000000 us"), "{text}");
+        assert!(text.contains("Operation count:   2000000"), "{text}");
+        assert!(text.contains("Data rate (Tx):    1.000000 GiB/s"), "{text}");
+        assert!(text.contains("Data rate (Rx):    0.500000 GiB/s"), "{text}");
+        assert!(
+            text.contains("IO rate:           1.000000 MIOP/s"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn mismatches_say_what_differs() {
+        let expected = encode(GpuMessage::ClientResponse(b"DCBA"));
+        let wrong = encode(GpuMessage::ClientResponse(b"DCXA"));
+        assert!(describe_mismatch(&wrong, &expected).contains("at byte 2"));
+        let short = encode(GpuMessage::ClientResponse(b"DC"));
+        assert!(describe_mismatch(&short, &expected).contains("2 payload bytes, expected 4"));
+        let request = encode(GpuMessage::ClientRequest(b"DCBA"));
+        assert!(describe_mismatch(&request, &expected).contains("ClientRequest"));
+    }
+}

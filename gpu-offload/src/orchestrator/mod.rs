@@ -1,0 +1,300 @@
+//! `gpu-offload-orchestrator`: connects to the server's channel and processes its requests.
+//!
+//! Control phase: pick the processor (`--processor cpu|cuda|auto`; for CUDA, find the driver,
+//! NVRTC and the GPU before anything else), connect to the server ([`crate::channel`]), agree
+//! on the thread count and message length, answer each thread's consumer-id request, start the
+//! processor. Processing phase: the main thread watches the control connection, the stop flag
+//! and the processor.
+//!
+//! Shutdown: on SIGINT or SIGTERM the orchestrator sends `start_shutdown` and keeps processing
+//! until the server, having answered everything in flight, replies `shutdown_complete`; then it
+//! stops the processor. On `start_shutdown` from the server (which has drained already) it
+//! stops the processor and answers `shutdown_complete`.
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "no_cuda.rs"]
+pub mod cuda;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{ArgAction, Parser, ValueEnum};
+use tracing::{error, info, warn};
+use urom_core::shm::ShmConnection;
+use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
+
+use crate::channel::{self, ChannelError, ChannelParams, ControlEvent};
+use crate::cli::JsonArgs;
+use crate::server::{MAX_CONCURRENT, MAX_MESSAGE_LENGTH};
+pub use cuda::CudaError;
+
+/// How long the orchestrator waits for the server's `shutdown_complete` (the server drains
+/// first, for up to five seconds).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
+
+/// Which processor reverses the payloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProcessorChoice {
+    /// CPU threads, one per server data-path thread (always available).
+    Cpu,
+    /// A persistent CUDA kernel (needs the `cuda` build feature, a driver and NVRTC).
+    Cuda,
+    /// CUDA when it is available, else the CPU.
+    Auto,
+}
+
+/// Connects to the server, then processes its clients' requests: each payload's bytes come
+/// back in reverse order.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "gpu-offload-orchestrator",
+    version,
+    disable_version_flag = true,
+    args_override_self = true
+)]
+pub struct OrchestratorArgs {
+    /// Print version information.
+    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+
+    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
+    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub log_level: u8,
+
+    /// SDK log level in the original; accepted for compatibility.
+    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub sdk_log_level: u8,
+
+    /// Read options from a JSON file (DOCA layout or a flat object of long option names); the
+    /// command line wins.
+    #[arg(short = 'j', long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Comch device PCIe address in the original; selects nothing here (the channel is shared
+    /// memory); accepted for compatibility.
+    #[arg(short = 'd', long, value_name = "DEV ID")]
+    pub device_id: Option<String>,
+
+    /// PCIe address of the GPU for the CUDA processor, e.g. 0000:b5:00.0 [default: GPU 0].
+    #[arg(short = 'g', long, value_name = "PCI ADDRESS")]
+    pub gpu_pci_addr: Option<String>,
+
+    /// Channel name, the same as the server's.
+    #[arg(short = 'c', long, value_name = "NAME", default_value = channel::DEFAULT_CHANNEL_NAME)]
+    pub comch_channel_name: String,
+
+    /// Processor threads (GPU threads for CUDA); must equal the server's --cpu count.
+    #[arg(short = 't', long, value_name = "NUM", required = true, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub num_gpu_threads: u32,
+
+    /// Requests in flight per thread; the server's value is used when they differ.
+    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENT)))]
+    pub max_concurrent_messages: u32,
+
+    /// Largest payload of a message, headers excluded; must equal the server's.
+    #[arg(long, value_name = "LENGTH", default_value_t = DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_MESSAGE_LENGTH)))]
+    pub max_message_length: u32,
+
+    /// Which processor reverses the payloads.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub processor: ProcessorChoice,
+
+    /// How long to wait for the server to appear on the channel, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub connect_timeout: u64,
+}
+
+impl JsonArgs for OrchestratorArgs {
+    fn json_file(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+}
+
+/// Why the orchestrator could not run or stopped with an error.
+#[derive(Debug)]
+pub enum OrchestratorError {
+    /// The CUDA processor was asked for and cannot run.
+    Cuda(CudaError),
+    /// The channel to the server could not be set up.
+    Channel(ChannelError),
+    /// The processor's threads could not be started.
+    Thread(std::io::Error),
+    /// The server went away without shutting down.
+    ServerGone,
+}
+
+impl fmt::Display for OrchestratorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cuda(e) => write!(f, "{e}"),
+            Self::Channel(e) => write!(f, "{e}"),
+            Self::Thread(e) => write!(f, "cannot start a processor thread: {e}"),
+            Self::ServerGone => f.write_str("the server went away without shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for OrchestratorError {}
+
+/// How the orchestrator's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrchestratorEnd {
+    /// A stop signal: the server drained and confirmed.
+    Stopped,
+    /// The server asked to shut down.
+    ShutdownByServer,
+}
+
+/// A started processor.
+enum Processor {
+    Cpu(cpu::CpuProcessor),
+    Cuda(cuda::CudaProcessor),
+}
+
+impl Processor {
+    fn start(
+        gpu: Option<cuda::Gpu>,
+        conns: Vec<ShmConnection>,
+        params: &ChannelParams,
+    ) -> Result<Self, OrchestratorError> {
+        match gpu {
+            Some(gpu) => cuda::CudaProcessor::start(gpu, conns, params)
+                .map(Processor::Cuda)
+                .map_err(OrchestratorError::Cuda),
+            None => cpu::CpuProcessor::start(conns, params.max_message_length as usize)
+                .map(Processor::Cpu)
+                .map_err(OrchestratorError::Thread),
+        }
+    }
+
+    /// An error once the processor failed on its own (the CUDA kernel died).
+    fn check(&mut self) -> Result<(), CudaError> {
+        match self {
+            Processor::Cpu(_) => Ok(()),
+            Processor::Cuda(p) => p.check(),
+        }
+    }
+
+    fn stop(self) {
+        match self {
+            Processor::Cpu(p) => p.stop(),
+            Processor::Cuda(p) => p.stop(),
+        }
+    }
+}
+
+/// Finds the GPU when the choice asks for one; `None` means the CPU processor.
+fn choose(args: &OrchestratorArgs) -> Result<Option<cuda::Gpu>, OrchestratorError> {
+    match args.processor {
+        ProcessorChoice::Cpu => Ok(None),
+        ProcessorChoice::Cuda => cuda::Gpu::open(args.gpu_pci_addr.as_deref())
+            .map(Some)
+            .map_err(OrchestratorError::Cuda),
+        ProcessorChoice::Auto => match cuda::Gpu::open(args.gpu_pci_addr.as_deref()) {
+            Ok(gpu) => Ok(Some(gpu)),
+            Err(e) => {
+                info!("{e}; using the CPU processor");
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// The orchestrator program: logs, sets up, processes until stopped. `stop` is the flag the
+/// signal handlers set.
+pub fn run(
+    args: OrchestratorArgs,
+    stop: &AtomicBool,
+) -> Result<OrchestratorEnd, OrchestratorError> {
+    crate::cli::init_logging(args.log_level);
+    let gpu = choose(&args)?;
+    let path = channel::socket_path(&args.comch_channel_name);
+    let ours = ChannelParams {
+        threads: args.num_gpu_threads,
+        max_message_length: args.max_message_length,
+        max_concurrent: args.max_concurrent_messages,
+    };
+    info!(channel = %path.display(), "connecting to the server");
+    let channel = channel::connect(
+        &path,
+        &ours,
+        Duration::from_secs(args.connect_timeout),
+        stop,
+    )
+    .map_err(OrchestratorError::Channel)?;
+    if channel.params.max_concurrent != ours.max_concurrent {
+        warn!(
+            ours = ours.max_concurrent,
+            server = channel.params.max_concurrent,
+            "--max-concurrent-messages differs from the server's; using the server's"
+        );
+    }
+    let mut control = channel.control;
+    let params = channel.params;
+    let mut processor = Processor::start(gpu, channel.data, &params)?;
+    info!(
+        threads = params.threads,
+        processor = match processor {
+            Processor::Cpu(_) => "cpu",
+            Processor::Cuda(_) => "cuda",
+        },
+        "connected; processing"
+    );
+    println!("processing");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            info!("stopping: asking the server to drain and shut down");
+            control.send(GpuMessage::StartShutdown);
+            let deadline = Instant::now() + SHUTDOWN_WAIT;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    warn!("the server did not confirm the shutdown in time");
+                    break;
+                }
+                match control.wait(left.min(channel::TICK)) {
+                    Some(ControlEvent::ShutdownComplete) | Some(ControlEvent::Gone) => break,
+                    Some(ControlEvent::StartShutdown) => {
+                        control.send(GpuMessage::ShutdownComplete);
+                        break;
+                    }
+                    None => {}
+                }
+            }
+            processor.stop();
+            info!("orchestrator stopped");
+            return Ok(OrchestratorEnd::Stopped);
+        }
+        match control.wait(channel::TICK) {
+            Some(ControlEvent::StartShutdown) => {
+                processor.stop();
+                control.send(GpuMessage::ShutdownComplete);
+                info!("the server shut down; orchestrator stopped");
+                return Ok(OrchestratorEnd::ShutdownByServer);
+            }
+            Some(ControlEvent::Gone) => {
+                processor.stop();
+                error!("the server went away");
+                return Err(OrchestratorError::ServerGone);
+            }
+            Some(ControlEvent::ShutdownComplete) => {
+                warn!("unexpected shutdown_complete from the server ignored");
+            }
+            None => {}
+        }
+        if let Err(e) = processor.check() {
+            error!("{e}; shutting down");
+            control.send(GpuMessage::StartShutdown);
+            let _ = control.wait(SHUTDOWN_WAIT);
+            processor.stop();
+            return Err(OrchestratorError::Cuda(e));
+        }
+    }
+}

@@ -1,0 +1,616 @@
+//! One data-path thread of the server: many TCP clients, one data connection to the
+//! orchestrator.
+//!
+//! The thread owns, allocated once when it starts: the epoll set of its clients, the
+//! in-flight table (a FIFO of `--max-concurrent-messages` entries naming the client of each
+//! request sent to the orchestrator) and the data connection, whose ring slots are the
+//! thread's pool of message buffers. Each client owns a read buffer and a write buffer
+//! (allocated when it connects) big enough for `--max-concurrent-messages` responses.
+//!
+//! One turn of the loop:
+//!
+//! 1. collect readiness from epoll (edge-triggered);
+//! 2. for each readable client, read all that is there and forward every complete request,
+//!    as the client sent it, to the orchestrator, as long as the thread has a free in-flight
+//!    entry and the client has room for the response (otherwise the client waits: it alone,
+//!    nobody else);
+//! 3. take every response off the data connection: the orchestrator answers each thread's
+//!    requests in order, so the FIFO's head names the client; append it to that client's
+//!    write buffer;
+//! 4. write each client's pending responses with one `write`.
+//!
+//! With nothing in flight and nothing to do the thread sleeps in `epoll_wait`; with requests in
+//! flight it waits on the data connection (spinning briefly, then sleeping until the
+//! orchestrator wakes it). Nothing in the loop allocates.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+use tracing::{debug, error, info, warn};
+use urom_core::shm::ShmConnection;
+use urom_core::transport::{FrameSendError, Transport};
+use urom_wire::gpu::{GpuMessage, MsgId, message_length};
+
+/// The epoll token of the thread's wake-up eventfd.
+const WAKE_TOKEN: u64 = u64::MAX;
+/// How long a draining thread waits for the orchestrator's answers before closing clients.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// How long an idle thread sleeps in `epoll_wait` before looking at its flags again.
+const IDLE_WAIT: u16 = 50;
+/// How long one wait on the data connection may last while requests are in flight (then
+/// epoll is polled again).
+const INFLIGHT_WAIT: Duration = Duration::from_micros(200);
+/// Events taken from epoll per turn.
+const EVENTS: usize = 256;
+/// Read buffer of a client: at least this, and at least two largest messages.
+const MIN_READ_BUFFER: usize = 64 * 1024;
+
+/// What a data-path thread needs, built by the server before it starts the thread.
+pub(crate) struct DataPathConfig {
+    pub index: usize,
+    pub max_message_length: usize,
+    pub max_concurrent: usize,
+    pub channel: ShmConnection,
+    pub incoming: Receiver<(TcpStream, SocketAddr)>,
+    pub wake: Arc<EventFd>,
+    pub draining: Arc<AtomicBool>,
+}
+
+/// How a data-path thread ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataPathEnd {
+    /// It drained as asked.
+    Drained,
+    /// The orchestrator's side of the data connection went away.
+    OrchestratorGone,
+}
+
+/// One TCP client.
+struct Client {
+    stream: TcpStream,
+    peer: SocketAddr,
+    rbuf: Box<[u8]>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Box<[u8]>,
+    wstart: usize,
+    wend: usize,
+    /// Requests forwarded whose responses have not arrived.
+    awaiting: usize,
+    /// Epoll said readable and `read` has not returned `WouldBlock` since.
+    readable: bool,
+    /// The client closed its sending side.
+    eof: bool,
+    in_pending: bool,
+    in_dirty: bool,
+}
+
+impl Client {
+    fn unwritten(&self) -> usize {
+        self.wend - self.wstart
+    }
+
+    /// Whether a response of up to `max_frame` bytes more is sure to fit.
+    fn has_room(&self, max_frame: usize) -> bool {
+        self.unwritten() + (self.awaiting + 1) * max_frame <= self.wbuf.len()
+    }
+
+    fn done(&self) -> bool {
+        self.eof && self.awaiting == 0 && self.unwritten() == 0
+    }
+}
+
+/// The in-flight table: which client (slot, generation) each forwarded request came from.
+struct InFlight {
+    entries: Box<[(u32, u32)]>,
+    head: usize,
+    len: usize,
+}
+
+impl InFlight {
+    fn new(capacity: usize) -> Self {
+        Self {
+            entries: vec![(0, 0); capacity].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == self.entries.len()
+    }
+
+    fn push(&mut self, entry: (u32, u32)) {
+        let at = (self.head + self.len) % self.entries.len();
+        self.entries[at] = entry;
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<(u32, u32)> {
+        if self.len == 0 {
+            return None;
+        }
+        let entry = self.entries[self.head];
+        self.head = (self.head + 1) % self.entries.len();
+        self.len -= 1;
+        Some(entry)
+    }
+}
+
+/// Why reading a client stopped.
+enum ReadOutcome {
+    /// Nothing more to do until epoll reports the client again.
+    Idle,
+    /// Requests wait for an in-flight entry or room for responses.
+    Blocked,
+    /// The client must be closed.
+    Close,
+}
+
+pub(crate) struct DataPath {
+    index: usize,
+    max_len: usize,
+    max_frame: usize,
+    max_concurrent: usize,
+    channel: ShmConnection,
+    incoming: Receiver<(TcpStream, SocketAddr)>,
+    wake: Arc<EventFd>,
+    draining: Arc<AtomicBool>,
+    epoll: Epoll,
+    events: Vec<EpollEvent>,
+    clients: Vec<Option<Client>>,
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    inflight: InFlight,
+    pending: Vec<u32>,
+    dirty: Vec<u32>,
+    served: u64,
+}
+
+impl DataPath {
+    /// Builds the thread's state; call it on the (pinned) thread itself.
+    pub(crate) fn new(config: DataPathConfig) -> io::Result<Self> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        epoll.add(
+            config.wake.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
+        )?;
+        Ok(Self {
+            index: config.index,
+            max_len: config.max_message_length,
+            max_frame: urom_wire::gpu::CLIENT_HEADER_LEN + config.max_message_length,
+            max_concurrent: config.max_concurrent,
+            channel: config.channel,
+            incoming: config.incoming,
+            wake: config.wake,
+            draining: config.draining,
+            epoll,
+            events: vec![EpollEvent::empty(); EVENTS],
+            clients: Vec::with_capacity(64),
+            generations: Vec::with_capacity(64),
+            free: Vec::with_capacity(64),
+            inflight: InFlight::new(config.max_concurrent),
+            pending: Vec::with_capacity(64),
+            dirty: Vec::with_capacity(64),
+            served: 0,
+        })
+    }
+
+    /// Serves clients until drained (or the orchestrator is gone), then closes every client
+    /// cleanly.
+    pub(crate) fn run(mut self) -> DataPathEnd {
+        let mut drain_since: Option<Instant> = None;
+        let mut progress = true;
+        let end = loop {
+            if self.draining.load(Ordering::Relaxed) {
+                let since = *drain_since.get_or_insert_with(Instant::now);
+                if self.inflight.len == 0 && self.dirty.is_empty() {
+                    break DataPathEnd::Drained;
+                }
+                if since.elapsed() > DRAIN_LIMIT {
+                    warn!(
+                        thread = self.index,
+                        in_flight = self.inflight.len,
+                        "drain time over: closing clients with requests unanswered"
+                    );
+                    break DataPathEnd::Drained;
+                }
+            }
+            let timeout = if progress || self.inflight.len > 0 || drain_since.is_some() {
+                EpollTimeout::ZERO
+            } else {
+                EpollTimeout::from(IDLE_WAIT)
+            };
+            progress = self.poll_events(timeout);
+            if drain_since.is_none() {
+                progress |= self.read_clients();
+            }
+            match self.take_responses() {
+                Ok(took) => progress |= took,
+                Err(()) => break DataPathEnd::OrchestratorGone,
+            }
+            progress |= self.flush();
+            if !progress && self.inflight.len > 0 {
+                let _ = self.channel.wait_recv(INFLIGHT_WAIT);
+            }
+        };
+        self.close_all();
+        info!(
+            thread = self.index,
+            requests = self.served,
+            "data-path thread stopped"
+        );
+        end
+    }
+
+    /// Takes epoll's events; returns whether any arrived.
+    fn poll_events(&mut self, timeout: EpollTimeout) -> bool {
+        let n = match self.epoll.wait(&mut self.events, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(errno) => {
+                error!(thread = self.index, "epoll_wait failed: {errno}");
+                std::thread::sleep(Duration::from_millis(1));
+                0
+            }
+        };
+        for i in 0..n {
+            let event = self.events[i];
+            let token = event.data();
+            if token == WAKE_TOKEN {
+                let _ = self.wake.read();
+                self.adopt_new_clients();
+                continue;
+            }
+            let slot = token as u32;
+            let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
+                continue;
+            };
+            let flags = event.events();
+            if flags.intersects(
+                EpollFlags::EPOLLIN
+                    | EpollFlags::EPOLLRDHUP
+                    | EpollFlags::EPOLLHUP
+                    | EpollFlags::EPOLLERR,
+            ) {
+                client.readable = true;
+                if !client.in_pending {
+                    client.in_pending = true;
+                    self.pending.push(slot);
+                }
+            }
+            if flags.contains(EpollFlags::EPOLLOUT) && client.unwritten() > 0 && !client.in_dirty {
+                client.in_dirty = true;
+                self.dirty.push(slot);
+            }
+        }
+        n > 0
+    }
+
+    /// Takes the clients the acceptor assigned to this thread.
+    fn adopt_new_clients(&mut self) {
+        while let Ok((stream, peer)) = self.incoming.try_recv() {
+            if let Err(e) = self.adopt(stream, peer) {
+                warn!(thread = self.index, %peer, "cannot serve client: {e}");
+            }
+        }
+    }
+
+    fn adopt(&mut self, stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.clients.push(None);
+                self.generations.push(0);
+                (self.clients.len() - 1) as u32
+            }
+        };
+        let flags = EpollFlags::EPOLLIN
+            | EpollFlags::EPOLLOUT
+            | EpollFlags::EPOLLRDHUP
+            | EpollFlags::EPOLLET;
+        if let Err(errno) = self
+            .epoll
+            .add(stream.as_fd(), EpollEvent::new(flags, u64::from(slot)))
+        {
+            self.free.push(slot);
+            return Err(errno.into());
+        }
+        let read_buffer = MIN_READ_BUFFER.max(2 * self.max_frame);
+        self.clients[slot as usize] = Some(Client {
+            stream,
+            peer,
+            rbuf: vec![0; read_buffer].into_boxed_slice(),
+            rstart: 0,
+            rend: 0,
+            wbuf: vec![0; self.max_concurrent * self.max_frame].into_boxed_slice(),
+            wstart: 0,
+            wend: 0,
+            awaiting: 0,
+            // Data may have arrived before registration: read once without waiting for an
+            // edge.
+            readable: true,
+            eof: false,
+            in_pending: true,
+            in_dirty: false,
+        });
+        self.pending.push(slot);
+        debug!(thread = self.index, %peer, "client connected");
+        Ok(())
+    }
+
+    /// Reads and forwards for every client that has something; returns whether anything was
+    /// read or forwarded.
+    fn read_clients(&mut self) -> bool {
+        let mut progress = false;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let slot = self.pending[i];
+            let (outcome, moved) = self.read_client(slot);
+            progress |= moved;
+            match outcome {
+                ReadOutcome::Blocked => i += 1,
+                ReadOutcome::Idle => {
+                    if let Some(Some(client)) = self.clients.get_mut(slot as usize) {
+                        client.in_pending = false;
+                    }
+                    self.pending.swap_remove(i);
+                }
+                ReadOutcome::Close => {
+                    self.pending.swap_remove(i);
+                    self.close(slot, false);
+                }
+            }
+        }
+        progress
+    }
+
+    /// Forwards the complete requests of client `slot`, reading more while it can; returns
+    /// why it stopped and whether it moved anything.
+    fn read_client(&mut self, slot: u32) -> (ReadOutcome, bool) {
+        let generation = self.generations[slot as usize];
+        let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
+            return (ReadOutcome::Idle, false);
+        };
+        let mut moved = false;
+        loop {
+            // Forward every complete request already read.
+            while client.rstart < client.rend {
+                let available = &client.rbuf[client.rstart..client.rend];
+                let len = match message_length(available, self.max_len) {
+                    Ok(Some(len)) if len <= available.len() => len,
+                    Ok(_) => break,
+                    Err(e) => {
+                        warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; disconnecting it");
+                        return (ReadOutcome::Close, moved);
+                    }
+                };
+                let frame = &available[..len];
+                match GpuMessage::parse(frame, self.max_len) {
+                    Ok(GpuMessage::ClientRequest(_)) => {}
+                    Ok(other) => {
+                        warn!(thread = self.index, peer = %client.peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; disconnecting it");
+                        return (ReadOutcome::Close, moved);
+                    }
+                    Err(e) => {
+                        warn!(thread = self.index, peer = %client.peer, "malformed client_request: {e}; disconnecting it");
+                        return (ReadOutcome::Close, moved);
+                    }
+                }
+                if self.inflight.is_full() || !client.has_room(self.max_frame) {
+                    return (ReadOutcome::Blocked, moved);
+                }
+                match self.channel.send(frame) {
+                    Ok(()) => {}
+                    Err(FrameSendError::Full) => return (ReadOutcome::Blocked, moved),
+                    Err(e) => {
+                        error!(
+                            thread = self.index,
+                            "cannot forward to the orchestrator: {e}"
+                        );
+                        return (ReadOutcome::Blocked, moved);
+                    }
+                }
+                self.inflight.push((slot, generation));
+                client.awaiting += 1;
+                client.rstart += len;
+                moved = true;
+            }
+            if client.rstart == client.rend {
+                client.rstart = 0;
+                client.rend = 0;
+            }
+            if client.eof {
+                if client.rstart < client.rend {
+                    warn!(thread = self.index, peer = %client.peer, bytes = client.rend - client.rstart, "client closed in the middle of a message");
+                    return (ReadOutcome::Close, moved);
+                }
+                return if client.done() {
+                    (ReadOutcome::Close, moved)
+                } else {
+                    (ReadOutcome::Idle, moved)
+                };
+            }
+            if !client.readable {
+                return (ReadOutcome::Idle, moved);
+            }
+            if client.rstart > 0 {
+                client.rbuf.copy_within(client.rstart..client.rend, 0);
+                client.rend -= client.rstart;
+                client.rstart = 0;
+            }
+            match client.stream.read(&mut client.rbuf[client.rend..]) {
+                Ok(0) => {
+                    client.eof = true;
+                    client.readable = false;
+                }
+                Ok(n) => {
+                    client.rend += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    client.readable = false;
+                    return (ReadOutcome::Idle, moved);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    debug!(thread = self.index, peer = %client.peer, "read failed: {e}");
+                    return (ReadOutcome::Close, moved);
+                }
+            }
+        }
+    }
+
+    /// Takes every response off the data connection into its client's write buffer; `Err`
+    /// when the orchestrator is gone.
+    fn take_responses(&mut self) -> Result<bool, ()> {
+        let mut took = false;
+        loop {
+            let frame = match self.channel.recv() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(took),
+                Err(e) => {
+                    error!(
+                        thread = self.index,
+                        "data connection to the orchestrator lost: {e}"
+                    );
+                    return Err(());
+                }
+            };
+            took = true;
+            let Some((slot, generation)) = self.inflight.pop() else {
+                error!(
+                    thread = self.index,
+                    "the orchestrator sent a response nobody asked for; dropped"
+                );
+                continue;
+            };
+            let valid = matches!(message_length(frame, self.max_len), Ok(Some(len)) if len == frame.len())
+                && frame[4..8] == MsgId::ClientResponse.raw().to_be_bytes();
+            if self.generations[slot as usize] != generation {
+                continue; // The client left before its answer came.
+            }
+            let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
+                continue;
+            };
+            client.awaiting -= 1;
+            if !valid {
+                error!(thread = self.index, peer = %client.peer, "the orchestrator sent a malformed response; disconnecting its client");
+                client.eof = true;
+                client.wstart = client.wend;
+                continue;
+            }
+            if client.wend + frame.len() > client.wbuf.len() {
+                client.wbuf.copy_within(client.wstart..client.wend, 0);
+                client.wend -= client.wstart;
+                client.wstart = 0;
+            }
+            client.wbuf[client.wend..client.wend + frame.len()].copy_from_slice(frame);
+            client.wend += frame.len();
+            self.served += 1;
+            if !client.in_dirty {
+                client.in_dirty = true;
+                self.dirty.push(slot);
+            }
+            // Room for responses may unblock its reads.
+            if (client.readable || client.rstart < client.rend) && !client.in_pending {
+                client.in_pending = true;
+                self.pending.push(slot);
+            }
+        }
+    }
+
+    /// Writes every client's pending responses, one `write` each; returns whether anything
+    /// was written.
+    fn flush(&mut self) -> bool {
+        let mut wrote = false;
+        while let Some(slot) = self.dirty.pop() {
+            let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
+                continue;
+            };
+            let mut close = false;
+            while client.unwritten() > 0 {
+                match client
+                    .stream
+                    .write(&client.wbuf[client.wstart..client.wend])
+                {
+                    Ok(n) => {
+                        client.wstart += n;
+                        wrote = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Epoll's EPOLLOUT edge puts it back on the list.
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        debug!(thread = self.index, peer = %client.peer, "write failed: {e}");
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            if client.unwritten() == 0 {
+                client.wstart = 0;
+                client.wend = 0;
+                if client.done() {
+                    close = true;
+                } else if client.rstart < client.rend && !client.in_pending {
+                    client.in_pending = true;
+                    self.pending.push(slot);
+                }
+            }
+            // Still unwritten: the socket is full, and epoll's EPOLLOUT edge puts the client
+            // back on the list.
+            client.in_dirty = false;
+            if close {
+                self.close(slot, true);
+            }
+        }
+        wrote
+    }
+
+    /// Closes client `slot`: cleanly (FIN after what was written) or at once.
+    fn close(&mut self, slot: u32, clean: bool) {
+        let Some(client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        if clean {
+            let _ = client.stream.shutdown(Shutdown::Write);
+        }
+        debug!(thread = self.index, peer = %client.peer, "client disconnected");
+        self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
+        self.pending.retain(|&s| s != slot);
+        self.dirty.retain(|&s| s != slot);
+        self.free.push(slot);
+    }
+
+    /// Writes what can still be written and closes every client cleanly.
+    fn close_all(&mut self) {
+        for slot in 0..self.clients.len() as u32 {
+            if let Some(Some(client)) = self.clients.get_mut(slot as usize) {
+                let _ = client.stream.set_nonblocking(false);
+                let _ = client
+                    .stream
+                    .set_write_timeout(Some(Duration::from_millis(100)));
+                let _ = client
+                    .stream
+                    .write_all(&client.wbuf[client.wstart..client.wend]);
+            }
+            self.close(slot, true);
+        }
+        // Clients assigned but not yet adopted get a clean close too.
+        while let Ok((stream, _)) = self.incoming.try_recv() {
+            let _ = stream.shutdown(Shutdown::Write);
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! `gpu-offload-server`: the TCP front end.
+//!
+//! Control phase: listen on the channel's Unix socket, wait for the orchestrator, agree on the
+//! thread count and message length, set up one data connection per thread and exchange consumer
+//! ids ([`crate::channel`]); start one data-path thread per `--cpu`, pinned to it
+//! ([`datapath`]); then listen on TCP. Serving phase: the main thread accepts clients and hands
+//! them to the data-path threads in turn, and watches the control connection and the stop flag.
+//!
+//! Shutdown: on SIGINT or SIGTERM the server stops accepting, lets each thread drain (answers
+//! for every request already forwarded are written; clients then get a clean close), then sends
+//! `start_shutdown` and waits for the orchestrator's `shutdown_complete`. On `start_shutdown`
+//! from the orchestrator it drains the same way and answers `shutdown_complete`.
+
+mod datapath;
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use clap::{ArgAction, Parser};
+use nix::sys::eventfd::EventFd;
+use tracing::{error, info, warn};
+use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
+
+use crate::channel::{self, ChannelError, ChannelListener, ChannelParams, ControlEvent};
+use crate::cli::JsonArgs;
+use datapath::{DataPath, DataPathConfig, DataPathEnd};
+
+/// How long the server waits for the orchestrator's `shutdown_complete`.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// The largest `--max-message-length`: a frame must fit the transport's largest message.
+pub const MAX_MESSAGE_LENGTH: u32 = urom_wire::MaxMsgSize::MAX - 12;
+/// The largest `--max-concurrent-messages`: the transport's largest ring.
+pub const MAX_CONCURRENT: u32 = urom_core::shm::MAX_SLOTS;
+
+/// Receives requests from TCP clients, has the orchestrator process them, and sends the
+/// responses back.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "gpu-offload-server",
+    version,
+    disable_version_flag = true,
+    args_override_self = true
+)]
+pub struct ServerArgs {
+    /// Print version information.
+    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+
+    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
+    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub log_level: u8,
+
+    /// SDK log level in the original; accepted for compatibility (urom's transport logs
+    /// through --log-level).
+    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub sdk_log_level: u8,
+
+    /// Read options from a JSON file: {"doca_program_flags": {"server-listen-port": 12345,
+    /// "cpu": [0, 1]}} or a flat object of long option names; the command line wins.
+    #[arg(short = 'j', long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Comch device PCIe address in the original. Here the channel is urom's shared-memory
+    /// transport on this machine, so it selects nothing; accepted for compatibility.
+    #[arg(short = 'd', long, value_name = "DEV ID")]
+    pub device_id: Option<String>,
+
+    /// Comch representor PCIe address in the original; selects nothing here (see
+    /// --device-id).
+    #[arg(short = 'r', long, value_name = "REPRESENTOR ID")]
+    pub representor_id: Option<String>,
+
+    /// Channel name, the same on server and orchestrator: the socket is
+    /// $XDG_RUNTIME_DIR/gpu-offload-<NAME>.sock (or /tmp/...), or NAME itself if it has a `/`.
+    #[arg(short = 'c', long, value_name = "NAME", default_value = channel::DEFAULT_CHANNEL_NAME)]
+    pub comch_channel_name: String,
+
+    /// TCP port to listen on for clients; 0 picks a free port (printed on stdout).
+    #[arg(short = 'p', long, value_name = "PORT")]
+    pub server_listen_port: u16,
+
+    /// Address to listen on.
+    #[arg(short = 'a', long, value_name = "IP", default_value = "0.0.0.0")]
+    pub listen_address: IpAddr,
+
+    /// CPU to run a data-path thread on, pinned; repeat for more threads.
+    #[arg(long = "cpu", value_name = "CPU", required = true)]
+    pub cpus: Vec<usize>,
+
+    /// Requests in flight per data-path thread.
+    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENT)))]
+    pub max_concurrent_messages: u32,
+
+    /// Largest payload of a message, headers excluded.
+    #[arg(long, value_name = "LENGTH", default_value_t = DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_MESSAGE_LENGTH)))]
+    pub max_message_length: u32,
+}
+
+impl JsonArgs for ServerArgs {
+    fn json_file(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug)]
+pub enum ServerError {
+    /// The channel to the orchestrator could not be set up.
+    Channel(ChannelError),
+    /// The TCP socket could not be opened.
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A data-path thread could not be pinned to its CPU.
+    Pin(urom_core::PinError),
+    /// A data-path thread could not be started.
+    Thread(io::Error),
+    /// The orchestrator went away without shutting down.
+    OrchestratorGone,
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Channel(e) => write!(f, "{e}"),
+            Self::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
+            Self::Thread(e) => write!(f, "cannot start a data-path thread: {e}"),
+            Self::OrchestratorGone => {
+                f.write_str("the orchestrator went away without shutting down")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl From<ChannelError> for ServerError {
+    fn from(e: ChannelError) -> Self {
+        Self::Channel(e)
+    }
+}
+
+/// How the server's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerEnd {
+    /// A stop signal: the server drained and shut the orchestrator down.
+    Stopped,
+    /// The orchestrator asked to shut down.
+    ShutdownByOrchestrator,
+}
+
+/// The server after it bound its channel socket, before the orchestrator connected.
+pub struct PendingServer {
+    args: ServerArgs,
+    listener: ChannelListener,
+}
+
+/// A data-path thread as the main thread sees it.
+struct ThreadHandle {
+    incoming: Sender<(TcpStream, SocketAddr)>,
+    wake: Arc<EventFd>,
+    join: JoinHandle<DataPathEnd>,
+}
+
+/// A running server: channel set up, threads started, TCP listening.
+pub struct Server {
+    listener: TcpListener,
+    control: channel::Control,
+    threads: Vec<ThreadHandle>,
+    draining: Arc<AtomicBool>,
+    _channel_socket: ChannelListener,
+}
+
+impl ServerArgs {
+    fn params(&self) -> ChannelParams {
+        ChannelParams {
+            threads: self.cpus.len() as u32,
+            max_message_length: self.max_message_length,
+            max_concurrent: self.max_concurrent_messages,
+        }
+    }
+}
+
+impl PendingServer {
+    /// Listens on the channel socket named by `args`.
+    pub fn bind(args: ServerArgs) -> Result<Self, ServerError> {
+        let path = channel::socket_path(&args.comch_channel_name);
+        if args.device_id.is_some() || args.representor_id.is_some() {
+            info!(
+                device = args.device_id.as_deref().unwrap_or("-"),
+                representor = args.representor_id.as_deref().unwrap_or("-"),
+                "device and representor ids select nothing here: the channel is shared memory"
+            );
+        }
+        let listener = ChannelListener::bind(&path)?;
+        Ok(Self { args, listener })
+    }
+
+    /// The channel socket.
+    pub fn channel_path(&self) -> &std::path::Path {
+        self.listener.path()
+    }
+
+    /// Waits for the orchestrator (until `stop`), starts the data-path threads and listens
+    /// on TCP.
+    pub fn start(self, stop: &AtomicBool) -> Result<Server, ServerError> {
+        let params = self.args.params();
+        info!(channel = %self.listener.path().display(), "waiting for the orchestrator");
+        let channel = self.listener.accept(&params, stop)?;
+        info!(threads = params.threads, "orchestrator connected");
+        let draining = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::with_capacity(self.args.cpus.len());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        for (index, (cpu, conn)) in self.args.cpus.iter().zip(channel.data).enumerate() {
+            let (incoming_tx, incoming) = mpsc::channel();
+            let wake = Arc::new(EventFd::new().map_err(|e| ServerError::Thread(e.into()))?);
+            let config = DataPathConfig {
+                index,
+                max_message_length: params.max_message_length as usize,
+                max_concurrent: params.max_concurrent as usize,
+                channel: conn,
+                incoming,
+                wake: Arc::clone(&wake),
+                draining: Arc::clone(&draining),
+            };
+            let cpu = *cpu;
+            let ready = ready_tx.clone();
+            let join = std::thread::Builder::new()
+                .name(format!("data-path-{index}"))
+                .spawn(move || {
+                    if let Err(e) = urom_core::pin_current_thread(cpu) {
+                        let _ = ready.send(Err(ServerError::Pin(e)));
+                        return DataPathEnd::Drained;
+                    }
+                    match DataPath::new(config) {
+                        Ok(path) => {
+                            let _ = ready.send(Ok(()));
+                            path.run()
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(ServerError::Thread(e)));
+                            DataPathEnd::Drained
+                        }
+                    }
+                })
+                .map_err(ServerError::Thread)?;
+            info!(thread = index, cpu, "data-path thread started");
+            threads.push(ThreadHandle {
+                incoming: incoming_tx,
+                wake,
+                join,
+            });
+        }
+        drop(ready_tx);
+        let mut failure = None;
+        for _ in 0..threads.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failure = failure.or(Some(e)),
+                Err(_) => {
+                    failure = failure.or(Some(ServerError::Thread(io::ErrorKind::Other.into())))
+                }
+            }
+        }
+        if let Some(e) = failure {
+            stop_threads(&draining, threads);
+            return Err(e);
+        }
+        let addr = SocketAddr::new(self.args.listen_address, self.args.server_listen_port);
+        let listener = match TcpListener::bind(addr).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        }) {
+            Ok(listener) => listener,
+            Err(source) => {
+                stop_threads(&draining, threads);
+                return Err(ServerError::Listen { addr, source });
+            }
+        };
+        Ok(Server {
+            listener,
+            control: channel.control,
+            threads,
+            draining,
+            _channel_socket: self.listener,
+        })
+    }
+}
+
+fn stop_threads(draining: &AtomicBool, threads: Vec<ThreadHandle>) -> Vec<DataPathEnd> {
+    draining.store(true, Ordering::Relaxed);
+    for thread in &threads {
+        let _ = thread.wake.write(1);
+    }
+    threads
+        .into_iter()
+        .map(|t| t.join.join().unwrap_or(DataPathEnd::OrchestratorGone))
+        .collect()
+}
+
+impl Server {
+    /// The TCP address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves clients until `stop` is set or the orchestrator shuts down.
+    pub fn run(mut self, stop: &AtomicBool) -> Result<ServerEnd, ServerError> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut next = 0usize;
+        let cause = loop {
+            if stop.load(Ordering::Relaxed) {
+                break None;
+            }
+            let (listener_ready, control_ready) = {
+                let mut fds = [
+                    PollFd::new(std::os::fd::AsFd::as_fd(&self.listener), PollFlags::POLLIN),
+                    PollFd::new(self.control.fd(), PollFlags::POLLIN),
+                ];
+                let _ = poll(
+                    &mut fds,
+                    PollTimeout::from(channel::TICK.as_millis() as u16),
+                );
+                let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+                (ready(&fds[0]), ready(&fds[1]))
+            };
+            if control_ready {
+                match self.control.poll() {
+                    Some(ControlEvent::StartShutdown) => break Some(ControlEvent::StartShutdown),
+                    Some(ControlEvent::Gone) => break Some(ControlEvent::Gone),
+                    Some(ControlEvent::ShutdownComplete) => {
+                        warn!("unexpected shutdown_complete from the orchestrator ignored")
+                    }
+                    None => {}
+                }
+            }
+            if listener_ready {
+                self.accept_clients(&mut next);
+            }
+            if self.threads.iter().any(|t| t.join.is_finished()) {
+                // A thread only ends early when its data connection broke.
+                break Some(ControlEvent::Gone);
+            }
+        };
+        drop(self.listener);
+        let ends = stop_threads(&self.draining, std::mem::take(&mut self.threads));
+        match cause {
+            None => {
+                info!("stopping: drained; asking the orchestrator to shut down");
+                self.control.send(GpuMessage::StartShutdown);
+                let deadline = Instant::now() + SHUTDOWN_WAIT;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        warn!("the orchestrator did not confirm the shutdown in time");
+                        break;
+                    }
+                    match self.control.wait(left.min(channel::TICK)) {
+                        Some(ControlEvent::ShutdownComplete) | Some(ControlEvent::Gone) => break,
+                        Some(ControlEvent::StartShutdown) => {
+                            self.control.send(GpuMessage::ShutdownComplete);
+                        }
+                        None => {}
+                    }
+                }
+                info!("server stopped");
+                Ok(ServerEnd::Stopped)
+            }
+            Some(ControlEvent::StartShutdown) => {
+                self.control.send(GpuMessage::ShutdownComplete);
+                info!("the orchestrator shut down; server stopped");
+                Ok(ServerEnd::ShutdownByOrchestrator)
+            }
+            Some(_) => {
+                error!(
+                    threads_lost = ends
+                        .iter()
+                        .filter(|e| **e == DataPathEnd::OrchestratorGone)
+                        .count(),
+                    "the orchestrator went away; clients closed"
+                );
+                Err(ServerError::OrchestratorGone)
+            }
+        }
+    }
+
+    /// Accepts every waiting client and hands each to the next thread in turn.
+    fn accept_clients(&mut self, next: &mut usize) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let thread = &self.threads[*next % self.threads.len()];
+                    *next = next.wrapping_add(1);
+                    if thread.incoming.send((stream, peer)).is_ok() {
+                        let _ = thread.wake.write(1);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors and the like: try again on the next turn.
+                    warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The server program: logs, sets up, serves until stopped. `stop` is the flag the
+/// signal handlers set. Prints `listening on <addr>` on stdout once clients may connect.
+pub fn run(args: ServerArgs, stop: &AtomicBool) -> Result<ServerEnd, ServerError> {
+    crate::cli::init_logging(args.log_level);
+    let pending = PendingServer::bind(args)?;
+    let server = pending.start(stop)?;
+    println!("listening on {}", server.local_addr());
+    use std::io::Write as _;
+    let _ = io::stdout().flush();
+    info!(addr = %server.local_addr(), "accepting clients");
+    server.run(stop)
+}
