@@ -46,8 +46,10 @@ const STATUS_SYSTEM: u32 = 3;
 
 /// Length of the first sleep of a waiting side; see the module documentation.
 pub const FIRST_NAP: Duration = Duration::from_micros(200);
-/// How many empty polls pass between two checks of the peer's socket.
+/// How many empty polls pass between two looks at the clock.
 const PEER_CHECK_EVERY: u32 = 1024;
+/// Least time between two checks of the peer's socket (a system call) while polling.
+const PEER_CHECK_INTERVAL: Duration = Duration::from_millis(5);
 /// Spin iterations between two reads of the clock while spinning.
 const CLOCK_EVERY: u32 = 64;
 
@@ -153,6 +155,7 @@ pub struct ShmConnection {
     mode: WaitMode,
     max: MaxMsgSize,
     empty_polls: u32,
+    last_peer_check: Instant,
     own_wake: OwnedFd,
     peer_wake: OwnedFd,
     socket: UnixStream,
@@ -290,6 +293,7 @@ impl ShmConnection {
             mode: config.wait,
             max: config.max_msg_size,
             empty_polls: 0,
+            last_peer_check: Instant::now(),
             own_wake,
             peer_wake,
             socket,
@@ -346,6 +350,16 @@ impl ShmConnection {
         }
     }
 
+    /// [`Self::peer_gone`], but asks the socket at most every [`PEER_CHECK_INTERVAL`].
+    fn peer_gone_now_and_then(&mut self) -> Option<PeerGoneError> {
+        let now = Instant::now();
+        if now.duration_since(self.last_peer_check) < PEER_CHECK_INTERVAL {
+            return self.closed_by_peer().then_some(PeerGoneError::Closed);
+        }
+        self.last_peer_check = now;
+        self.peer_gone()
+    }
+
     fn release_held(&mut self) {
         if self.holding {
             self.holding = false;
@@ -367,7 +381,7 @@ impl ShmConnection {
         } else {
             self.empty_polls = self.empty_polls.wrapping_add(1);
             if self.empty_polls % PEER_CHECK_EVERY == 0 {
-                self.peer_gone()
+                self.peer_gone_now_and_then()
             } else {
                 None
             }
@@ -441,7 +455,7 @@ impl ShmConnection {
                 return Ok(false);
             }
             if i % PEER_CHECK_EVERY == 0 {
-                if let Some(how) = self.peer_gone() {
+                if let Some(how) = self.peer_gone_now_and_then() {
                     return if self.ready(what)? {
                         Ok(true)
                     } else {
@@ -586,13 +600,12 @@ impl Transport for ShmConnection {
         if self.closed {
             return Err(FrameSendError::Closed);
         }
+        if self.tx_flags().consumer_closed.load(Ordering::Relaxed) != 0 {
+            return Err(FrameSendError::PeerGone(PeerGoneError::Closed));
+        }
         match self.tx.push(frame) {
             Ok(()) => {
-                let flags = self.tx_flags();
-                if flags.consumer_closed.load(Ordering::Relaxed) != 0 {
-                    return Err(FrameSendError::PeerGone(PeerGoneError::Closed));
-                }
-                self.wake_if(&flags.consumer_waiting);
+                self.wake_if(&self.tx_flags().consumer_waiting);
                 Ok(())
             }
             Err(PushError::Full) => match self.peer_gone() {

@@ -32,6 +32,9 @@ pub(crate) const CACHE_LINE: usize = 128;
 /// Bytes of a slot before its frame: the control word.
 pub(crate) const SLOT_HEADER: usize = 8;
 
+/// Most slots the producer prefetches ahead of its tail.
+const PREFETCH_DISTANCE: u64 = 8;
+
 /// A value alone on its own cache-line pair.
 #[repr(C, align(128))]
 pub(crate) struct Line<T>(pub(crate) T);
@@ -204,6 +207,25 @@ impl RingMem {
             .wrapping_add(self.slot_offset(position) + SLOT_HEADER)
     }
 
+    /// Hints the CPU to take the cache line `offset` bytes into the slot holding `position` for
+    /// writing.
+    #[inline(always)]
+    fn prefetch_write(&self, position: u64, offset: usize) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let line = self
+                .slots
+                .as_ptr()
+                .wrapping_add(self.slot_offset(position) + offset);
+            // SAFETY: `prefetchw` reads and writes nothing architecturally and never faults,
+            // whatever the address (CPUs without it execute it as a no-op).
+            unsafe {
+                core::arch::asm!("prefetchw [{0}]", in(reg) line, options(nostack, preserves_flags, readonly))
+            };
+        }
+        let _ = (position, offset);
+    }
+
     #[cfg(loom)]
     fn cell(&self, position: u64) -> &loom::cell::UnsafeCell<()> {
         let cell = self
@@ -222,6 +244,8 @@ pub(crate) struct Producer {
     // consumer's published head.
     tail: u64,
     cached_head: u64,
+    /// How many slots ahead of the tail to prefetch for writing.
+    prefetch_distance: u64,
 }
 
 // SAFETY: a `Producer` only reaches the ring memory through `RingMem`, whose owner keeps it alive
@@ -234,6 +258,7 @@ impl Producer {
             mem,
             tail: 0,
             cached_head: 0,
+            prefetch_distance: (mem.capacity() / 4).clamp(1, PREFETCH_DISTANCE),
         }
     }
 
@@ -263,6 +288,11 @@ impl Producer {
             Ordering::Release,
         );
         self.tail += 1;
+        // Own the lines of a slot a few frames ahead before writing them: the transfer from the
+        // consumer's cache then overlaps with this frame instead of stalling a later one.
+        let ahead = self.tail + self.prefetch_distance;
+        self.mem.prefetch_write(ahead, 0);
+        self.mem.prefetch_write(ahead, 64);
         Ok(())
     }
 

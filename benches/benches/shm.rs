@@ -1,0 +1,269 @@
+//! Shared-memory transport between two pinned processes, beside the hardware floor.
+//!
+//! * `floor/cache_line_round_trip`: two processes ping-pong one cache line through a shared
+//!   mapping, the least any round trip between them can cost;
+//! * `shm/round_trip_64B`: a 64-byte frame to the other process and back over a
+//!   [`ShmConnection`];
+//! * `shm/stream_64B`: one-way streaming of 64-byte frames (throughput in frames per second);
+//! * `shm/same_thread_send_recv_64B`: the software cost alone, both ends on one thread.
+//!
+//! This process runs on core 0, the peer (this same binary, re-run with `UROM_BENCH_CHILD` set)
+//! on core 1. `benches/run-shm-bench.sh` runs it and prints the medians, ratios and ucx_perftest
+//! numbers side by side: `cargo bench -p urom-benches --bench shm`.
+
+use std::hint::black_box;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap};
+use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::{FrameSendError, Transport, WaitMode};
+
+const CHILD_ENV: &str = "UROM_BENCH_CHILD";
+const FD_ENV: &str = "UROM_BENCH_FD";
+const PARENT_CORE: usize = 0;
+const CHILD_CORE: usize = 1;
+const FRAME: usize = 64;
+/// Sentinel the parent stores in the floor's cache line to stop the child.
+const STOP: u64 = u64::MAX;
+/// First byte of a frame the child must echo; other frames it only consumes.
+const ECHO: u8 = 1;
+
+fn config() -> ShmConfig {
+    ShmConfig {
+        slots: 256,
+        wait: WaitMode::BusyPoll,
+        ..ShmConfig::default()
+    }
+}
+
+/// A descriptor the child inherits, with its number.
+fn inheritable(fd: &impl AsFd) -> RawFd {
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).expect("clear FD_CLOEXEC");
+    fd.as_fd().as_raw_fd()
+}
+
+fn spawn_child(role: &str, fd: RawFd) -> ChildGuard {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .env(CHILD_ENV, role)
+        .env(FD_ENV, fd.to_string())
+        .spawn()
+        .expect("spawn the peer process");
+    ChildGuard(child)
+}
+
+/// The peer process, killed and reaped when dropped.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn inherited_fd() -> OwnedFd {
+    let fd: RawFd = std::env::var(FD_ENV).unwrap().parse().unwrap();
+    // SAFETY: the parent passed this descriptor down for us alone; nothing else in this process
+    // has opened or owns it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// One shared cache line in a memfd both processes map.
+struct SharedLine {
+    line: NonNull<AtomicU64>,
+    _fd: OwnedFd,
+}
+
+impl SharedLine {
+    fn create() -> Self {
+        let fd = nix::sys::memfd::memfd_create(c"urom-floor", nix::sys::memfd::MFdFlags::empty())
+            .expect("memfd_create");
+        nix::unistd::ftruncate(&fd, 4096).expect("ftruncate");
+        Self::map(fd)
+    }
+
+    fn map(fd: OwnedFd) -> Self {
+        let len = NonZeroUsize::new(4096).unwrap();
+        let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        // SAFETY: a fresh shared mapping of a 4096-byte file at an address the kernel picks;
+        // the file is never shrunk (only this benchmark knows it); it stays mapped for the
+        // process's life (never unmapped).
+        let ptr = unsafe { mmap(None, len, prot, MapFlags::MAP_SHARED, &fd, 0) }.expect("mmap");
+        Self {
+            line: ptr.cast(),
+            _fd: fd,
+        }
+    }
+
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: the mapping is page-aligned, live for the process's life, and its first 8
+        // bytes are only ever accessed as this atomic, by both processes.
+        unsafe { self.line.as_ref() }
+    }
+}
+
+/// The floor's peer: answers every odd value `v` with `v + 1`.
+fn floor_child() {
+    let shared = SharedLine::map(inherited_fd());
+    let word = shared.word();
+    let mut last = 0;
+    loop {
+        let v = word.load(Ordering::Acquire);
+        if v == STOP {
+            return;
+        }
+        if v != last && v % 2 == 1 {
+            word.store(v + 1, Ordering::Release);
+            last = v + 1;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// The connection's peer: echoes frames that ask for it, consumes the others.
+fn shm_child() {
+    let stream = UnixStream::from(inherited_fd());
+    let mut conn = ShmConnection::accept(stream, &config()).expect("accept the offer");
+    let mut buf = [0u8; FRAME];
+    loop {
+        match conn.recv() {
+            Ok(Some(frame)) if frame.first() == Some(&ECHO) => {
+                let len = frame.len().min(FRAME);
+                buf[..len].copy_from_slice(&frame[..len]);
+                while let Err(FrameSendError::Full) = conn.send(&buf[..len]) {
+                    std::hint::spin_loop();
+                }
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn floor(c: &mut Criterion) {
+    let shared = SharedLine::create();
+    let _child = spawn_child("floor", inheritable(&shared._fd));
+    let word = shared.word();
+    let mut next = 1u64;
+    let mut group = c.benchmark_group("floor");
+    group.bench_function("cache_line_round_trip", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                word.store(next, Ordering::Release);
+                while word.load(Ordering::Acquire) != next + 1 {
+                    std::hint::spin_loop();
+                }
+                next += 2;
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+    word.store(STOP, Ordering::Release);
+}
+
+fn shm(c: &mut Criterion) {
+    let (ours, theirs) = UnixStream::pair().expect("socketpair");
+    let _child = spawn_child("shm", inheritable(&theirs));
+    drop(theirs);
+    let mut conn = ShmConnection::create(ours, &config()).expect("create the connection");
+    let mut group = c.benchmark_group("shm");
+
+    let mut ping = [0u8; FRAME];
+    ping[0] = ECHO;
+    group.bench_function("round_trip_64B", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for i in 0..iters {
+                ping[1] = i as u8;
+                conn.send(black_box(&ping)).expect("send");
+                loop {
+                    match conn.recv().expect("recv") {
+                        Some(pong) => {
+                            black_box(pong);
+                            break;
+                        }
+                        None => std::hint::spin_loop(),
+                    }
+                }
+            }
+            start.elapsed()
+        })
+    });
+
+    let data = [0u8; FRAME];
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("stream_64B", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                loop {
+                    match conn.send(black_box(&data)) {
+                        Ok(()) => break,
+                        Err(FrameSendError::Full) => std::hint::spin_loop(),
+                        Err(e) => panic!("send: {e}"),
+                    }
+                }
+            }
+            // The peer has consumed everything once it echoes a frame sent after the rest.
+            while let Err(FrameSendError::Full) = conn.send(&[ECHO]) {
+                std::hint::spin_loop();
+            }
+            while conn.recv().expect("recv").is_none() {
+                std::hint::spin_loop();
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+    conn.close();
+}
+
+/// Software cost alone: send and receive on one thread, no cache line crosses cores.
+fn same_thread(c: &mut Criterion) {
+    let (mut a, mut b) = ShmConnection::pair(&config()).expect("shared-memory pair");
+    let frame = [1u8; FRAME];
+    let mut group = c.benchmark_group("shm");
+    group.bench_function("same_thread_send_recv_64B", |bench| {
+        bench.iter(|| {
+            a.send(black_box(&frame)).expect("send");
+            black_box(b.recv().expect("recv"));
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    if let Ok(role) = std::env::var(CHILD_ENV) {
+        if let Err(e) = urom_core::pin_current_thread(CHILD_CORE) {
+            eprintln!("peer not pinned: {e}");
+        }
+        match role.as_str() {
+            "floor" => floor_child(),
+            "shm" => shm_child(),
+            other => panic!("unknown role {other}"),
+        }
+        return;
+    }
+    if let Err(e) = urom_core::pin_current_thread(PARENT_CORE) {
+        eprintln!("benchmark not pinned: {e}");
+    }
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(60)
+        .configure_from_args();
+    same_thread(&mut c);
+    floor(&mut c);
+    shm(&mut c);
+    c.final_summary();
+}
