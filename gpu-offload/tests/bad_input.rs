@@ -1,0 +1,137 @@
+//! Bad input: each offending client is disconnected with a log line, the server stays up and
+//! everybody else is served.
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use common::*;
+
+/// A client that sends `bytes` must be disconnected while a well-behaved one is served.
+fn refused(stack: &Stack, bytes: &[u8], log_says: &str) {
+    let mut bad = stack.connect();
+    let mut good = stack.connect();
+    bad.write_all(bytes).unwrap();
+    assert!(
+        closed_by_server(&mut bad),
+        "the server kept a client that sent {bytes:?}"
+    );
+    good.write_all(&request_frame(b"still here")).unwrap();
+    assert_eq!(read_exactly(&mut good, 22), frame(5, b"ereh llits"));
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !stack.server_log().contains(log_says) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no `{log_says}` in\n{}",
+            stack.server_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn offending_clients_are_dropped_and_others_served() {
+    let stack = Stack::two_threads();
+
+    // wire_size claims 12 + 257 bytes with --max-message-length 256.
+    let mut oversized = vec![0, 0, 1, 13, 0, 0, 0, 4, 0, 0, 1, 1];
+    oversized.extend([b'x'; 257]);
+    refused(&stack, &oversized, "exceeds the maximum message size");
+
+    // msg_id 99 is no message.
+    refused(
+        &stack,
+        &[0, 0, 0, 12, 0, 0, 0, 99, 0, 0, 0, 0],
+        "unknown GPU offload message id 99",
+    );
+
+    // A well-formed client_response is not a request.
+    refused(&stack, &frame(5, b"AB"), "other than client_request");
+
+    // The length word disagrees with wire_size.
+    refused(
+        &stack,
+        &[0, 0, 0, 16, 0, 0, 0, 4, 0, 0, 0, 9, 1, 2, 3, 4],
+        "malformed client_request",
+    );
+
+    // wire_size below the header.
+    refused(
+        &stack,
+        &[0, 0, 0, 4, 0, 0, 0, 4],
+        "less than the 12-byte header",
+    );
+
+    stack.stop_with(SIGINT, true);
+}
+
+#[test]
+fn a_truncated_frame_is_logged_and_its_client_closed() {
+    let stack = Stack::two_threads();
+    let mut truncated = stack.connect();
+    truncated
+        .write_all(&request_frame(b"abcdefgh")[..14])
+        .unwrap();
+    truncated.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(closed_by_server(&mut truncated));
+    round_trip(&stack, b"after truncation");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !stack
+        .server_log()
+        .contains("closed in the middle of a message")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            stack.server_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stack.stop_with(SIGINT, true);
+}
+
+#[test]
+fn a_slow_loris_blocks_nobody() {
+    // One data-path thread, so the slow client and the others share it.
+    let stack = Stack::start(&[0], 1, &[], &[]);
+    let mut loris = stack.connect();
+    let slow = request_frame(b"drip drip");
+    // Half a frame, then a full client run on the same thread, then the rest byte by byte.
+    loris.write_all(&slow[..5]).unwrap();
+    let output = stack.client(4, 2_000, "fast", "tsaf", 32);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for byte in &slow[5..] {
+        loris.write_all(&[*byte]).unwrap();
+        round_trip(&stack, b"meanwhile");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(read_exactly(&mut loris, slow.len()), frame(5, b"pird pird"));
+    stack.stop_with(SIGINT, true);
+}
+
+#[test]
+fn a_client_that_never_reads_blocks_nobody() {
+    let stack = Stack::start(&[0], 1, &["--max-concurrent-messages", "8"], &[]);
+    let mut hog = stack.connect();
+    // Far more requests than the server may hold answers for; their answers are never read.
+    let burst: Vec<u8> = request_frame(&[7u8; 200]).repeat(20_000);
+    let writer = std::thread::spawn(move || {
+        let _ = hog.set_write_timeout(Some(Duration::from_secs(5)));
+        let _ = hog.write_all(&burst);
+        hog
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let output = stack.client(2, 1_000, "ok", "ko", 8);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    drop(writer.join().unwrap());
+    stack.stop_with(SIGINT, true);
+}

@@ -1,0 +1,232 @@
+//! What the gpu-offload process tests share: starting a server and an orchestrator as
+//! processes on loopback, running clients, raw sockets.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use urom_testkit::{ChildGuard, TempDir};
+
+pub const SIGINT: i32 = 2;
+pub const SIGTERM: i32 = 15;
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+pub const SERVER: &str = env!("CARGO_BIN_EXE_gpu-offload-server");
+pub const ORCHESTRATOR: &str = env!("CARGO_BIN_EXE_gpu-offload-orchestrator");
+pub const CLIENT: &str = env!("CARGO_BIN_EXE_gpu-offload-client");
+
+/// Two CPUs to pin the server's threads to: 0 and 1, or 0 twice on a one-CPU machine.
+pub fn two_cpus() -> [usize; 2] {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    [0, usize::from(n > 1)]
+}
+
+pub struct Stack {
+    pub server: ChildGuard,
+    pub orchestrator: ChildGuard,
+    pub port: u16,
+    pub dir: TempDir,
+}
+
+impl Stack {
+    /// Starts a server on loopback with one thread per entry of `cpus`, then an orchestrator
+    /// with `threads` processor threads, and waits until clients may connect.
+    pub fn start(cpus: &[usize], threads: u32, server_extra: &[&str], orch_extra: &[&str]) -> Self {
+        let dir = TempDir::new("gpu-offload-test");
+        let socket = dir.path().join("channel.sock");
+        let mut server = Command::new(SERVER);
+        server.args(["-c", socket.to_str().unwrap(), "-p", "0", "-a", "127.0.0.1"]);
+        for cpu in cpus {
+            server.arg("--cpu").arg(cpu.to_string());
+        }
+        server
+            .args(server_extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(
+                File::create(dir.path().join("server.log")).unwrap(),
+            ));
+        let mut server = ChildGuard(server.spawn().expect("starting the server"));
+        let stdout = server.0.stdout.take().unwrap();
+        let orchestrator = Command::new(ORCHESTRATOR)
+            .args(["-c", socket.to_str().unwrap(), "-t", &threads.to_string()])
+            .args(orch_extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                File::create(dir.path().join("orchestrator.log")).unwrap(),
+            ))
+            .spawn()
+            .expect("starting the orchestrator");
+        let orchestrator = ChildGuard(orchestrator);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let port = lines.next().and_then(Result::ok).and_then(|line| {
+                line.strip_prefix("listening on ")
+                    .and_then(|addr| addr.rsplit(':').next())
+                    .and_then(|port| port.parse::<u16>().ok())
+            });
+            let _ = tx.send(port);
+            // Keep the pipe open while the server runs.
+            for _ in lines {}
+        });
+        let port = rx.recv_timeout(TIMEOUT).ok().flatten().unwrap_or_else(|| {
+            panic!(
+                "the server never listened; its log:\n{}\norchestrator:\n{}",
+                read(&dir.path().join("server.log")),
+                read(&dir.path().join("orchestrator.log"))
+            )
+        });
+        Self {
+            server,
+            orchestrator,
+            port,
+            dir,
+        }
+    }
+
+    /// The default stack: two server threads, two processor threads.
+    pub fn two_threads() -> Self {
+        Self::start(&two_cpus(), 2, &[], &[])
+    }
+
+    pub fn server_log(&self) -> String {
+        read(&self.dir.path().join("server.log"))
+    }
+
+    pub fn orchestrator_log(&self) -> String {
+        read(&self.dir.path().join("orchestrator.log"))
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connecting");
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream
+    }
+
+    /// Runs the client binary.
+    pub fn client(
+        &self,
+        threads: u32,
+        iterations: u64,
+        message: &str,
+        expected: &str,
+        pipeline: u32,
+    ) -> Output {
+        run_client(self.port, threads, iterations, message, expected, pipeline)
+    }
+
+    /// Stops both with `signal` sent to `which` and checks that both exit 0.
+    pub fn stop_with(mut self, signal: i32, server_side: bool) {
+        if server_side {
+            self.server.signal(signal);
+        } else {
+            self.orchestrator.signal(signal);
+        }
+        let server = self
+            .server
+            .wait_timeout(TIMEOUT)
+            .expect("the server did not stop");
+        let orchestrator = self
+            .orchestrator
+            .wait_timeout(TIMEOUT)
+            .expect("the orchestrator did not stop");
+        assert!(
+            server.success() && orchestrator.success(),
+            "server {server}, orchestrator {orchestrator}\nserver log:\n{}\norchestrator log:\n{}",
+            self.server_log(),
+            self.orchestrator_log()
+        );
+    }
+}
+
+pub fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+pub fn run_client(
+    port: u16,
+    threads: u32,
+    iterations: u64,
+    message: &str,
+    expected: &str,
+    pipeline: u32,
+) -> Output {
+    Command::new(CLIENT)
+        .args(["-s", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", &threads.to_string(), "-i", &iterations.to_string()])
+        .args(["-m", message, "-e", expected])
+        .args(["--max-concurrent-messages", &pipeline.to_string()])
+        .args(["--response-timeout", "60"])
+        .output()
+        .expect("running the client")
+}
+
+pub fn reversed(message: &str) -> String {
+    message.chars().rev().collect()
+}
+
+/// A big-endian request frame built by hand.
+pub fn request_frame(payload: &[u8]) -> Vec<u8> {
+    frame(4, payload)
+}
+
+/// A big-endian frame with `msg_id`, its length word and `payload`.
+pub fn frame(msg_id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&(12 + payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&msg_id.to_be_bytes());
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// Reads exactly `len` bytes or panics.
+pub fn read_exactly(stream: &mut TcpStream, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    stream.read_exact(&mut buf).expect("reading a response");
+    buf
+}
+
+/// Whether the server closes `stream` (end of file or reset) within the timeout, reading and
+/// discarding anything before.
+pub fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut buf = [0u8; 1024];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Sends one request on a fresh connection and checks the byte-for-byte answer.
+pub fn round_trip(stack: &Stack, payload: &[u8]) {
+    let mut stream = stack.connect();
+    stream.write_all(&request_frame(payload)).unwrap();
+    let mut want = frame(5, &payload.iter().rev().copied().collect::<Vec<_>>());
+    want.shrink_to_fit();
+    assert_eq!(read_exactly(&mut stream, want.len()), want);
+    stream.shutdown(Shutdown::Write).unwrap();
+    assert!(closed_by_server(&mut stream));
+}
+
+pub fn socket_path(dir: &TempDir) -> PathBuf {
+    dir.path().join("channel.sock")
+}
