@@ -51,32 +51,46 @@ impl ArgsError {
 
 /// A command line whose options may also come from a JSON file named by `-j/--json`.
 pub trait JsonArgs: Parser {
-    /// The JSON file the command line names, if any.
-    fn json_file(&self) -> Option<&Path>;
-
-    /// Parses `argv` (program name first), then the JSON file it names: options on the
-    /// command line win over the file.
+    /// Parses `argv` (program name first) together with the JSON file it names, if any:
+    /// options on the command line win over the file, and options required on the command
+    /// line may come from the file instead.
     fn parse_with_json<I, T>(argv: I) -> Result<Self, ArgsError>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
         let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
-        let args = Self::try_parse_from(&argv).map_err(ArgsError::Clap)?;
-        let Some(path) = args.json_file() else {
-            return Ok(args);
+        let Some(path) = json_file(&argv) else {
+            return Self::try_parse_from(&argv).map_err(ArgsError::Clap);
         };
-        let from_file = json_words(path)?;
+        let from_file = json_words(&path)?;
         // The file's options first, the command line's after: with `args_override_self` the
         // last occurrence of a single-valued option wins.
-        let mut merged = vec![argv[0].clone()];
+        let mut merged = argv[..1].to_vec();
         merged.extend(from_file);
         merged.extend(argv[1..].iter().cloned());
-        let matches = Self::command()
-            .try_get_matches_from(merged)
-            .map_err(ArgsError::Clap)?;
-        Self::from_arg_matches(&matches).map_err(ArgsError::Clap)
+        Self::try_parse_from(merged).map_err(ArgsError::Clap)
     }
+}
+
+/// The file named by `-j FILE`, `-jFILE`, `--json FILE` or `--json=FILE`, the last one given.
+fn json_file(argv: &[OsString]) -> Option<PathBuf> {
+    let mut found = None;
+    let mut words = argv.iter().skip(1);
+    while let Some(word) = words.next() {
+        let Some(word) = word.to_str() else { continue };
+        if word == "--" {
+            break;
+        }
+        if word == "-j" || word == "--json" {
+            found = words.next().map(PathBuf::from);
+        } else if let Some(path) = word.strip_prefix("--json=") {
+            found = Some(PathBuf::from(path));
+        } else if let Some(path) = word.strip_prefix("-j").filter(|p| !p.is_empty()) {
+            found = Some(PathBuf::from(path));
+        }
+    }
+    found
 }
 
 /// The options of a JSON file as command-line words.

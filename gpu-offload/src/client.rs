@@ -84,11 +84,7 @@ pub struct ClientArgs {
     pub response_timeout: u64,
 }
 
-impl JsonArgs for ClientArgs {
-    fn json_file(&self) -> Option<&std::path::Path> {
-        self.json.as_deref()
-    }
-}
+impl JsonArgs for ClientArgs {}
 
 /// What a client run does.
 #[derive(Clone, Debug)]

@@ -109,11 +109,7 @@ pub struct OrchestratorArgs {
     pub connect_timeout: u64,
 }
 
-impl JsonArgs for OrchestratorArgs {
-    fn json_file(&self) -> Option<&std::path::Path> {
-        self.json.as_deref()
-    }
-}
+impl JsonArgs for OrchestratorArgs {}
 
 /// Why the orchestrator could not run or stopped with an error.
 #[derive(Debug)]

@@ -104,11 +104,7 @@ pub struct ServerArgs {
     pub max_message_length: u32,
 }
 
-impl JsonArgs for ServerArgs {
-    fn json_file(&self) -> Option<&std::path::Path> {
-        self.json.as_deref()
-    }
-}
+impl JsonArgs for ServerArgs {}
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug)]
@@ -432,4 +428,58 @@ pub fn run(args: ServerArgs, stop: &AtomicBool) -> Result<ServerEnd, ServerError
     let _ = io::stdout().flush();
     info!(addr = %server.local_addr(), "accepting clients");
     server.run(stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_come_from_a_doca_json_file_and_the_command_line_wins() {
+        let path =
+            std::env::temp_dir().join(format!("gpu-offload-args-{}.json", std::process::id()));
+        std::fs::write(
+            &path,
+            r#"{"doca_general_flags": {"log-level": 60},
+                "doca_program_flags": {"device-id": "03:00.0", "server-listen-port": 12345,
+                                       "cpu": [1, 2], "max-message-length": 64}}"#,
+        )
+        .unwrap();
+        let args = ServerArgs::parse_with_json([
+            "gpu-offload-server",
+            "-j",
+            path.to_str().unwrap(),
+            "--max-message-length",
+            "128",
+        ])
+        .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(args.log_level, 60);
+        assert_eq!(args.device_id.as_deref(), Some("03:00.0"));
+        assert_eq!(args.server_listen_port, 12345);
+        assert_eq!(args.cpus, [1, 2]);
+        assert_eq!(args.max_message_length, 128);
+        assert_eq!(args.max_concurrent_messages, 128);
+        assert_eq!(args.params().threads, 2);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_range() {
+        let error = ServerArgs::try_parse_from(["s", "-p", "1", "--cpu", "0", "-l", "80"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("10..=70"), "{error}");
+        let error = ServerArgs::try_parse_from([
+            "s",
+            "-p",
+            "1",
+            "--cpu",
+            "0",
+            "--max-concurrent-messages",
+            "0",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("--max-concurrent-messages"), "{error}");
+    }
 }

@@ -1,0 +1,65 @@
+//! The CUDA processor end to end, when this build has it and the machine has a GPU; otherwise
+//! the test prints why it skipped.
+
+mod common;
+
+use common::*;
+
+/// Why the CUDA processor cannot run here, if it cannot.
+fn skip_reason() -> Option<String> {
+    if !cfg!(feature = "cuda") {
+        return Some("built without the `cuda` feature (cargo test --features cuda)".to_owned());
+    }
+    match gpu_offload::orchestrator::cuda::Gpu::open(None) {
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+#[test]
+fn the_cuda_processor_reverses_every_message() {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let stack = Stack::start(&two_cpus(), 2, &[], &["--processor", "cuda"]);
+    for threads in [1u32, 4] {
+        for pipeline in [1u32, 128] {
+            for len in [0usize, 1, 64, 255, 256] {
+                let message: String = (0..len).map(|i| (b'A' + (i % 26) as u8) as char).collect();
+                let iterations = if pipeline == 1 { 100 } else { 2_000 };
+                let output =
+                    stack.client(threads, iterations, &message, &reversed(&message), pipeline);
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                assert!(
+                    output.status.success(),
+                    "{threads} threads, pipeline {pipeline}, {len} bytes: {}\n{}",
+                    String::from_utf8_lossy(&output.stderr),
+                    stack.orchestrator_log()
+                );
+                println!("cuda, {threads} threads, pipeline {pipeline}, {len} bytes:\n{stdout}");
+            }
+        }
+    }
+    let log = stack.orchestrator_log();
+    assert!(log.contains("kernel launched"), "{log}");
+    stack.stop_with(SIGINT, true);
+}
+
+#[test]
+fn auto_falls_back_to_the_cpu_without_a_gpu() {
+    if skip_reason().is_none() {
+        println!("skipped: this machine has a usable GPU, so `auto` picks CUDA");
+        return;
+    }
+    let stack = Stack::start(&[0], 1, &[], &["--processor", "auto"]);
+    let output = stack.client(1, 100, "ABC", "CBA", 8);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let log = stack.orchestrator_log();
+    assert!(log.contains("using the CPU processor"), "{log}");
+    stack.stop_with(SIGINT, true);
+}
