@@ -371,7 +371,6 @@ impl ShmConnection {
 
     /// Called when nothing is ready: publishes our head, notices a peer that is gone (only
     /// after everything it sent has been received).
-    #[cold]
     fn idle(&mut self) -> Result<(), FrameRecvError> {
         if self.rx.publish() {
             self.wake_if(&self.rx_flags().producer_waiting);

@@ -159,42 +159,22 @@ impl Transport for LoopbackConnection {
         if self.closed {
             return Err(FrameRecvError::Closed);
         }
-        let end = deadline(Instant::now(), timeout);
-        let dir = self.rx();
-        let mut q = dir.lock();
-        loop {
-            if q.head != q.tail {
-                return Ok(true);
-            }
-            if let Some(how) = q.writer_gone {
-                return Err(FrameRecvError::PeerGone(how));
-            }
-            q = match wait(dir, q, end) {
-                Some(q) => q,
-                None => return Ok(false),
-            };
-        }
+        wait_until(self.rx(), timeout, |q| match q.writer_gone {
+            _ if q.head != q.tail => Some(Ok(())),
+            Some(how) => Some(Err(FrameRecvError::PeerGone(how))),
+            None => None,
+        })
     }
 
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
         if self.closed {
             return Err(FrameSendError::Closed);
         }
-        let end = deadline(Instant::now(), timeout);
-        let dir = self.tx();
-        let mut q = dir.lock();
-        loop {
-            if let Some(how) = q.reader_gone {
-                return Err(FrameSendError::PeerGone(how));
-            }
-            if q.tail - q.head < q.lens.len() {
-                return Ok(true);
-            }
-            q = match wait(dir, q, end) {
-                Some(q) => q,
-                None => return Ok(false),
-            };
-        }
+        wait_until(self.tx(), timeout, |q| match q.reader_gone {
+            Some(how) => Some(Err(FrameSendError::PeerGone(how))),
+            None if q.tail - q.head < q.lens.len() => Some(Ok(())),
+            None => None,
+        })
     }
 
     fn set_wait_mode(&mut self, _mode: WaitMode) {
@@ -213,25 +193,32 @@ impl Transport for LoopbackConnection {
     }
 }
 
-/// Waits for a change on `dir` until `end`; `None` once `end` has passed.
-fn wait<'a>(
-    dir: &'a Direction,
-    q: MutexGuard<'a, Queue>,
-    end: Option<Instant>,
-) -> Option<MutexGuard<'a, Queue>> {
-    match end {
-        None => Some(dir.changed.wait(q).unwrap_or_else(PoisonError::into_inner)),
-        Some(end) => {
-            let left = end.checked_duration_since(Instant::now())?;
-            if left.is_zero() {
-                return None;
-            }
-            let (q, _) = dir
-                .changed
-                .wait_timeout(q, left)
-                .unwrap_or_else(PoisonError::into_inner);
-            Some(q)
+/// Waits on `dir` until `done` says the wait is over (`Ok(true)`, or its error) or `timeout`
+/// passes (`Ok(false)`).
+fn wait_until<E>(
+    dir: &Direction,
+    timeout: Duration,
+    done: impl Fn(&Queue) -> Option<Result<(), E>>,
+) -> Result<bool, E> {
+    let end = deadline(Instant::now(), timeout);
+    let mut q = dir.lock();
+    loop {
+        if let Some(result) = done(&q) {
+            return result.map(|()| true);
         }
+        q = match end {
+            None => dir.changed.wait(q).unwrap_or_else(PoisonError::into_inner),
+            Some(end) => {
+                let left = end.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                dir.changed
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            }
+        };
     }
 }
 
