@@ -1,2 +1,257 @@
-//! Placeholder.
-fn main() {}
+//! Requests through the GPU offload server and the CPU orchestrator, beside a bare TCP server,
+//! with the same client, in one run:
+//!
+//! * `gpu_offload/ours_<T>t`: `gpu-offload-client`'s code (in this process) against
+//!   `gpu-offload-server` and `gpu-offload-orchestrator --processor cpu` processes: TCP, the
+//!   shared-memory hop to the orchestrator and back, TCP;
+//! * `gpu_offload/bare_<T>t`: the same client against a bare echo-and-reverse TCP server
+//!   written as a good server would be (this binary re-run as a child process: one thread per
+//!   connection, reads all that is there, answers the whole batch with one write), the floor
+//!   of the TCP part;
+//!
+//! for T = 1 and 4 client threads, 128 requests in flight per thread, 64-byte payloads; the
+//! throughput is in operations (requests answered and checked) per second.
+//!
+//! A VM's cores change speed over seconds, so the binary then runs both again interleaved,
+//! round after round, and prints the median MIOP/s of each and the median of the per-round
+//! ratios, the comparison to trust. `GPU_OFFLOAD_BENCH_CPUS` (default `0,1`) lists the server's
+//! `--cpu`s; the orchestrator gets as many threads.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput};
+use gpu_offload::client::{self, ClientConfig};
+use urom_testkit::{ChildGuard, TempDir};
+use urom_wire::gpu::{CLIENT_HEADER_LEN, message_length, write_client_headers};
+
+const BARE_ENV: &str = "GPU_OFFLOAD_BENCH_BARE";
+const CPUS_ENV: &str = "GPU_OFFLOAD_BENCH_CPUS";
+const ORCH_CPUS_ENV: &str = "GPU_OFFLOAD_BENCH_ORCH_CPUS";
+const QUICK_ENV: &str = "GPU_OFFLOAD_BENCH_QUICK";
+const PAYLOAD: usize = 64;
+const PIPELINE: usize = 128;
+const MAX_LEN: usize = 256;
+/// Operations per client thread in one run of the interleaved comparison, and rounds.
+const ROUND_OPS: u64 = 100_000;
+const ROUNDS: usize = 15;
+
+/// The bare server: one thread per connection, batch in, batch out.
+fn run_bare() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding the bare server");
+    println!("listening on {}", listener.local_addr().unwrap());
+    let _ = std::io::stdout().flush();
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        std::thread::spawn(move || serve_bare(stream));
+    }
+}
+
+fn serve_bare(mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let mut rbuf = vec![0u8; 64 * 1024];
+    let mut wbuf = vec![0u8; 64 * 1024];
+    let mut filled = 0;
+    loop {
+        let n = match stream.read(&mut rbuf[filled..]) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        filled += n;
+        let (mut start, mut out) = (0, 0);
+        while let Ok(Some(len)) = message_length(&rbuf[start..filled], MAX_LEN) {
+            if start + len > filled {
+                break;
+            }
+            let payload = &rbuf[start + CLIENT_HEADER_LEN..start + len];
+            write_client_headers(&mut wbuf[out..], true, payload.len(), MAX_LEN).unwrap();
+            for (dst, src) in wbuf[out + CLIENT_HEADER_LEN..out + len]
+                .iter_mut()
+                .zip(payload.iter().rev())
+            {
+                *dst = *src;
+            }
+            out += len;
+            start += len;
+        }
+        if stream.write_all(&wbuf[..out]).is_err() {
+            return;
+        }
+        rbuf.copy_within(start..filled, 0);
+        filled -= start;
+    }
+}
+
+/// Reads the `listening on <addr>` line of a child.
+fn listening_addr(child: &mut ChildGuard) -> SocketAddr {
+    let stdout = child.0.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let line = lines.next().expect("the child printed nothing").unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    line.strip_prefix("listening on ")
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line `{line}`"))
+}
+
+struct Ours {
+    server: ChildGuard,
+    orchestrator: ChildGuard,
+    addr: SocketAddr,
+    _dir: TempDir,
+}
+
+fn start_ours() -> Ours {
+    let dir = TempDir::new("gpu-offload-bench");
+    let socket = dir.path().join("channel.sock");
+    let cpus = std::env::var(CPUS_ENV).unwrap_or_else(|_| "0,1".to_owned());
+    let cpus: Vec<&str> = cpus.split(',').collect();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_gpu-offload-server"));
+    server.args([
+        "-c",
+        socket.to_str().unwrap(),
+        "-p",
+        "0",
+        "-a",
+        "127.0.0.1",
+        "-l",
+        "30",
+    ]);
+    for cpu in &cpus {
+        server.args(["--cpu", cpu]);
+    }
+    let mut server = ChildGuard(
+        server
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the server"),
+    );
+    let mut orchestrator = Command::new(env!("CARGO_BIN_EXE_gpu-offload-orchestrator"));
+    if let Ok(cpus) = std::env::var(ORCH_CPUS_ENV) {
+        for cpu in cpus.split(',') {
+            orchestrator.args(["--cpu", cpu]);
+        }
+    }
+    let orchestrator = ChildGuard(
+        orchestrator
+            .args([
+                "-c",
+                socket.to_str().unwrap(),
+                "-t",
+                &cpus.len().to_string(),
+                "-l",
+                "30",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting the orchestrator"),
+    );
+    let addr = listening_addr(&mut server);
+    Ours {
+        server,
+        orchestrator,
+        addr,
+        _dir: dir,
+    }
+}
+
+fn start_bare() -> (ChildGuard, SocketAddr) {
+    let mut child = ChildGuard(
+        Command::new(std::env::current_exe().unwrap())
+            .env(BARE_ENV, "1")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the bare server"),
+    );
+    let addr = listening_addr(&mut child);
+    (child, addr)
+}
+
+fn config(server: SocketAddr, threads: usize, iterations: u64) -> ClientConfig {
+    let message: Vec<u8> = (0..PAYLOAD).map(|i| b'a' + (i % 26) as u8).collect();
+    let expected = message.iter().rev().copied().collect();
+    ClientConfig {
+        server,
+        threads,
+        iterations,
+        message,
+        expected,
+        pipeline: PIPELINE,
+        timeout: Duration::from_secs(60),
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    if std::env::var_os(BARE_ENV).is_some() {
+        run_bare();
+        return;
+    }
+    let ours = start_ours();
+    let (_bare, bare_addr) = start_bare();
+    let quick = std::env::var_os(QUICK_ENV).is_some();
+    let mut criterion = Criterion::default()
+        .configure_from_args()
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    if !quick {
+        let mut group = criterion.benchmark_group("gpu_offload");
+        group.throughput(Throughput::Elements(1));
+        for threads in [1usize, 4] {
+            for (name, addr) in [("ours", ours.addr), ("bare", bare_addr)] {
+                group.bench_function(format!("{name}_{threads}t"), |b| {
+                    b.iter_custom(|iters| {
+                        let per_thread = iters.div_ceil(threads as u64).max(1);
+                        let stats =
+                            client::run(&config(addr, threads, per_thread)).expect("client run");
+                        stats
+                            .duration
+                            .mul_f64(iters as f64 / stats.operations as f64)
+                    });
+                });
+            }
+        }
+        group.finish();
+    }
+    criterion.final_summary();
+
+    println!();
+    println!(
+        "interleaved: {ROUNDS} rounds of {ROUND_OPS} requests per client thread, {PAYLOAD}-byte \
+         payloads, {PIPELINE} in flight per thread"
+    );
+    for threads in [1usize, 4] {
+        let (mut ours_rates, mut bare_rates, mut ratios) = (vec![], vec![], vec![]);
+        for _ in 0..if quick { 5 } else { ROUNDS } {
+            let ours_rate = client::run(&config(ours.addr, threads, ROUND_OPS))
+                .unwrap()
+                .miops();
+            let bare_rate = client::run(&config(bare_addr, threads, ROUND_OPS))
+                .unwrap()
+                .miops();
+            ours_rates.push(ours_rate);
+            bare_rates.push(bare_rate);
+            ratios.push(ours_rate / bare_rate);
+        }
+        println!(
+            "  {threads} client thread(s): ours {:.3} MIOP/s, bare TCP {:.3} MIOP/s, ours/bare {:.2} (median of per-round ratios)",
+            median(&mut ours_rates),
+            median(&mut bare_rates),
+            median(&mut ratios)
+        );
+    }
+    let Ours {
+        mut server,
+        mut orchestrator,
+        ..
+    } = ours;
+    server.signal(2);
+    let _ = server.wait_timeout(Duration::from_secs(20));
+    let _ = orchestrator.wait_timeout(Duration::from_secs(20));
+}

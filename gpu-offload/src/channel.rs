@@ -16,10 +16,14 @@
 //! 3. the control connection then carries `start_shutdown` and `shutdown_complete` (the GPU
 //!    wire's messages) in either direction; its hang-up tells each side that the other died.
 //!
-//! Data frames are the GPU wire's `client_request` and `client_response` messages themselves,
-//! byte for byte as the client sent them; each connection has a power of two of slots, at least
-//! `--max-concurrent-messages`, in each direction, so the server (which never has more in
-//! flight per thread) never finds a ring full.
+//! A data frame carries one or more whole `client_request` messages of one client, byte for
+//! byte as the client sent them, concatenated (at most [`BATCH_BYTES`], or one message when a
+//! message is longer): a pipelining client's requests cross in one frame. The answer to a frame
+//! is one frame holding the `client_response` of each of its requests, in order, and the
+//! orchestrator answers a connection's frames in the order they came. Each connection has a
+//! power of two of slots in each direction, at least `--max-concurrent-messages` (up to 1024),
+//! so the server, which never has more messages than that in flight per thread, rarely finds
+//! a ring full (and waits when it does).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -44,6 +48,12 @@ const HELLO_LEN: usize = 24;
 const DATA_HELLO_LEN: usize = 16;
 /// How long one step of the setup may take once the peer is there.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of requests (or responses) one data frame carries at most, unless one message is
+/// longer.
+pub const BATCH_BYTES: usize = 16 * 1024;
+/// Most frame slots per direction of a data connection (frames hold many messages, so a ring
+/// of this many holds far more messages than any sane `--max-concurrent-messages`).
+const MAX_CHANNEL_SLOTS: u32 = 1024;
 /// How often a wait checks the stop flag.
 pub const TICK: Duration = Duration::from_millis(50);
 
@@ -73,14 +83,20 @@ pub struct ChannelParams {
 }
 
 impl ChannelParams {
-    /// The largest frame on a data connection: a client message with the largest payload.
-    pub fn max_frame(&self) -> usize {
+    /// The largest client message: header and the largest payload.
+    pub fn max_message(&self) -> usize {
         CLIENT_HEADER_LEN + self.max_message_length as usize
+    }
+
+    /// The largest frame on a data connection: [`BATCH_BYTES`], or one largest message when
+    /// that is more.
+    pub fn frame_capacity(&self) -> usize {
+        self.max_message().max(BATCH_BYTES)
     }
 
     /// The shared-memory settings of every data connection.
     pub fn shm_config(&self) -> Result<ShmConfig, ChannelError> {
-        let frame = u32::try_from(self.max_frame())
+        let frame = u32::try_from(self.frame_capacity())
             .ok()
             .map(|frame| frame.max(MaxMsgSize::MIN));
         let max_msg_size = frame
@@ -88,7 +104,10 @@ impl ChannelParams {
             .ok_or(ChannelError::MessageTooLong(self.max_message_length))?;
         Ok(ShmConfig {
             max_msg_size,
-            slots: self.max_concurrent.next_power_of_two().max(2),
+            slots: self
+                .max_concurrent
+                .next_power_of_two()
+                .clamp(2, MAX_CHANNEL_SLOTS),
             wait: WaitMode::Adaptive {
                 spin: Duration::from_micros(20),
             },
@@ -689,7 +708,15 @@ mod tests {
         };
         let config = params.shm_config().unwrap();
         assert_eq!(config.slots, 128);
-        assert_eq!(config.max_msg_size.as_u32(), MaxMsgSize::MIN);
+        assert_eq!(config.max_msg_size.as_u32() as usize, BATCH_BYTES);
+        let long = ChannelParams {
+            max_message_length: 100_000,
+            max_concurrent: 1,
+            ..params
+        };
+        let config = long.shm_config().unwrap();
+        assert_eq!(config.slots, 2);
+        assert_eq!(config.max_msg_size.as_u32(), 100_012);
         let huge = ChannelParams {
             max_message_length: u32::MAX,
             ..params

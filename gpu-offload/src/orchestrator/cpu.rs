@@ -1,15 +1,16 @@
 //! The CPU processor: one thread per data connection that reverses each request's payload and
-//! sends the response back, in the order the requests came.
+//! sends the responses back, one frame of responses per frame of requests, in the order the
+//! requests came.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 use urom_core::shm::ShmConnection;
 use urom_core::transport::{FrameRecvError, FrameSendError, Transport};
-use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, write_client_headers};
+use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 /// How long a processor thread waits for a request before looking at its stop flag.
 const WAIT: Duration = Duration::from_millis(50);
@@ -31,6 +32,43 @@ pub fn reverse_into(request: &[u8], out: &mut [u8], max_len: usize) -> Option<us
     Some(len)
 }
 
+/// Writes the responses to the requests of `frame` (one or more whole `client_request`
+/// messages) into `out`, in order; returns their length, or `None` when `frame` is not such a
+/// sequence or `out` is too small.
+#[inline]
+pub fn reverse_frame(frame: &[u8], out: &mut [u8], max_len: usize) -> Option<usize> {
+    let (mut at, mut len) = (0, 0);
+    while at < frame.len() {
+        let n = match message_length(&frame[at..], max_len) {
+            Ok(Some(n)) if at + n <= frame.len() => n,
+            _ => return None,
+        };
+        len += reverse_into(&frame[at..at + n], out.get_mut(len..)?, max_len)?;
+        at += n;
+    }
+    (len > 0).then_some(len)
+}
+
+/// Why the processor threads could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// A thread could not be created.
+    Thread(std::io::Error),
+    /// A thread could not be pinned to its `--cpu`.
+    Pin(urom_core::PinError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Thread(e) => write!(f, "cannot start a processor thread: {e}"),
+            Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
 /// Why a processor thread ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcessorEnd {
@@ -41,38 +79,43 @@ pub enum ProcessorEnd {
 }
 
 /// Serves one data connection until `stop` is set or the server goes away. Allocates nothing
-/// per message: the response is built in one buffer made before the loop.
+/// per message: responses are built in one buffer made before the loop.
+///
+/// After each frame the thread keeps polling for `poll`, yielding its CPU between polls, then
+/// sleeps until the server wakes it: a busy server's next frame is taken without a wake-up, an
+/// idle one costs nothing.
 pub fn serve(
     mut conn: ShmConnection,
     index: usize,
     max_len: usize,
+    poll: Duration,
     stop: &AtomicBool,
 ) -> ProcessorEnd {
-    let mut out = vec![0u8; CLIENT_HEADER_LEN + max_len].into_boxed_slice();
+    let mut out = vec![0u8; conn.max_msg_size().as_u32() as usize].into_boxed_slice();
     let mut served = 0u64;
+    let mut last_work = Instant::now();
+    let mut worked = false;
     let end = 'serve: loop {
         if stop.load(Ordering::Relaxed) {
             break ProcessorEnd::Stopped;
         }
-        match conn.wait_recv(WAIT) {
-            Ok(_) => {}
-            Err(e) => {
-                info!(thread = index, "data connection closed: {e}");
-                break ProcessorEnd::ServerGone;
-            }
+        if worked {
+            last_work = Instant::now();
+        } else if last_work.elapsed() < poll {
+            std::thread::yield_now();
+        } else if let Err(e) = conn.wait_recv(WAIT) {
+            info!(thread = index, "data connection closed: {e}");
+            break ProcessorEnd::ServerGone;
         }
+        worked = false;
         loop {
             let len = match conn.recv() {
-                Ok(Some(request)) => match reverse_into(request, &mut out, max_len) {
-                    Some(len) => len,
-                    None => {
-                        warn!(
-                            thread = index,
-                            "the server sent something other than a well-formed client_request; ignored"
-                        );
-                        continue;
-                    }
-                },
+                Ok(Some(requests)) => reverse_frame(requests, &mut out, max_len).unwrap_or_else(|| {
+                    // The server checks every request, so this does not happen; an empty
+                    // answer keeps the frames in step and makes the server drop the client.
+                    warn!(thread = index, "the server sent something other than well-formed client_requests; answered empty");
+                    0
+                }),
                 Ok(None) => break,
                 Err(FrameRecvError::PeerGone(how)) => {
                     info!(thread = index, "data connection closed: {how}");
@@ -98,6 +141,7 @@ pub fn serve(
                 }
             }
             served += 1;
+            worked = true;
         }
     };
     info!(
@@ -115,19 +159,50 @@ pub struct CpuProcessor {
 }
 
 impl CpuProcessor {
-    /// Starts one thread per data connection.
-    pub fn start(conns: Vec<ShmConnection>, max_len: usize) -> std::io::Result<Self> {
+    /// Starts one thread per data connection; thread `i` is pinned to `cpus[i]` when the list
+    /// has that many entries.
+    pub fn start(
+        conns: Vec<ShmConnection>,
+        max_len: usize,
+        cpus: &[usize],
+        poll: Duration,
+    ) -> Result<Self, StartError> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(conns.len());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (index, conn) in conns.into_iter().enumerate() {
-            let stop = Arc::clone(&stop);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("processor-{index}"))
-                    .spawn(move || serve(conn, index, max_len, &stop))?,
-            );
+            let thread_stop = Arc::clone(&stop);
+            let cpu = cpus.get(index).copied();
+            let ready = ready_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("processor-{index}"))
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        if let Err(e) = urom_core::pin_current_thread(cpu) {
+                            let _ = ready.send(Err(e));
+                            return ProcessorEnd::Stopped;
+                        }
+                    }
+                    let _ = ready.send(Ok(()));
+                    drop(ready);
+                    serve(conn, index, max_len, poll, &thread_stop)
+                });
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    Self { stop, threads }.stop();
+                    return Err(StartError::Thread(e));
+                }
+            }
         }
-        Ok(Self { stop, threads })
+        drop(ready_tx);
+        let pinned: Result<Vec<()>, _> = ready_rx.iter().collect();
+        let processor = Self { stop, threads };
+        if let Err(e) = pinned {
+            processor.stop();
+            return Err(StartError::Pin(e));
+        }
+        Ok(processor)
     }
 
     /// Whether a thread ended on its own (its data connection broke).

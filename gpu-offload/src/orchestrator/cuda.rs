@@ -12,12 +12,12 @@
 //!                      16 payload
 //! ```
 //!
-//! Per channel, a CPU feeder thread takes requests off the data connection and posts each in
-//! the next slot (payload, length, then state 1 with Release); the kernel's warp for that
-//! channel waits for state 1 in slot order, reverses the payload in place (the lanes share the
-//! bytes), fences, and sets state 2; the feeder picks responses up in slot order, sends them to
-//! the server and frees the slot (state 0). Requests are answered in the order they came, which
-//! the server relies on. The kernel runs until the CPU sets the stop flag; the main thread
+//! Per channel, a CPU feeder thread takes frames of requests off the data connection and posts
+//! each request in the next slot (payload, length, then state 1 with Release); the kernel's
+//! warp for that channel waits for state 1 in slot order, reverses the payload in place (the
+//! lanes share the bytes), fences, and sets state 2; the feeder picks responses up in slot
+//! order, frees each slot (state 0), and sends one frame of responses per frame of requests.
+//! Requests are answered in the order they came, which the server relies on. The kernel runs until the CPU sets the stop flag; the main thread
 //! watches it with `cuStreamQuery`.
 //!
 //! Without a driver or NVRTC, [`Gpu::open`] says so in one line instead of failing inside
@@ -25,6 +25,7 @@
 #![allow(unsafe_code)]
 
 use core::fmt;
+use std::collections::VecDeque;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -37,7 +38,7 @@ use cudarc::driver::{
 use tracing::{error, info, warn};
 use urom_core::shm::ShmConnection;
 use urom_core::transport::{FrameSendError, Transport};
-use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, write_client_headers};
+use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 use crate::channel::ChannelParams;
 
@@ -298,6 +299,7 @@ impl CudaProcessor {
         gpu: Gpu,
         conns: Vec<ShmConnection>,
         params: &ChannelParams,
+        cpus: &[usize],
     ) -> Result<Self, CudaError> {
         let ctx = Arc::clone(&gpu.ctx);
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
@@ -349,27 +351,51 @@ impl CudaProcessor {
         );
         let feeders_stop = Arc::new(AtomicBool::new(false));
         let mut feeders = Vec::with_capacity(channels);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let mut failure = None;
         for (index, conn) in conns.into_iter().enumerate() {
             let shared = Arc::clone(&memory);
             let stop = Arc::clone(&feeders_stop);
+            let cpu = cpus.get(index).copied();
+            let ready = ready_tx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("cuda-feeder-{index}"))
-                .spawn(move || feed(conn, index, &shared, geometry, &stop));
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        if let Err(e) = urom_core::pin_current_thread(cpu) {
+                            let _ = ready.send(Err(format!(
+                                "{e} (is the --cpu online and allowed for this process?)"
+                            )));
+                            return;
+                        }
+                    }
+                    let _ = ready.send(Ok(()));
+                    drop(ready);
+                    feed(conn, index, &shared, geometry, &stop);
+                });
             match spawned {
                 Ok(handle) => feeders.push(handle),
                 Err(e) => {
-                    feeders_stop.store(true, Ordering::Relaxed);
-                    for feeder in feeders {
-                        let _ = feeder.join();
-                    }
-                    memory.word(0).store(1, Ordering::Release);
-                    let _ = stream.synchronize();
-                    return Err(CudaError::Driver {
-                        op: "starting a feeder thread",
-                        reason: e.to_string(),
-                    });
+                    failure = Some(e.to_string());
+                    break;
                 }
             }
+        }
+        drop(ready_tx);
+        if let Some(Err(e)) = ready_rx.iter().find(Result::is_err) {
+            failure = failure.or(Some(e));
+        }
+        if let Some(reason) = failure {
+            feeders_stop.store(true, Ordering::Relaxed);
+            for feeder in feeders {
+                let _ = feeder.join();
+            }
+            memory.word(0).store(1, Ordering::Release);
+            let _ = stream.synchronize();
+            return Err(CudaError::Driver {
+                op: "starting the feeder threads",
+                reason,
+            });
         }
         Ok(Self {
             gpu,
@@ -408,7 +434,8 @@ impl CudaProcessor {
     }
 }
 
-/// One channel's feeder: posts requests to the kernel and returns its responses, in order.
+/// One channel's feeder: posts each request of each frame to the kernel, and sends back one
+/// frame of responses per frame of requests, in order.
 fn feed(
     mut conn: ShmConnection,
     index: usize,
@@ -416,76 +443,111 @@ fn feed(
     geometry: Geometry,
     stop: &AtomicBool,
 ) {
-    let mut out = vec![0u8; CLIENT_HEADER_LEN + geometry.max_len].into_boxed_slice();
+    let capacity = conn.max_msg_size().as_u32() as usize;
+    // The frame being posted (copied out of the ring so the ring slot is free at once).
+    let mut staged = vec![0u8; capacity].into_boxed_slice();
+    let (mut staged_at, mut staged_len) = (0usize, 0usize);
+    // Responses of the oldest frame, gathered as the kernel finishes them.
+    let mut out = vec![0u8; capacity].into_boxed_slice();
+    let mut out_len = 0usize;
+    let mut gathered = 0u32;
+    // Requests per frame, oldest first, for frames not yet answered.
+    let mut frames: VecDeque<u32> = VecDeque::with_capacity(geometry.slots + 1);
     let (mut head, mut tail) = (0usize, 0usize);
     let mut served = 0u64;
     'feed: while !stop.load(Ordering::Relaxed) {
         let mut progress = false;
-        // Responses, in slot order.
+        // Responses, in slot order; a frame goes back once all its requests are done.
         while tail < head {
             let slot = geometry.slot(index, tail % geometry.slots);
             if memory.word(slot).load(Ordering::Acquire) != RESPONSE {
                 break;
             }
             let len = memory.word(slot + 4).load(Ordering::Relaxed) as usize;
-            let Ok(total) = write_client_headers(&mut out, true, len, geometry.max_len) else {
+            let Ok(total) = write_client_headers(&mut out[out_len..], true, len, geometry.max_len)
+            else {
                 error!(
                     thread = index,
                     len, "the kernel reported an impossible length"
                 );
                 break 'feed;
             };
-            memory.read(slot + PAYLOAD_OFFSET, &mut out[CLIENT_HEADER_LEN..total]);
+            memory.read(
+                slot + PAYLOAD_OFFSET,
+                &mut out[out_len + CLIENT_HEADER_LEN..out_len + total],
+            );
             memory.word(slot).store(FREE, Ordering::Release);
-            loop {
-                match conn.send(&out[..total]) {
-                    Ok(()) => break,
-                    Err(FrameSendError::Full) => {
-                        if conn.wait_send(Duration::from_millis(50)).is_err() {
-                            break 'feed;
-                        }
-                    }
-                    Err(e) => {
-                        info!(thread = index, "cannot answer: {e}");
-                        break 'feed;
-                    }
-                }
-            }
+            out_len += total;
+            gathered += 1;
             tail += 1;
             served += 1;
             progress = true;
+            if frames.front() == Some(&gathered) {
+                if !send_frame(&mut conn, &out[..out_len], index) {
+                    break 'feed;
+                }
+                frames.pop_front();
+                gathered = 0;
+                out_len = 0;
+            }
         }
-        // Requests, while slots are free.
-        while head - tail < geometry.slots {
+        // Requests of the staged frame, while slots are free.
+        while staged_at < staged_len && head - tail < geometry.slots {
+            let Ok(Some(len)) = message_length(&staged[staged_at..staged_len], geometry.max_len)
+            else {
+                break;
+            };
+            let payload = &staged[staged_at + CLIENT_HEADER_LEN..staged_at + len];
             let slot = geometry.slot(index, head % geometry.slots);
+            memory.write(slot + PAYLOAD_OFFSET, payload);
+            memory
+                .word(slot + 4)
+                .store(payload.len() as u32, Ordering::Relaxed);
+            memory.word(slot).store(REQUEST, Ordering::Release);
+            staged_at += len;
+            head += 1;
+            progress = true;
+        }
+        // The next frame, once the staged one is posted.
+        if staged_at == staged_len {
             match conn.recv() {
                 Ok(Some(frame)) => {
-                    let Ok(GpuMessage::ClientRequest(payload)) =
-                        GpuMessage::parse(frame, geometry.max_len)
-                    else {
-                        warn!(
-                            thread = index,
-                            "the server sent something other than a well-formed client_request; ignored"
-                        );
-                        continue;
-                    };
-                    memory.write(slot + PAYLOAD_OFFSET, payload);
-                    memory
-                        .word(slot + 4)
-                        .store(payload.len() as u32, Ordering::Relaxed);
-                    memory.word(slot).store(REQUEST, Ordering::Release);
-                    head += 1;
                     progress = true;
+                    match count_requests(frame, geometry.max_len) {
+                        Some(count) => {
+                            staged[..frame.len()].copy_from_slice(frame);
+                            staged_at = 0;
+                            staged_len = frame.len();
+                            frames.push_back(count);
+                        }
+                        None => {
+                            // The server checks every request, so this does not happen; an
+                            // empty answer keeps the frames in step (the server then drops
+                            // the client), but only in order.
+                            warn!(
+                                thread = index,
+                                "the server sent something other than well-formed client_requests; answered empty"
+                            );
+                            frames.push_back(0);
+                        }
+                    }
                 }
-                Ok(None) => break,
+                Ok(None) => {}
                 Err(e) => {
                     info!(thread = index, "data connection closed: {e}");
                     break 'feed;
                 }
             }
         }
+        // Frames with nothing left to wait for (empty answers) go back in turn.
+        while gathered == 0 && frames.front() == Some(&0) {
+            frames.pop_front();
+            if !send_frame(&mut conn, &[], index) {
+                break 'feed;
+            }
+        }
         if !progress {
-            if head == tail {
+            if head == tail && staged_at == staged_len {
                 let _ = conn.wait_recv(Duration::from_millis(50));
             } else {
                 std::hint::spin_loop();
@@ -493,4 +555,39 @@ fn feed(
         }
     }
     info!(thread = index, requests = served, "feeder stopped");
+}
+
+/// How many whole `client_request` messages `frame` holds; `None` unless it is one or more
+/// of them and nothing else.
+fn count_requests(frame: &[u8], max_len: usize) -> Option<u32> {
+    let (mut at, mut count) = (0usize, 0u32);
+    while at < frame.len() {
+        match GpuMessage::parse(
+            frame.get(at..at + message_length(&frame[at..], max_len).ok()??)?,
+            max_len,
+        ) {
+            Ok(GpuMessage::ClientRequest(payload)) => at += CLIENT_HEADER_LEN + payload.len(),
+            _ => return None,
+        }
+        count += 1;
+    }
+    (count > 0).then_some(count)
+}
+
+/// Sends `frame`, waiting while the ring is full; `false` once the server is gone.
+fn send_frame(conn: &mut ShmConnection, frame: &[u8], index: usize) -> bool {
+    loop {
+        match conn.send(frame) {
+            Ok(()) => return true,
+            Err(FrameSendError::Full) => {
+                if conn.wait_send(Duration::from_millis(50)).is_err() {
+                    return false;
+                }
+            }
+            Err(e) => {
+                info!(thread = index, "cannot answer: {e}");
+                return false;
+            }
+        }
+    }
 }

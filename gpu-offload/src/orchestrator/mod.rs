@@ -100,6 +100,16 @@ pub struct OrchestratorArgs {
     #[arg(long, value_name = "LENGTH", default_value_t = DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_MESSAGE_LENGTH)))]
     pub max_message_length: u32,
 
+    /// CPU to pin processor thread i to (the CPU processor's threads, the CUDA processor's
+    /// feeders), in thread order; repeat for more. Threads without one are not pinned.
+    #[arg(long = "cpu", value_name = "CPU")]
+    pub cpus: Vec<usize>,
+
+    /// After each frame of requests, keep polling this many microseconds (yielding the CPU
+    /// between polls) before sleeping until the server wakes the thread.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    pub poll_us: u64,
+
     /// Which processor reverses the payloads.
     #[arg(long, value_enum, default_value = "cpu")]
     pub processor: ProcessorChoice,
@@ -119,7 +129,7 @@ pub enum OrchestratorError {
     /// The channel to the server could not be set up.
     Channel(ChannelError),
     /// The processor's threads could not be started.
-    Thread(std::io::Error),
+    Start(cpu::StartError),
     /// The server went away without shutting down.
     ServerGone,
 }
@@ -129,7 +139,7 @@ impl fmt::Display for OrchestratorError {
         match self {
             Self::Cuda(e) => write!(f, "{e}"),
             Self::Channel(e) => write!(f, "{e}"),
-            Self::Thread(e) => write!(f, "cannot start a processor thread: {e}"),
+            Self::Start(e) => write!(f, "{e}"),
             Self::ServerGone => f.write_str("the server went away without shutting down"),
         }
     }
@@ -157,14 +167,16 @@ impl Processor {
         gpu: Option<cuda::Gpu>,
         conns: Vec<ShmConnection>,
         params: &ChannelParams,
+        cpus: &[usize],
+        poll: Duration,
     ) -> Result<Self, OrchestratorError> {
         match gpu {
-            Some(gpu) => cuda::CudaProcessor::start(gpu, conns, params)
+            Some(gpu) => cuda::CudaProcessor::start(gpu, conns, params, cpus)
                 .map(Processor::Cuda)
                 .map_err(OrchestratorError::Cuda),
-            None => cpu::CpuProcessor::start(conns, params.max_message_length as usize)
+            None => cpu::CpuProcessor::start(conns, params.max_message_length as usize, cpus, poll)
                 .map(Processor::Cpu)
-                .map_err(OrchestratorError::Thread),
+                .map_err(OrchestratorError::Start),
         }
     }
 
@@ -232,7 +244,13 @@ pub fn run(
     }
     let mut control = channel.control;
     let params = channel.params;
-    let mut processor = Processor::start(gpu, channel.data, &params)?;
+    let mut processor = Processor::start(
+        gpu,
+        channel.data,
+        &params,
+        &args.cpus,
+        Duration::from_micros(args.poll_us),
+    )?;
     info!(
         threads = params.threads,
         processor = match processor {

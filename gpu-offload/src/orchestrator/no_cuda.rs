@@ -45,6 +45,7 @@ impl CudaProcessor {
         gpu: Gpu,
         _conns: Vec<ShmConnection>,
         _params: &ChannelParams,
+        _cpus: &[usize],
     ) -> Result<Self, CudaError> {
         match gpu.0 {}
     }

@@ -226,6 +226,7 @@ impl PendingServer {
                 index,
                 max_message_length: params.max_message_length as usize,
                 max_concurrent: params.max_concurrent as usize,
+                frame_capacity: params.frame_capacity(),
                 channel: conn,
                 incoming,
                 wake: Arc::clone(&wake),
