@@ -11,10 +11,33 @@
  *   -DGET_VERSION_FAILS    urom_plugin_get_version returns an error
  *   -DOPEN_FAILS           open returns an error
  *   -DREJECT_COMMANDS      worker_cmd refuses every command with DOCA_ERROR_NOT_SUPPORTED
+ *   -DCRASH_ON_LOAD        crash (SIGSEGV) as soon as the library is loaded
+ *   -DHANG_ON_LOAD         never return from loading the library
  */
+#define _POSIX_C_SOURCE 200809L
+
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "urom_plugin.h"
+
+#ifdef CRASH_ON_LOAD
+__attribute__((constructor)) static void crash_on_load(void)
+{
+	/* The default action, whatever handler the loading process installed. */
+	signal(SIGSEGV, SIG_DFL);
+	raise(SIGSEGV);
+}
+#endif
+
+#ifdef HANG_ON_LOAD
+__attribute__((constructor)) static void hang_on_load(void)
+{
+	for (;;)
+		pause();
+}
+#endif
 
 #define LOOPBACK_VERSION 0x01
 #define LOOPBACK_ADDR "c-loopback-endpoint"

@@ -5,6 +5,8 @@
 //! profile as the running test.
 #![deny(unsafe_code)]
 
+pub mod control;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -136,8 +138,17 @@ impl ChildGuard {
 }
 
 impl Drop for ChildGuard {
+    /// SIGTERM first, so that a daemon can stop its workers; SIGKILL after five seconds.
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+            if self
+                .wait_timeout(std::time::Duration::from_secs(5))
+                .is_none()
+            {
+                let _ = self.0.kill();
+            }
+        }
         let _ = self.0.wait();
     }
 }

@@ -1,6 +1,276 @@
 //! The urom service daemon.
 //!
-//! The one process an operator starts on an offload device: it discovers plugins in
-//! `UROM_PLUGIN_PATH`, authenticates hosts, and spawns, attaches and tears down
-//! `urom-worker` processes. Not implemented yet: see the README's status table.
+//! The one process an operator starts on an offload device. It listens on a Unix socket; each
+//! host that connects says hello (protocol version and maximum message size must match),
+//! authenticates (its Unix credentials must belong to the daemon's user, root or the allow
+//! list), and then lists plugins, reads the CPU set, spawns or attaches to workers, destroys
+//! them and lists them by group. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
+//! connection ([`discovery`]); workers are `urom-worker` processes watched by the daemon
+//! ([`registry`]). Whatever hosts, plugins and workers do, the daemon stays up; on SIGTERM it
+//! stops every worker and exits 0.
 #![deny(unsafe_code)]
+
+pub mod args;
+pub mod discovery;
+pub mod registry;
+mod session;
+
+use std::fmt;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+use urom_wire::{CpuSet, MaxMsgSize};
+
+pub use args::{Args, ArgsError};
+use discovery::{Discovery, PluginEntry};
+use registry::{Registry, WorkerConfig};
+
+/// The daemon's log file name.
+pub const LOG_FILE: &str = "urom_daemon_dev.log";
+/// The environment variable listing plugin directories.
+pub const PLUGIN_PATH_VAR: &str = "UROM_PLUGIN_PATH";
+/// How often the accept loop looks at the stop flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// Why the daemon could not run.
+#[derive(Debug)]
+pub enum DaemonRunError {
+    /// A directory could not be created or used.
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// Logging could not be set up.
+    Log(urom_worker::LogInitError),
+    /// `--cpuset` names CPUs this process may not use.
+    Cpuset {
+        /// What was asked for, as a CPU list.
+        requested: String,
+        /// What the process may use, as a CPU list.
+        allowed: String,
+    },
+    /// The CPUs this process may use could not be read.
+    Affinity(nix::errno::Errno),
+    /// The socket could not be created.
+    Listen {
+        /// Its path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The stop signals could not be hooked.
+    Signals(io::Error),
+}
+
+impl fmt::Display for DaemonRunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Directory { path, source } => {
+                write!(f, "cannot use {}: {source}", path.display())
+            }
+            Self::Log(e) => write!(f, "{e}"),
+            Self::Cpuset { requested, allowed } => write!(
+                f,
+                "--cpuset {requested} is not among the CPUs this process may use ({allowed})"
+            ),
+            Self::Affinity(e) => write!(f, "cannot read the CPUs this process may use: {e}"),
+            Self::Listen { path, source } => {
+                write!(f, "cannot listen on {}: {source}", path.display())
+            }
+            Self::Signals(e) => write!(f, "cannot install the SIGTERM handler: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DaemonRunError {}
+
+/// What every host session shares.
+pub(crate) struct Service {
+    max_msg_size: MaxMsgSize,
+    cpuset: CpuSet,
+    allowed_uids: Vec<u32>,
+    discovery: Discovery,
+    registry: Arc<Registry>,
+    stopping: AtomicBool,
+}
+
+impl Service {
+    /// Whether a peer running as `uid` may use the service.
+    fn allows(&self, uid: u32) -> bool {
+        uid == 0 || self.allowed_uids.contains(&uid)
+    }
+
+    /// The plugins `UROM_PLUGIN_PATH` offers now.
+    fn discover(&self) -> Vec<PluginEntry> {
+        self.discovery
+            .scan(std::env::var_os(PLUGIN_PATH_VAR).as_deref())
+    }
+}
+
+/// Where the socket goes when `--listen` is not given: `/run/urom`, then
+/// `$XDG_RUNTIME_DIR/urom`, then `/tmp/urom-<uid>`, the first that can be created.
+pub fn default_socket() -> PathBuf {
+    let uid = nix::unistd::geteuid().as_raw();
+    let candidates = [
+        Some(PathBuf::from("/run/urom")),
+        std::env::var_os("XDG_RUNTIME_DIR").map(|dir| PathBuf::from(dir).join("urom")),
+        Some(std::env::temp_dir().join(format!("urom-{uid}"))),
+    ];
+    let dir = candidates
+        .into_iter()
+        .flatten()
+        .find(|dir| writable_dir(dir))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("urom-{uid}")));
+    dir.join("urom.sock")
+}
+
+/// Whether `dir` exists or can be created, and can be written.
+fn writable_dir(dir: &Path) -> bool {
+    std::fs::create_dir_all(dir).is_ok() && tempfile_probe(dir)
+}
+
+fn tempfile_probe(dir: &Path) -> bool {
+    let probe = dir.join(format!(".urom-write-test-{}", std::process::id()));
+    let ok = std::fs::write(&probe, b"").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    ok
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(args: Args) -> Result<(), DaemonRunError> {
+    let socket = args.listen.clone().unwrap_or_else(default_socket);
+    let socket_dir = socket.parent().unwrap_or(Path::new(".")).to_owned();
+    create_dir(&socket_dir)?;
+    let log_dir = match &args.log_dir {
+        Some(dir) => dir.clone(),
+        None if writable_dir(Path::new("/var/log/doca/urom")) => "/var/log/doca/urom".into(),
+        None => socket_dir.clone(),
+    };
+    create_dir(&log_dir)?;
+    urom_worker::init_logging(args.log_level, Some(&log_dir), LOG_FILE, args.log_stderr)
+        .map_err(DaemonRunError::Log)?;
+
+    let allowed = current_cpuset()?;
+    let cpuset = match args.cpuset {
+        Some(requested) if !requested.is_subset(&allowed) => {
+            return Err(DaemonRunError::Cpuset {
+                requested: requested.to_string(),
+                allowed: allowed.to_string(),
+            });
+        }
+        Some(requested) => requested,
+        None => allowed,
+    };
+    let worker_bin = args.worker_bin.clone().unwrap_or_else(default_worker_bin);
+    let own_uid = nix::unistd::geteuid().as_raw();
+    let mut allowed_uids = args.allow_uids.clone();
+    allowed_uids.push(own_uid);
+
+    let listener = bind(&socket)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonRunError::Signals)?;
+    }
+    let service = Arc::new(Service {
+        max_msg_size: args.max_msg_size(),
+        cpuset,
+        allowed_uids,
+        discovery: Discovery::new(std::env::current_exe().unwrap_or_else(|_| "urom-daemon".into())),
+        registry: Arc::new(Registry::new(WorkerConfig {
+            worker_bin: worker_bin.clone(),
+            max_msg_size: args.max_msg_size(),
+            log_dir: log_dir.clone(),
+            log_level: args.sdk_log_level,
+            socket_dir,
+            cpuset,
+            max_workers: args.max_workers,
+        })),
+        stopping: AtomicBool::new(false),
+    });
+    info!(
+        socket = %socket.display(),
+        log_dir = %log_dir.display(),
+        %cpuset,
+        max_workers = args.max_workers,
+        max_msg_size = args.max_msg_size,
+        worker = %worker_bin.display(),
+        "urom daemon started"
+    );
+
+    let next_host = AtomicU64::new(1);
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let host = next_host.fetch_add(1, Ordering::Relaxed);
+                let service = Arc::clone(&service);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("urom-host-{host}"))
+                    .spawn(move || session::serve(&service, host, stream));
+                if let Err(e) = spawned {
+                    error!("cannot serve a host: {e}");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+            Err(e) => {
+                warn!("accept failed: {e}");
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+    info!("stopping: tearing down every worker");
+    service.stopping.store(true, Ordering::Relaxed);
+    service.registry.shutdown();
+    let _ = std::fs::remove_file(&socket);
+    info!("urom daemon stopped");
+    Ok(())
+}
+
+fn create_dir(path: &Path) -> Result<(), DaemonRunError> {
+    std::fs::create_dir_all(path).map_err(|source| DaemonRunError::Directory {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The CPUs this process may run on.
+fn current_cpuset() -> Result<CpuSet, DaemonRunError> {
+    let mask = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(DaemonRunError::Affinity)?;
+    Ok((0..nix::sched::CpuSet::count())
+        .filter(|&cpu| mask.is_set(cpu).unwrap_or(false))
+        .collect())
+}
+
+/// `urom-worker` beside this program, else whatever `PATH` finds.
+fn default_worker_bin() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("urom-worker")))
+        .filter(|path| path.exists())
+        .unwrap_or_else(|| "urom-worker".into())
+}
+
+/// Binds the socket, replacing a stale one nobody listens on; any local user may connect
+/// (authentication decides who is served).
+fn bind(socket: &Path) -> Result<UnixListener, DaemonRunError> {
+    let error = |source| DaemonRunError::Listen {
+        path: socket.to_owned(),
+        source,
+    };
+    if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
+        let _ = std::fs::remove_file(socket);
+    }
+    let listener = UnixListener::bind(socket).map_err(error)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(error)?;
+    listener.set_nonblocking(true).map_err(error)?;
+    Ok(listener)
+}

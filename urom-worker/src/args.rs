@@ -58,12 +58,50 @@ pub struct Args {
     /// Never sleep when idle: spin on the channels (lowest latency; use on dedicated cores).
     #[arg(long)]
     pub busy_poll: bool,
+
+    /// Stop when the process that started this worker ends (the daemon passes it, so that no
+    /// worker outlives its daemon).
+    #[arg(long)]
+    pub exit_with_parent: bool,
 }
 
 impl Args {
     /// The maximum message size (checked when parsed).
     pub fn max_msg_size(&self) -> MaxMsgSize {
         MaxMsgSize::new(self.max_msg_size).expect("checked by the parser")
+    }
+
+    /// The command line that gives a worker these arguments (without the program name): what
+    /// the daemon passes when it spawns a worker.
+    pub fn command_line(&self) -> Vec<std::ffi::OsString> {
+        let mut line: Vec<std::ffi::OsString> = Vec::new();
+        for plugin in &self.plugins {
+            line.push("--plugin".into());
+            let mut spec = plugin.path.clone().into_os_string();
+            spec.push(format!(":{:#x}", plugin.id));
+            line.push(spec);
+        }
+        line.extend(["--id".into(), self.id.to_string().into()]);
+        line.extend(["--gid".into(), self.gid.to_string().into()]);
+        if let Some(cpuset) = &self.cpuset {
+            line.extend(["--cpuset".into(), cpuset.to_string().into()]);
+        }
+        line.extend([
+            "--max-msg-size".into(),
+            self.max_msg_size.to_string().into(),
+        ]);
+        line.extend(["--log-level".into(), self.log_level.to_string().into()]);
+        if let Some(dir) = &self.log_dir {
+            line.extend(["--log-dir".into(), dir.clone().into_os_string()]);
+        }
+        line.extend(["--listen".into(), self.listen.clone().into_os_string()]);
+        if self.busy_poll {
+            line.push("--busy-poll".into());
+        }
+        if self.exit_with_parent {
+            line.push("--exit-with-parent".into());
+        }
+        line
     }
 }
 
@@ -131,6 +169,35 @@ mod tests {
                 .contains("not a number")
         );
         assert!(parse_plugin(":1").is_err());
+    }
+
+    #[test]
+    fn the_command_line_parses_back_to_the_same_arguments() {
+        let args = Args::try_parse_from([
+            "urom-worker",
+            "-p",
+            "/p/a.so:1",
+            "-p",
+            "/p/b.so:0x4",
+            "--listen",
+            "/tmp/w.sock",
+            "--id",
+            "7",
+            "--gid",
+            "1",
+            "--cpuset",
+            "0-1",
+            "--log-dir",
+            "/tmp/logs",
+            "--busy-poll",
+            "--exit-with-parent",
+        ])
+        .unwrap();
+        let again = Args::try_parse_from(
+            std::iter::once(std::ffi::OsString::from("urom-worker")).chain(args.command_line()),
+        )
+        .unwrap();
+        assert_eq!(format!("{again:?}"), format!("{args:?}"));
     }
 
     #[test]

@@ -34,6 +34,8 @@ const NAP: Duration = Duration::from_millis(1);
 const SEND_PATIENCE: Duration = Duration::from_secs(10);
 /// How often the acceptor thread looks for new hosts and for the worker stopping.
 const ACCEPT_POLL: Duration = Duration::from_millis(5);
+/// How many busy turns pass between two checks that the parent still runs.
+const PARENT_CHECK_TURNS: u32 = 1 << 16;
 
 /// One connected host.
 struct Host {
@@ -54,16 +56,20 @@ pub struct Worker {
     outbox: Box<[u8]>,
     max: MaxMsgSize,
     busy_poll: bool,
+    /// The process whose end stops this worker.
+    parent: Option<nix::unistd::Pid>,
     seq: u64,
 }
 
 impl Worker {
-    /// A worker serving `plugins` to the hosts that connect on `listener`.
+    /// A worker serving `plugins` to the hosts that connect on `listener`; it stops by itself
+    /// when `parent` is given and that process ends.
     pub fn new(
         plugins: Vec<LoadedPlugin>,
         listener: UnixListener,
         max: MaxMsgSize,
         busy_poll: bool,
+        parent: Option<nix::unistd::Pid>,
     ) -> Self {
         let mut table: Vec<Option<LoadedPlugin>> = (0..MAX_PLUGINS).map(|_| None).collect();
         for plugin in plugins {
@@ -97,21 +103,35 @@ impl Worker {
             outbox: vec![0; max.get()].into_boxed_slice(),
             max,
             busy_poll,
+            parent,
             seq: 0,
         }
     }
 
-    /// Serves hosts until `stop` is set.
+    /// Serves hosts until `stop` is set or the parent (when watched) ends.
     pub fn run(&mut self, stop: &AtomicBool) {
         let mut idle_turns = 0u32;
+        let mut turns = 0u32;
         while !stop.load(Ordering::Relaxed) {
+            turns = turns.wrapping_add(1);
             if self.turn() {
                 idle_turns = 0;
             } else {
                 idle_turns = idle_turns.saturating_add(1);
                 self.rest(idle_turns);
             }
+            // Checked once per nap, or now and then when busy: never per command.
+            let napped = !self.busy_poll && idle_turns >= SPIN_TURNS_BEFORE_NAP;
+            if (napped || turns % PARENT_CHECK_TURNS == 0) && self.parent_gone() {
+                warn!("the process that started this worker has ended; stopping");
+                return;
+            }
         }
+    }
+
+    fn parent_gone(&self) -> bool {
+        self.parent
+            .is_some_and(|parent| nix::unistd::getppid() != parent)
     }
 
     /// One pass over new hosts, every host channel and every plugin; whether anything happened.

@@ -29,7 +29,7 @@ use urom_wire::{CpuSet, MaxMsgSize};
 
 pub use args::{Args, MAX_PLUGINS, PluginSpec};
 pub use dispatch::Worker;
-pub use logging::{LogInitError, init_logging, log_file_name};
+pub use logging::{LogInitError, init_logging, level_filter, log_file_name};
 
 /// Why the worker could not run.
 #[derive(Debug)]
@@ -78,7 +78,13 @@ impl std::error::Error for WorkerRunError {}
 
 /// Runs a worker until SIGTERM or SIGINT.
 pub fn run(args: Args) -> Result<(), WorkerRunError> {
-    init_logging(args.log_level, args.log_dir.as_deref()).map_err(WorkerRunError::Log)?;
+    init_logging(
+        args.log_level,
+        args.log_dir.as_deref(),
+        &log_file_name(),
+        false,
+    )
+    .map_err(WorkerRunError::Log)?;
     info!(
         id = args.id,
         gid = args.gid,
@@ -104,7 +110,8 @@ pub fn run(args: Args) -> Result<(), WorkerRunError> {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
     }
     info!(socket = %args.listen.display(), "accepting hosts");
-    let mut worker = Worker::new(plugins, listener, max, args.busy_poll);
+    let parent = args.exit_with_parent.then(nix::unistd::getppid);
+    let mut worker = Worker::new(plugins, listener, max, args.busy_poll, parent);
     worker.run(&stop);
     drop(worker);
     let _ = std::fs::remove_file(&args.listen);

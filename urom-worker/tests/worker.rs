@@ -92,7 +92,10 @@ fn every_bad_command_gets_an_error_and_the_worker_goes_on() {
     assert!(log.contains("cannot load plugin"), "{log}");
     assert!(log.contains("worker_missing.so"), "{log}");
     assert!(log.contains("plugin left out"), "{log}");
-    assert!(log.contains("does not export `urom_plugin_get_iface`"), "{log}");
+    assert!(
+        log.contains("does not export `urom_plugin_get_iface`"),
+        "{log}"
+    );
     assert!(log.contains("interface version 9"), "{log}");
 }
 

@@ -1,0 +1,485 @@
+//! The workers: spawn, attach, destroy, watch.
+//!
+//! Every worker is a child process with a watcher thread that waits for it to end without
+//! reaping it (`waitid` with `WNOWAIT`), then, under the registry lock, forgets it and reaps it.
+//! Signals are only sent under that lock to workers still registered, so a signal never
+//! reaches a process id the system has already reused. When a worker ends, every host attached
+//! to it is told and its id becomes free.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::Pid;
+use tracing::{error, info, warn};
+use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
+use urom_wire::{CpuSet, MaxMsgSize, Status};
+use urom_worker::PluginSpec;
+
+use crate::discovery::PluginEntry;
+
+/// How long a worker has to stop after SIGTERM before it gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a new worker has to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Identifies one host connection.
+pub type HostId = u64;
+
+/// A request refused, with the status and reason the host gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceError {
+    /// The status of the error reply.
+    pub status: Status,
+    /// The reason, for the host's operator.
+    pub reason: String,
+}
+
+impl ServiceError {
+    pub(crate) fn new(status: Status, reason: impl Into<String>) -> Self {
+        Self {
+            status,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Where a host learns that a worker it is attached to has ended.
+pub trait HostEvents: Send + Sync {
+    /// The worker ended.
+    fn worker_exited(&self, exit: WorkerExit);
+}
+
+/// How workers are started.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The `urom-worker` program.
+    pub worker_bin: PathBuf,
+    /// The channels' maximum message size.
+    pub max_msg_size: MaxMsgSize,
+    /// Where workers write their logs.
+    pub log_dir: PathBuf,
+    /// The workers' log level.
+    pub log_level: u8,
+    /// Where workers put their sockets.
+    pub socket_dir: PathBuf,
+    /// The CPUs workers may use.
+    pub cpuset: CpuSet,
+    /// The most workers at once.
+    pub max_workers: u32,
+}
+
+/// What a host asks for when it spawns or attaches.
+#[derive(Debug, Clone)]
+pub struct SpawnRequest {
+    /// A worker id, or [`WORKER_ID_ANY`].
+    pub worker_id: u64,
+    /// The plugins, as an OR of ids.
+    pub plugins: u64,
+    /// The group.
+    pub gid: u32,
+    /// The CPUs; empty for all the service's.
+    pub cpuset: CpuSet,
+    /// `NAME=value` entries for a new worker.
+    pub env: Vec<String>,
+}
+
+struct Worker {
+    pid: Pid,
+    gid: u32,
+    owner: u32,
+    plugins: u64,
+    socket: PathBuf,
+    hosts: HashSet<HostId>,
+}
+
+#[derive(Default)]
+struct Inner {
+    workers: HashMap<u64, Worker>,
+    next_id: u64,
+    hosts: HashMap<HostId, Arc<dyn HostEvents>>,
+}
+
+/// The service's workers.
+pub struct Registry {
+    config: WorkerConfig,
+    inner: Mutex<Inner>,
+    /// Signalled whenever a worker is forgotten.
+    exited: Condvar,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(config: WorkerConfig) -> Self {
+        Self {
+            config,
+            inner: Mutex::default(),
+            exited: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a host connection.
+    pub fn add_host(&self, host: HostId, events: Arc<dyn HostEvents>) {
+        self.lock().hosts.insert(host, events);
+    }
+
+    /// Forgets a host connection; workers only it was attached to are stopped.
+    pub fn remove_host(&self, host: HostId) {
+        let orphans: Vec<u64> = {
+            let mut inner = self.lock();
+            inner.hosts.remove(&host);
+            inner
+                .workers
+                .iter_mut()
+                .filter_map(|(&id, worker)| {
+                    (worker.hosts.remove(&host) && worker.hosts.is_empty()).then_some(id)
+                })
+                .collect()
+        };
+        for id in orphans {
+            info!(worker = id, "its last host left: stopping it");
+            self.stop(id);
+        }
+    }
+
+    /// Spawns a worker, or attaches the host to an existing one; returns its id and socket.
+    pub fn spawn_or_attach(
+        self: &Arc<Self>,
+        host: HostId,
+        uid: u32,
+        request: &SpawnRequest,
+        offered: &[PluginEntry],
+    ) -> Result<(u64, PathBuf), ServiceError> {
+        let (id, socket) = {
+            let mut inner = self.lock();
+            match inner.workers.get_mut(&request.worker_id) {
+                Some(worker) => {
+                    attach(request, worker, uid)?;
+                    worker.hosts.insert(host);
+                    info!(worker = request.worker_id, host, "host attached");
+                    (request.worker_id, worker.socket.clone())
+                }
+                None => self.spawn(&mut inner, host, uid, request, offered)?,
+            }
+        };
+        self.wait_until_listening(id, &socket)?;
+        Ok((id, socket))
+    }
+
+    fn spawn(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        host: HostId,
+        uid: u32,
+        request: &SpawnRequest,
+        offered: &[PluginEntry],
+    ) -> Result<(u64, PathBuf), ServiceError> {
+        if inner.workers.len() >= self.config.max_workers as usize {
+            return Err(ServiceError::new(
+                Status::Full,
+                format!(
+                    "the service already runs its maximum of {} workers",
+                    self.config.max_workers
+                ),
+            ));
+        }
+        let cpuset = if request.cpuset.is_empty() {
+            self.config.cpuset
+        } else if request.cpuset.is_subset(&self.config.cpuset) {
+            request.cpuset
+        } else {
+            return Err(ServiceError::new(
+                Status::InvalidValue,
+                format!(
+                    "CPUs {} are outside the service's CPUs {}",
+                    request.cpuset, self.config.cpuset
+                ),
+            ));
+        };
+        let plugins = plugin_specs(request.plugins, offered)?;
+        let id = if request.worker_id == WORKER_ID_ANY {
+            let mut id = inner.next_id;
+            while inner.workers.contains_key(&id) || id == WORKER_ID_ANY {
+                id = id.wrapping_add(1);
+            }
+            inner.next_id = id.wrapping_add(1);
+            id
+        } else {
+            request.worker_id
+        };
+        let socket = self
+            .config
+            .socket_dir
+            .join(format!("urom-worker-{id}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        let args = urom_worker::Args {
+            plugins,
+            id,
+            gid: request.gid,
+            cpuset: Some(cpuset),
+            max_msg_size: self.config.max_msg_size.as_u32(),
+            log_level: self.config.log_level,
+            log_dir: Some(self.config.log_dir.clone()),
+            listen: socket.clone(),
+            busy_poll: false,
+            exit_with_parent: true,
+        };
+        let mut command = Command::new(&self.config.worker_bin);
+        command
+            .args(args.command_line())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        for entry in &request.env {
+            let (name, value) = entry.split_once('=').expect("checked by the wire decoder");
+            command.env(name, value);
+        }
+        let child = command.spawn().map_err(|e| {
+            ServiceError::new(
+                Status::OperatingSystem,
+                format!("cannot start {}: {e}", self.config.worker_bin.display()),
+            )
+        })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        // The watcher reaps the worker; the handle is not needed.
+        drop(child);
+        inner.workers.insert(
+            id,
+            Worker {
+                pid,
+                gid: request.gid,
+                owner: uid,
+                plugins: request.plugins,
+                socket: socket.clone(),
+                hosts: HashSet::from([host]),
+            },
+        );
+        info!(worker = id, pid = pid.as_raw(), gid = request.gid, %cpuset, plugins = format_args!("{:#x}", request.plugins), "worker spawned");
+        let registry = Arc::clone(self);
+        std::thread::Builder::new()
+            .name(format!("urom-watch-{id}"))
+            .spawn(move || registry.watch(id, pid))
+            .map_err(|e| {
+                ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot watch the worker: {e}"),
+                )
+            })?;
+        Ok((id, socket))
+    }
+
+    /// Waits for a new worker's socket, or for it to die trying.
+    fn wait_until_listening(&self, id: u64, socket: &std::path::Path) -> Result<(), ServiceError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if !self.lock().workers.contains_key(&id) {
+                return Err(ServiceError::new(
+                    Status::Initialization,
+                    format!(
+                        "worker {id} ended while starting; see its log in {}",
+                        self.config.log_dir.display()
+                    ),
+                ));
+            }
+            if socket.exists() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.stop(id);
+                return Err(ServiceError::new(
+                    Status::TimeOut,
+                    format!("worker {id} did not start within {START_TIMEOUT:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Stops a worker the host owns, gracefully then forcefully.
+    pub fn destroy(&self, host: HostId, uid: u32, id: u64) -> Result<(), ServiceError> {
+        {
+            let mut inner = self.lock();
+            let worker = inner.workers.get_mut(&id).ok_or_else(|| {
+                ServiceError::new(Status::NotFound, format!("there is no worker {id}"))
+            })?;
+            if worker.owner != uid && uid != 0 {
+                return Err(ServiceError::new(
+                    Status::NotPermitted,
+                    format!("worker {id} belongs to another user"),
+                ));
+            }
+            // The host asking is answered directly, not with an exit event.
+            worker.hosts.remove(&host);
+        }
+        self.stop(id);
+        Ok(())
+    }
+
+    /// The ids of the workers of group `gid` that `uid` may see, in order.
+    pub fn by_gid(&self, uid: u32, gid: u32) -> Vec<u64> {
+        let inner = self.lock();
+        let mut ids: Vec<u64> = inner
+            .workers
+            .iter()
+            .filter(|(_, w)| w.gid == gid && (w.owner == uid || uid == 0))
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Stops every worker: SIGTERM, then SIGKILL after the grace period.
+    pub fn shutdown(&self) {
+        let ids: Vec<u64> = self.lock().workers.keys().copied().collect();
+        self.signal_and_wait(&ids);
+    }
+
+    fn stop(&self, id: u64) {
+        self.signal_and_wait(&[id]);
+    }
+
+    fn signal_and_wait(&self, ids: &[u64]) {
+        for (signal, grace) in [(Signal::SIGTERM, STOP_GRACE), (Signal::SIGKILL, STOP_GRACE)] {
+            let mut inner = self.lock();
+            for id in ids {
+                if let Some(worker) = inner.workers.get(id) {
+                    if signal == Signal::SIGKILL {
+                        warn!(
+                            worker = id,
+                            "did not stop within {STOP_GRACE:?}; killing it"
+                        );
+                    }
+                    let _ = kill(worker.pid, signal);
+                }
+            }
+            let deadline = Instant::now() + grace;
+            while ids.iter().any(|id| inner.workers.contains_key(id)) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                inner = self
+                    .exited
+                    .wait_timeout(inner, left)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .0;
+            }
+            if !ids.iter().any(|id| inner.workers.contains_key(id)) {
+                return;
+            }
+        }
+        error!(?ids, "workers still running after SIGKILL");
+    }
+
+    /// Waits for worker `id` to end, then forgets it, reaps it and tells its hosts.
+    fn watch(&self, id: u64, pid: Pid) {
+        // Wait without reaping, so the pid stays ours until the entry is gone.
+        loop {
+            match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    error!(worker = id, "cannot wait for the worker: {e}");
+                    break;
+                }
+            }
+        }
+        let (worker, hosts) = {
+            let mut inner = self.lock();
+            let worker = inner.workers.remove(&id);
+            let hosts: Vec<Arc<dyn HostEvents>> = worker
+                .iter()
+                .flat_map(|w| w.hosts.iter())
+                .filter_map(|host| inner.hosts.get(host).cloned())
+                .collect();
+            (worker, hosts)
+        };
+        let (exit_code, signal) = match waitpid(pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => (code, 0),
+            Ok(WaitStatus::Signaled(_, signal, _)) => (0, signal as i32),
+            _ => (0, 0),
+        };
+        self.exited.notify_all();
+        if let Some(worker) = worker {
+            let _ = std::fs::remove_file(&worker.socket);
+        }
+        if signal == 0 && exit_code == 0 {
+            info!(worker = id, "worker exited");
+        } else {
+            warn!(worker = id, exit_code, signal, "worker ended abnormally");
+        }
+        let exit = WorkerExit {
+            worker_id: id,
+            exit_code,
+            signal,
+        };
+        for host in hosts {
+            host.worker_exited(exit);
+        }
+    }
+}
+
+/// Checks that a host may attach to `worker` as asked.
+fn attach(request: &SpawnRequest, worker: &Worker, uid: u32) -> Result<(), ServiceError> {
+    let id = request.worker_id;
+    if worker.owner != uid && uid != 0 {
+        return Err(ServiceError::new(
+            Status::NotPermitted,
+            format!("worker {id} belongs to another user"),
+        ));
+    }
+    if !request.env.is_empty() {
+        return Err(ServiceError::new(
+            Status::AlreadyExist,
+            format!("worker {id} already runs: environment entries apply only to a new worker"),
+        ));
+    }
+    if request.plugins & !worker.plugins != 0 {
+        return Err(ServiceError::new(
+            Status::InvalidValue,
+            format!(
+                "worker {id} runs plugins {:#x}; {:#x} was asked for",
+                worker.plugins, request.plugins
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The libraries of the plugins in `mask`.
+fn plugin_specs(mask: u64, offered: &[PluginEntry]) -> Result<Vec<PluginSpec>, ServiceError> {
+    if mask == 0 {
+        return Err(ServiceError::new(
+            Status::InvalidValue,
+            "no plugin was asked for",
+        ));
+    }
+    (0..64)
+        .map(|bit| 1u64 << bit)
+        .filter(|id| mask & id != 0)
+        .map(|id| {
+            offered
+                .iter()
+                .find(|plugin| plugin.id == id)
+                .map(|plugin| PluginSpec {
+                    path: plugin.path.clone(),
+                    id,
+                })
+                .ok_or_else(|| {
+                    ServiceError::new(
+                        Status::NotFound,
+                        format!("plugin id {id:#x} is not offered by this service"),
+                    )
+                })
+        })
+        .collect()
+}

@@ -1,0 +1,392 @@
+//! One host connection: hello, authentication, then requests until the host leaves.
+//!
+//! Each connection has its own thread, so a host that sends garbage, stops halfway through a
+//! frame or floods the socket only ever delays itself; it is answered with an error and
+//! disconnected.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use tracing::{debug, info, warn};
+use urom_wire::control::{
+    AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo, SpawnResult,
+    WorkerExit,
+};
+use urom_wire::frame::frame_length;
+use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
+
+use crate::Service;
+use crate::discovery::PluginEntry;
+use crate::registry::{HostEvents, HostId, ServiceError, SpawnRequest};
+
+/// How often a blocked read looks at the stop flag.
+const READ_POLL: Duration = Duration::from_millis(200);
+/// How long a host may take to finish a frame it started.
+const FRAME_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a write to a host may block before the host is given up on.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a session ended.
+#[derive(Debug)]
+enum End {
+    /// The host closed the connection between frames.
+    Closed,
+    /// The host broke the protocol; it was told why.
+    Misbehaved(String),
+    /// The daemon is stopping.
+    Shutdown,
+    /// The socket failed.
+    Io(io::Error),
+}
+
+/// The sending half of a host connection, shared with the threads that report worker exits.
+struct HostLink {
+    writer: Mutex<UnixStream>,
+    max: MaxMsgSize,
+}
+
+impl HostLink {
+    fn send(&self, seq: u64, body: ControlMessage<'_>) -> io::Result<()> {
+        let frame = FrameRepr { seq, body };
+        let mut bytes = vec![0u8; frame.buffer_len()];
+        let len = frame
+            .emit(&mut bytes, self.max)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        writer.write_all(&bytes[..len])
+    }
+
+    fn send_error(&self, seq: u64, status: Status, reason: &str) -> io::Result<()> {
+        let reason =
+            urom_wire::truncate_at_char_boundary(reason, urom_wire::control::REASON_LEN - 1);
+        self.send(seq, ControlMessage::Error(ErrorReply { status, reason }))
+    }
+}
+
+impl HostEvents for HostLink {
+    fn worker_exited(&self, exit: WorkerExit) {
+        if let Err(e) = self.send(0, ControlMessage::WorkerExited(exit)) {
+            debug!(
+                "cannot tell a host that worker {} ended: {e}",
+                exit.worker_id
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitHello,
+    AwaitAuth,
+    Ready,
+}
+
+/// Serves one host until it leaves or the daemon stops.
+pub(crate) fn serve(service: &Service, host: HostId, stream: UnixStream) {
+    let credentials = match getsockopt(&stream, PeerCredentials) {
+        Ok(credentials) => credentials,
+        Err(e) => {
+            warn!(
+                host,
+                "cannot read the peer's credentials: {e}; disconnected"
+            );
+            return;
+        }
+    };
+    let (uid, pid) = (credentials.uid(), credentials.pid());
+    let writer = match stream.try_clone() {
+        Ok(writer) => writer,
+        Err(e) => {
+            warn!(host, "cannot set up the connection: {e}");
+            return;
+        }
+    };
+    let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(READ_POLL));
+    let link = Arc::new(HostLink {
+        writer: Mutex::new(writer),
+        max: service.max_msg_size,
+    });
+    info!(host, uid, pid, "host connected");
+    let mut session = Session {
+        service,
+        host,
+        uid,
+        stream,
+        link,
+        buf: vec![0; service.max_msg_size.get()],
+        state: State::AwaitHello,
+        plugins: Vec::new(),
+    };
+    let end = session.run();
+    if session.state == State::Ready {
+        service.registry.remove_host(host);
+    }
+    match end {
+        End::Closed => info!(host, "host disconnected"),
+        End::Shutdown => info!(host, "closing the host's connection: the service stops"),
+        End::Misbehaved(why) => warn!(host, uid, pid, "host disconnected: {why}"),
+        End::Io(e) => warn!(host, "host connection failed: {e}"),
+    }
+}
+
+struct Session<'s> {
+    service: &'s Service,
+    host: HostId,
+    uid: u32,
+    stream: UnixStream,
+    link: Arc<HostLink>,
+    buf: Vec<u8>,
+    state: State,
+    plugins: Vec<PluginEntry>,
+}
+
+impl Session<'_> {
+    fn run(&mut self) -> End {
+        loop {
+            let len = match self.read_frame() {
+                Ok(len) => len,
+                Err(end) => return end,
+            };
+            if let Err(end) = self.handle(len) {
+                return end;
+            }
+        }
+    }
+
+    /// Reads one whole frame into `buf`; returns its length. Garbage is refused as soon as
+    /// its header has arrived.
+    fn read_frame(&mut self) -> Result<usize, End> {
+        let max = self.service.max_msg_size;
+        let mut have = 0;
+        let mut started: Option<Instant> = None;
+        loop {
+            let need = match frame_length(&self.buf[..have], max) {
+                Ok(Some(len)) => len,
+                Ok(None) => FRAME_HEADER_LEN,
+                Err(error) => {
+                    let seq = header_seq(&self.buf[..have]);
+                    return Err(self.refuse(seq, Status::InvalidValue, &error.to_string()));
+                }
+            };
+            if have == need {
+                return Ok(need);
+            }
+            match self.stream.read(&mut self.buf[have..need]) {
+                Ok(0) if have == 0 => return Err(End::Closed),
+                Ok(0) => {
+                    return Err(End::Misbehaved(format!(
+                        "closed halfway through a frame ({have} of {need} bytes)"
+                    )));
+                }
+                Ok(n) => {
+                    have += n;
+                    started.get_or_insert_with(Instant::now);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.service.stopping.load(Ordering::Relaxed) {
+                        return Err(End::Shutdown);
+                    }
+                    if started.is_some_and(|t| t.elapsed() > FRAME_DEADLINE) {
+                        return Err(self.refuse(
+                            0,
+                            Status::TimeOut,
+                            &format!("frame not completed within {FRAME_DEADLINE:?}"),
+                        ));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(End::Io(e)),
+            }
+        }
+    }
+
+    /// Tells the host why it is being disconnected.
+    fn refuse(&self, seq: u64, status: Status, reason: &str) -> End {
+        let _ = self.link.send_error(seq, status, reason);
+        End::Misbehaved(reason.to_owned())
+    }
+
+    fn handle(&mut self, len: usize) -> Result<(), End> {
+        let max = self.service.max_msg_size;
+        let frame = match FrameRepr::<ControlMessage>::parse(&self.buf[..len], max) {
+            Ok(frame) => frame,
+            Err(error) => {
+                let seq = header_seq(&self.buf[..len]);
+                return Err(self.refuse(seq, Status::InvalidValue, &error.to_string()));
+            }
+        };
+        let seq = frame.seq;
+        match (self.state, frame.body) {
+            (State::AwaitHello, ControlMessage::Hello(hello)) => {
+                if hello.protocol_version != PROTOCOL_VERSION {
+                    return Err(self.refuse(
+                        seq,
+                        Status::UnsupportedVersion,
+                        &format!(
+                            "protocol version {} is not supported; the service speaks {PROTOCOL_VERSION}",
+                            hello.protocol_version
+                        ),
+                    ));
+                }
+                if hello.max_msg_size != max.as_u32() {
+                    return Err(self.refuse(
+                        seq,
+                        Status::BadConfig,
+                        &format!(
+                            "maximum message size {} does not match the service's {}",
+                            hello.max_msg_size,
+                            max.as_u32()
+                        ),
+                    ));
+                }
+                info!(host = self.host, identity = hello.identity, "hello");
+                let challenge = AuthChallenge {
+                    method: AuthMethod::PeerCredentials,
+                    nonce: nonce(),
+                };
+                self.reply(seq, ControlMessage::AuthChallenge(challenge))?;
+                self.state = State::AwaitAuth;
+            }
+            (State::AwaitAuth, ControlMessage::AuthResponse(response)) => {
+                if response.method != AuthMethod::PeerCredentials {
+                    return Err(self.refuse(
+                        seq,
+                        Status::Authentication,
+                        "only peer-credential authentication is offered on a local socket",
+                    ));
+                }
+                if !self.service.allows(self.uid) {
+                    return Err(self.refuse(
+                        seq,
+                        Status::Authentication,
+                        &format!("user {} may not use this service", self.uid),
+                    ));
+                }
+                self.service
+                    .registry
+                    .add_host(self.host, Arc::clone(&self.link) as Arc<dyn HostEvents>);
+                self.plugins = self.service.discover();
+                self.state = State::Ready;
+                self.reply(seq, ControlMessage::Ack)?;
+            }
+            (State::Ready, ControlMessage::PluginListRequest) => {
+                let infos: Vec<PluginInfo> = self
+                    .plugins
+                    .iter()
+                    .map(|p| PluginInfo {
+                        id: p.id,
+                        version: p.version,
+                        name: &p.name,
+                    })
+                    .collect();
+                self.reply(seq, ControlMessage::PluginListReply(List::new(&infos)))?;
+            }
+            (State::Ready, ControlMessage::CpusetRequest) => {
+                self.reply(seq, ControlMessage::CpusetReply(self.service.cpuset))?;
+            }
+            (State::Ready, ControlMessage::SpawnWorker(spawn)) => {
+                let request = SpawnRequest {
+                    worker_id: spawn.worker_id,
+                    plugins: spawn.plugins,
+                    gid: spawn.gid,
+                    cpuset: spawn.cpuset,
+                    env: spawn.env.iter().map(str::to_owned).collect(),
+                };
+                let result = self.service.registry.spawn_or_attach(
+                    self.host,
+                    self.uid,
+                    &request,
+                    &self.plugins,
+                );
+                match result {
+                    Ok((worker_id, socket)) => {
+                        let address = socket.as_os_str().as_encoded_bytes();
+                        let result = SpawnResult {
+                            worker_id,
+                            endpoint: EndpointKind::UnixSocket,
+                            address,
+                        };
+                        self.reply(seq, ControlMessage::SpawnResult(result))?;
+                    }
+                    Err(error) => self.reply_error(seq, &error)?,
+                }
+            }
+            (State::Ready, ControlMessage::DestroyWorker { worker_id }) => {
+                match self
+                    .service
+                    .registry
+                    .destroy(self.host, self.uid, worker_id)
+                {
+                    Ok(()) => self.reply(seq, ControlMessage::Ack)?,
+                    Err(error) => self.reply_error(seq, &error)?,
+                }
+            }
+            (State::Ready, ControlMessage::WorkersByGidRequest { gid }) => {
+                let ids = self.service.registry.by_gid(self.uid, gid);
+                self.reply(seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
+            }
+            (state, body) => {
+                let kind = urom_wire::Body::kind(&body);
+                let status = if state == State::Ready {
+                    Status::BadState
+                } else {
+                    Status::Authentication
+                };
+                return Err(self.refuse(
+                    seq,
+                    status,
+                    &format!("unexpected {kind:?} message while {}", state.describe()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn reply(&self, seq: u64, body: ControlMessage<'_>) -> Result<(), End> {
+        self.link.send(seq, body).map_err(End::Io)
+    }
+
+    fn reply_error(&self, seq: u64, error: &ServiceError) -> Result<(), End> {
+        info!(host = self.host, status = %error.status, "request refused: {}", error.reason);
+        self.link
+            .send_error(seq, error.status, &error.reason)
+            .map_err(End::Io)
+    }
+}
+
+impl State {
+    fn describe(self) -> &'static str {
+        match self {
+            State::AwaitHello => "waiting for hello",
+            State::AwaitAuth => "waiting for authentication",
+            State::Ready => "serving requests",
+        }
+    }
+}
+
+/// The sequence number of a frame header, or 0 when there is none.
+fn header_seq(bytes: &[u8]) -> u64 {
+    bytes
+        .get(16..FRAME_HEADER_LEN)
+        .and_then(|seq| seq.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// Fresh random bytes for a challenge.
+fn nonce() -> [u8; urom_wire::control::AUTH_DATA_LEN] {
+    let mut nonce = [0u8; urom_wire::control::AUTH_DATA_LEN];
+    if let Err(e) = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut nonce)) {
+        warn!("cannot read /dev/urandom ({e}); the challenge nonce is not random");
+    }
+    nonce
+}
