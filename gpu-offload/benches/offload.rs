@@ -15,7 +15,10 @@
 //! A VM's cores change speed over seconds, so the binary then runs both again interleaved,
 //! round after round, and prints the median MIOP/s of each and the median of the per-round
 //! ratios, the comparison to trust. `GPU_OFFLOAD_BENCH_CPUS` (default `0,1`) lists the server's
-//! `--cpu`s; the orchestrator gets as many threads.
+//! `--cpu`s; the orchestrator gets as many threads, pinned to `GPU_OFFLOAD_BENCH_ORCH_CPUS`
+//! (default: the server's list, so that each processor thread shares its server thread's CPU;
+//! an empty value leaves them unpinned). `GPU_OFFLOAD_BENCH_QUICK=1` skips the criterion part
+//! and runs five interleaved rounds. The client threads are not pinned.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -128,10 +131,9 @@ fn start_ours() -> Ours {
             .expect("starting the server"),
     );
     let mut orchestrator = Command::new(env!("CARGO_BIN_EXE_gpu-offload-orchestrator"));
-    if let Ok(cpus) = std::env::var(ORCH_CPUS_ENV) {
-        for cpu in cpus.split(',') {
-            orchestrator.args(["--cpu", cpu]);
-        }
+    let orchestrator_cpus = std::env::var(ORCH_CPUS_ENV).unwrap_or_else(|_| cpus.join(","));
+    for cpu in orchestrator_cpus.split(',').filter(|cpu| !cpu.is_empty()) {
+        orchestrator.args(["--cpu", cpu]);
     }
     let orchestrator = ChildGuard(
         orchestrator

@@ -6,7 +6,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
 use tracing::level_filters::LevelFilter;
 
 /// Why a command line or its JSON file was refused.
@@ -152,6 +152,63 @@ fn push_option(
         }
     }
     Ok(())
+}
+
+/// The DOCA general flags every program takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Print version information.
+    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+
+    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
+    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub log_level: u8,
+
+    /// SDK log level in the original (same scale); accepted for compatibility, urom logs
+    /// through --log-level.
+    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
+    pub sdk_log_level: u8,
+
+    /// Read options from a JSON file: the DOCA layout {"doca_general_flags": {...},
+    /// "doca_program_flags": {...}} or one flat object, keys being long option names, arrays
+    /// repeating an option; the command line wins.
+    #[arg(short = 'j', long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// What the server and the orchestrator must agree on, as flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ChannelArgs {
+    /// Channel name, the same on server and orchestrator: the socket is
+    /// $XDG_RUNTIME_DIR/gpu-offload-<NAME>.sock (or /tmp/...), or NAME itself if it has a `/`.
+    #[arg(short = 'c', long, value_name = "NAME", default_value = crate::channel::DEFAULT_CHANNEL_NAME)]
+    pub comch_channel_name: String,
+
+    /// Requests in flight per data-path thread (the server's value wins).
+    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::server::MAX_CONCURRENT)))]
+    pub max_concurrent_messages: u32,
+
+    /// Largest payload of a message, headers excluded; the same on server and orchestrator.
+    #[arg(long, value_name = "LENGTH", default_value_t = urom_wire::gpu::DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::server::MAX_MESSAGE_LENGTH)))]
+    pub max_message_length: u32,
+}
+
+/// Runs a program's `main`: parses its command line (with `-j`), hooks SIGINT and SIGTERM to
+/// a stop flag, runs `run`, and on an error prints it after the program's `name` and exits 1.
+pub fn main_with<A: JsonArgs, T, E: fmt::Display>(
+    name: &str,
+    run: impl FnOnce(A, &std::sync::atomic::AtomicBool) -> Result<T, E>,
+) {
+    let args = A::parse_with_json(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let stop = crate::stop_on_signals().unwrap_or_else(|e| {
+        eprintln!("{name}: cannot install signal handlers: {e}");
+        std::process::exit(1)
+    });
+    if let Err(e) = run(args, &stop) {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// The filter for a DOCA numeric level: 10 disable, 20 critical, 30 error, 40 warning,

@@ -9,11 +9,10 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use clap::{ArgAction, Parser};
+use clap::Parser;
 use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length};
 
@@ -28,22 +27,9 @@ use crate::cli::JsonArgs;
     args_override_self = true
 )]
 pub struct ClientArgs {
-    /// Print version information.
-    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
-    pub version: Option<bool>,
-
-    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
-    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
-    pub log_level: u8,
-
-    /// SDK log level in the original; accepted for compatibility.
-    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
-    pub sdk_log_level: u8,
-
-    /// Read options from a JSON file (DOCA layout or a flat object of long option names); the
-    /// command line wins.
-    #[arg(short = 'j', long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: crate::cli::CommonArgs,
 
     /// Server address (IP or host name).
     #[arg(short = 's', long, value_name = "IP ADDR")]

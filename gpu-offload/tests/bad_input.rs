@@ -99,7 +99,7 @@ fn a_slow_loris_blocks_nobody() {
     let slow = request_frame(b"drip drip");
     // Half a frame, then a full client run on the same thread, then the rest byte by byte.
     loris.write_all(&slow[..5]).unwrap();
-    let output = stack.client(4, 2_000, "fast", "tsaf", 32);
+    let output = run_client(stack.port, 4, 2_000, "fast", "tsaf", 32);
     assert!(
         output.status.success(),
         "{}",
@@ -126,7 +126,7 @@ fn a_client_that_never_reads_blocks_nobody() {
         hog
     });
     std::thread::sleep(Duration::from_millis(300));
-    let output = stack.client(2, 1_000, "ok", "ko", 8);
+    let output = run_client(stack.port, 2, 1_000, "ok", "ko", 8);
     assert!(
         output.status.success(),
         "{}",

@@ -23,24 +23,7 @@ fn the_cuda_processor_reverses_every_message() {
         return;
     }
     let stack = Stack::start(&two_cpus(), 2, &[], &["--processor", "cuda"]);
-    for threads in [1u32, 4] {
-        for pipeline in [1u32, 128] {
-            for len in [0usize, 1, 64, 255, 256] {
-                let message: String = (0..len).map(|i| (b'A' + (i % 26) as u8) as char).collect();
-                let iterations = if pipeline == 1 { 100 } else { 2_000 };
-                let output =
-                    stack.client(threads, iterations, &message, &reversed(&message), pipeline);
-                let stdout = String::from_utf8_lossy(&output.stdout);
-                assert!(
-                    output.status.success(),
-                    "{threads} threads, pipeline {pipeline}, {len} bytes: {}\n{}",
-                    String::from_utf8_lossy(&output.stderr),
-                    stack.orchestrator_log()
-                );
-                println!("cuda, {threads} threads, pipeline {pipeline}, {len} bytes:\n{stdout}");
-            }
-        }
-    }
+    check_every_shape(&stack, &[0, 1, 2, 63, 64, 255, 256]);
     let log = stack.orchestrator_log();
     assert!(log.contains("kernel launched"), "{log}");
     stack.stop_with(SIGINT, true);
@@ -53,7 +36,7 @@ fn auto_falls_back_to_the_cpu_without_a_gpu() {
         return;
     }
     let stack = Stack::start(&[0], 1, &[], &["--processor", "auto"]);
-    let output = stack.client(1, 100, "ABC", "CBA", 8);
+    let output = run_client(stack.port, 1, 100, "ABC", "CBA", 8);
     assert!(
         output.status.success(),
         "{}",

@@ -7,57 +7,17 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-fn message_of(len: usize) -> String {
-    (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect()
-}
-
-fn assert_client_ok(output: &std::process::Output, operations: u64, what: &str) {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{what}: client failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for field in [
-        "Duration:",
-        "Data rate (Tx):",
-        "Data rate (Rx):",
-        "IO rate:",
-        "MIOP/s",
-    ] {
-        assert!(stdout.contains(field), "{what}: no `{field}` in\n{stdout}");
-    }
-    assert!(
-        stdout.contains(&format!("Operation count:   {operations}\n")),
-        "{what}: wrong operation count in\n{stdout}"
-    );
-}
-
 #[test]
 fn clients_of_one_and_four_threads_get_every_response_right() {
     let stack = Stack::two_threads();
-    for threads in [1u32, 4] {
-        for pipeline in [1u32, 128] {
-            for len in [0usize, 1, 2, 63, 64, 255, 256] {
-                let message = message_of(len);
-                let iterations = if pipeline == 1 { 50 } else { 1_000 };
-                let output =
-                    stack.client(threads, iterations, &message, &reversed(&message), pipeline);
-                assert_client_ok(
-                    &output,
-                    u64::from(threads) * iterations,
-                    &format!("{threads} threads, pipeline {pipeline}, {len} bytes"),
-                );
-            }
-        }
-    }
+    check_every_shape(&stack, &[0, 1, 2, 63, 64, 255, 256]);
     // One byte over --max-message-length: the server drops that client, says why, serves on.
     let too_long = message_of(257);
-    let output = stack.client(1, 1, &too_long, &reversed(&too_long), 1);
+    let output = run_client(stack.port, 1, 1, &too_long, &reversed(&too_long), 1);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("closed the connection"), "{stderr}");
-    let output = stack.client(2, 100, "ABCD", "DCBA", 8);
+    let output = run_client(stack.port, 2, 100, "ABCD", "DCBA", 8);
     assert_client_ok(&output, 200, "after a refused client");
     let log = stack.server_log();
     assert!(log.contains("malformed message from client"), "{log}");
@@ -67,7 +27,7 @@ fn clients_of_one_and_four_threads_get_every_response_right() {
 #[test]
 fn a_wrong_expected_response_fails_the_client_with_the_reason() {
     let stack = Stack::start(&[0], 1, &[], &[]);
-    let output = stack.client(1, 10, "ABCD", "DCBX", 4);
+    let output = run_client(stack.port, 1, 10, "ABCD", "DCBX", 4);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -80,17 +40,11 @@ fn a_wrong_expected_response_fails_the_client_with_the_reason() {
 #[test]
 fn ctrl_c_on_the_orchestrator_shuts_both_down_cleanly() {
     let stack = Stack::two_threads();
-    let output = stack.client(2, 500, "hello", "olleh", 16);
+    let output = run_client(stack.port, 2, 500, "hello", "olleh", 16);
     assert_client_ok(&output, 1_000, "before the shutdown");
-    // A client in the middle of a long run: it is answered until the server drains, then its
+    // A client in the middle of a long run is answered until the server drains, then its
     // connection is closed cleanly (end of file, not a reset or a timeout).
-    let port = stack.port;
-    let running = std::thread::spawn(move || run_client(port, 1, u64::MAX / 2, "xyz", "zyx", 64));
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    stack.stop_with(SIGINT, false);
-    let output = running.join().unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stack.stop_during_a_run(SIGINT, false, 1, 64);
     assert!(
         stderr.contains("the server closed the connection after"),
         "{stderr}"
@@ -98,15 +52,10 @@ fn ctrl_c_on_the_orchestrator_shuts_both_down_cleanly() {
 }
 
 #[test]
-fn ctrl_c_on_the_server_answers_what_is_in_flight_and_closes_cleanly() {
+fn sigterm_on_the_server_answers_what_is_in_flight_and_closes_cleanly() {
     let stack = Stack::two_threads();
-    let port = stack.port;
-    let running = std::thread::spawn(move || run_client(port, 2, u64::MAX / 4, "abc", "cba", 128));
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    stack.stop_with(SIGINT, true);
-    let output = running.join().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
     // Every response received before the close was validated; the close itself is clean.
+    let stderr = stack.stop_during_a_run(SIGTERM, true, 2, 128);
     assert!(
         stderr.contains("the server closed the connection after"),
         "{stderr}"

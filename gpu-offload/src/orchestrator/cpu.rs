@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 use urom_core::shm::ShmConnection;
-use urom_core::transport::{FrameRecvError, FrameSendError, Transport};
+use urom_core::transport::{FrameRecvError, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 /// How long a processor thread waits for a request before looking at its stop flag.
@@ -23,12 +23,9 @@ pub fn reverse_into(request: &[u8], out: &mut [u8], max_len: usize) -> Option<us
         return None;
     };
     let len = write_client_headers(out, true, payload.len(), max_len).ok()?;
-    for (dst, src) in out[CLIENT_HEADER_LEN..len]
-        .iter_mut()
-        .zip(payload.iter().rev())
-    {
-        *dst = *src;
-    }
+    let reversed = &mut out[CLIENT_HEADER_LEN..len];
+    reversed.copy_from_slice(payload);
+    reversed.reverse();
     Some(len)
 }
 
@@ -48,26 +45,6 @@ pub fn reverse_frame(frame: &[u8], out: &mut [u8], max_len: usize) -> Option<usi
     }
     (len > 0).then_some(len)
 }
-
-/// Why the processor threads could not start.
-#[derive(Debug)]
-pub enum StartError {
-    /// A thread could not be created.
-    Thread(std::io::Error),
-    /// A thread could not be pinned to its `--cpu`.
-    Pin(urom_core::PinError),
-}
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Thread(e) => write!(f, "cannot start a processor thread: {e}"),
-            Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// Why a processor thread ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,19 +103,8 @@ pub fn serve(
                     break 'serve ProcessorEnd::ServerGone;
                 }
             };
-            loop {
-                match conn.send(&out[..len]) {
-                    Ok(()) => break,
-                    Err(FrameSendError::Full) => {
-                        if conn.wait_send(WAIT).is_err() || stop.load(Ordering::Relaxed) {
-                            break 'serve ProcessorEnd::ServerGone;
-                        }
-                    }
-                    Err(e) => {
-                        info!(thread = index, "cannot answer: {e}");
-                        break 'serve ProcessorEnd::ServerGone;
-                    }
-                }
+            if stop.load(Ordering::Relaxed) || !super::send_waiting(&mut conn, &out[..len], index) {
+                break 'serve ProcessorEnd::ServerGone;
             }
             served += 1;
             worked = true;
@@ -155,7 +121,7 @@ pub fn serve(
 /// The CPU processor's threads.
 pub struct CpuProcessor {
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<ProcessorEnd>>,
+    threads: Vec<JoinHandle<Option<ProcessorEnd>>>,
 }
 
 impl CpuProcessor {
@@ -166,48 +132,25 @@ impl CpuProcessor {
         max_len: usize,
         cpus: &[usize],
         poll: Duration,
-    ) -> Result<Self, StartError> {
+    ) -> Result<Self, super::StartError> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(conns.len());
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (index, conn) in conns.into_iter().enumerate() {
             let thread_stop = Arc::clone(&stop);
-            let cpu = cpus.get(index).copied();
-            let ready = ready_tx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("processor-{index}"))
-                .spawn(move || {
-                    if let Some(cpu) = cpu {
-                        if let Err(e) = urom_core::pin_current_thread(cpu) {
-                            let _ = ready.send(Err(e));
-                            return ProcessorEnd::Stopped;
-                        }
-                    }
-                    let _ = ready.send(Ok(()));
-                    drop(ready);
-                    serve(conn, index, max_len, poll, &thread_stop)
-                });
+            let spawned = super::spawn_pinned(
+                format!("processor-{index}"),
+                cpus.get(index).copied(),
+                move || serve(conn, index, max_len, poll, &thread_stop),
+            );
             match spawned {
                 Ok(thread) => threads.push(thread),
                 Err(e) => {
                     Self { stop, threads }.stop();
-                    return Err(StartError::Thread(e));
+                    return Err(e);
                 }
             }
         }
-        drop(ready_tx);
-        let pinned: Result<Vec<()>, _> = ready_rx.iter().collect();
-        let processor = Self { stop, threads };
-        if let Err(e) = pinned {
-            processor.stop();
-            return Err(StartError::Pin(e));
-        }
-        Ok(processor)
-    }
-
-    /// Whether a thread ended on its own (its data connection broke).
-    pub fn lost_a_thread(&self) -> bool {
-        self.threads.iter().any(JoinHandle::is_finished)
+        Ok(Self { stop, threads })
     }
 
     /// Stops every thread and waits for them.

@@ -37,7 +37,7 @@ use cudarc::driver::{
 };
 use tracing::{error, info, warn};
 use urom_core::shm::ShmConnection;
-use urom_core::transport::{FrameSendError, Transport};
+use urom_core::transport::Transport;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 use crate::channel::ChannelParams;
@@ -290,7 +290,7 @@ pub struct CudaProcessor {
     stream: Arc<CudaStream>,
     memory: Arc<HostMemory>,
     feeders_stop: Arc<AtomicBool>,
-    feeders: Vec<JoinHandle<()>>,
+    feeders: Vec<JoinHandle<Option<()>>>,
 }
 
 impl CudaProcessor {
@@ -351,51 +351,29 @@ impl CudaProcessor {
         );
         let feeders_stop = Arc::new(AtomicBool::new(false));
         let mut feeders = Vec::with_capacity(channels);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let mut failure = None;
         for (index, conn) in conns.into_iter().enumerate() {
             let shared = Arc::clone(&memory);
             let stop = Arc::clone(&feeders_stop);
-            let cpu = cpus.get(index).copied();
-            let ready = ready_tx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("cuda-feeder-{index}"))
-                .spawn(move || {
-                    if let Some(cpu) = cpu {
-                        if let Err(e) = urom_core::pin_current_thread(cpu) {
-                            let _ = ready.send(Err(format!(
-                                "{e} (is the --cpu online and allowed for this process?)"
-                            )));
-                            return;
-                        }
-                    }
-                    let _ = ready.send(Ok(()));
-                    drop(ready);
-                    feed(conn, index, &shared, geometry, &stop);
-                });
+            let spawned = super::spawn_pinned(
+                format!("cuda-feeder-{index}"),
+                cpus.get(index).copied(),
+                move || feed(conn, index, &shared, geometry, &stop),
+            );
             match spawned {
-                Ok(handle) => feeders.push(handle),
+                Ok(feeder) => feeders.push(feeder),
                 Err(e) => {
-                    failure = Some(e.to_string());
-                    break;
+                    feeders_stop.store(true, Ordering::Relaxed);
+                    for feeder in feeders {
+                        let _ = feeder.join();
+                    }
+                    memory.word(0).store(1, Ordering::Release);
+                    let _ = stream.synchronize();
+                    return Err(CudaError::Driver {
+                        op: "starting the feeder threads",
+                        reason: e.to_string(),
+                    });
                 }
             }
-        }
-        drop(ready_tx);
-        if let Some(Err(e)) = ready_rx.iter().find(Result::is_err) {
-            failure = failure.or(Some(e));
-        }
-        if let Some(reason) = failure {
-            feeders_stop.store(true, Ordering::Relaxed);
-            for feeder in feeders {
-                let _ = feeder.join();
-            }
-            memory.word(0).store(1, Ordering::Release);
-            let _ = stream.synchronize();
-            return Err(CudaError::Driver {
-                op: "starting the feeder threads",
-                reason,
-            });
         }
         Ok(Self {
             gpu,
@@ -483,7 +461,7 @@ fn feed(
             served += 1;
             progress = true;
             if frames.front() == Some(&gathered) {
-                if !send_frame(&mut conn, &out[..out_len], index) {
+                if !super::send_waiting(&mut conn, &out[..out_len], index) {
                     break 'feed;
                 }
                 frames.pop_front();
@@ -542,7 +520,7 @@ fn feed(
         // Frames with nothing left to wait for (empty answers) go back in turn.
         while gathered == 0 && frames.front() == Some(&0) {
             frames.pop_front();
-            if !send_frame(&mut conn, &[], index) {
+            if !super::send_waiting(&mut conn, &[], index) {
                 break 'feed;
             }
         }
@@ -572,22 +550,4 @@ fn count_requests(frame: &[u8], max_len: usize) -> Option<u32> {
         count += 1;
     }
     (count > 0).then_some(count)
-}
-
-/// Sends `frame`, waiting while the ring is full; `false` once the server is gone.
-fn send_frame(conn: &mut ShmConnection, frame: &[u8], index: usize) -> bool {
-    loop {
-        match conn.send(frame) {
-            Ok(()) => return true,
-            Err(FrameSendError::Full) => {
-                if conn.wait_send(Duration::from_millis(50)).is_err() {
-                    return false;
-                }
-            }
-            Err(e) => {
-                info!(thread = index, "cannot answer: {e}");
-                return false;
-            }
-        }
-    }
 }

@@ -19,18 +19,17 @@ pub mod cuda;
 pub mod cuda;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{Parser, ValueEnum};
 use tracing::{error, info, warn};
 use urom_core::shm::ShmConnection;
-use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
+use urom_core::transport::{FrameSendError, Transport};
+use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelParams, ControlEvent};
 use crate::cli::JsonArgs;
-use crate::server::{MAX_CONCURRENT, MAX_MESSAGE_LENGTH};
 pub use cuda::CudaError;
 
 /// How long the orchestrator waits for the server's `shutdown_complete` (the server drains
@@ -58,22 +57,9 @@ pub enum ProcessorChoice {
     args_override_self = true
 )]
 pub struct OrchestratorArgs {
-    /// Print version information.
-    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
-    pub version: Option<bool>,
-
-    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
-    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
-    pub log_level: u8,
-
-    /// SDK log level in the original; accepted for compatibility.
-    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
-    pub sdk_log_level: u8,
-
-    /// Read options from a JSON file (DOCA layout or a flat object of long option names); the
-    /// command line wins.
-    #[arg(short = 'j', long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: crate::cli::CommonArgs,
 
     /// Comch device PCIe address in the original; selects nothing here (the channel is shared
     /// memory); accepted for compatibility.
@@ -84,21 +70,13 @@ pub struct OrchestratorArgs {
     #[arg(short = 'g', long, value_name = "PCI ADDRESS")]
     pub gpu_pci_addr: Option<String>,
 
-    /// Channel name, the same as the server's.
-    #[arg(short = 'c', long, value_name = "NAME", default_value = channel::DEFAULT_CHANNEL_NAME)]
-    pub comch_channel_name: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub channel: crate::cli::ChannelArgs,
 
     /// Processor threads (GPU threads for CUDA); must equal the server's --cpu count.
     #[arg(short = 't', long, value_name = "NUM", required = true, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub num_gpu_threads: u32,
-
-    /// Requests in flight per thread; the server's value is used when they differ.
-    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENT)))]
-    pub max_concurrent_messages: u32,
-
-    /// Largest payload of a message, headers excluded; must equal the server's.
-    #[arg(long, value_name = "LENGTH", default_value_t = DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_MESSAGE_LENGTH)))]
-    pub max_message_length: u32,
 
     /// CPU to pin processor thread i to (the CPU processor's threads, the CUDA processor's
     /// feeders), in thread order; repeat for more. Threads without one are not pinned.
@@ -129,7 +107,7 @@ pub enum OrchestratorError {
     /// The channel to the server could not be set up.
     Channel(ChannelError),
     /// The processor's threads could not be started.
-    Start(cpu::StartError),
+    Start(StartError),
     /// The server went away without shutting down.
     ServerGone,
 }
@@ -196,6 +174,77 @@ impl Processor {
     }
 }
 
+/// Why processor threads could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// A thread could not be created.
+    Thread(std::io::Error),
+    /// A thread could not be pinned to its `--cpu`.
+    Pin(urom_core::PinError),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Thread(e) => write!(f, "cannot start a processor thread: {e}"),
+            Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Starts `body` on a thread called `name`, pinned to `cpu` when there is one, and returns
+/// once it is pinned; `None` from the thread means it never ran `body`.
+fn spawn_pinned<T: Send + 'static>(
+    name: String,
+    cpu: Option<usize>,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> Result<std::thread::JoinHandle<Option<T>>, StartError> {
+    let (pinned_tx, pinned) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            if let Some(cpu) = cpu {
+                if let Err(e) = urom_core::pin_current_thread(cpu) {
+                    let _ = pinned_tx.send(Err(e));
+                    return None;
+                }
+            }
+            let _ = pinned_tx.send(Ok(()));
+            Some(body())
+        })
+        .map_err(StartError::Thread)?;
+    match pinned.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(StartError::Pin(e))
+        }
+        Err(_) => Err(StartError::Thread(std::io::ErrorKind::Other.into())),
+    }
+}
+
+/// Sends `frame` to the server, waiting while the ring is full (it empties as the server
+/// takes responses). `false`, with a log line, once the server is gone.
+fn send_waiting(conn: &mut ShmConnection, frame: &[u8], thread: usize) -> bool {
+    loop {
+        match conn.send(frame) {
+            Ok(()) => return true,
+            Err(FrameSendError::Full) => {
+                if let Err(e) = conn.wait_send(Duration::from_millis(50)) {
+                    info!(thread, "cannot answer: {e}");
+                    return false;
+                }
+            }
+            Err(e) => {
+                info!(thread, "cannot answer: {e}");
+                return false;
+            }
+        }
+    }
+}
+
 /// Finds the GPU when the choice asks for one; `None` means the CPU processor.
 fn choose(args: &OrchestratorArgs) -> Result<Option<cuda::Gpu>, OrchestratorError> {
     match args.processor {
@@ -219,13 +268,13 @@ pub fn run(
     args: OrchestratorArgs,
     stop: &AtomicBool,
 ) -> Result<OrchestratorEnd, OrchestratorError> {
-    crate::cli::init_logging(args.log_level);
+    crate::cli::init_logging(args.common.log_level);
     let gpu = choose(&args)?;
-    let path = channel::socket_path(&args.comch_channel_name);
+    let path = channel::socket_path(&args.channel.comch_channel_name);
     let ours = ChannelParams {
         threads: args.num_gpu_threads,
-        max_message_length: args.max_message_length,
-        max_concurrent: args.max_concurrent_messages,
+        max_message_length: args.channel.max_message_length,
+        max_concurrent: args.channel.max_concurrent_messages,
     };
     info!(channel = %path.display(), "connecting to the server");
     let channel = channel::connect(

@@ -16,17 +16,16 @@ mod datapath;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use clap::{ArgAction, Parser};
+use clap::Parser;
 use nix::sys::eventfd::EventFd;
 use tracing::{error, info, warn};
-use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
+use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelListener, ChannelParams, ControlEvent};
 use crate::cli::JsonArgs;
@@ -50,23 +49,9 @@ pub const MAX_CONCURRENT: u32 = urom_core::shm::MAX_SLOTS;
     args_override_self = true
 )]
 pub struct ServerArgs {
-    /// Print version information.
-    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
-    pub version: Option<bool>,
-
-    /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
-    #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
-    pub log_level: u8,
-
-    /// SDK log level in the original; accepted for compatibility (urom's transport logs
-    /// through --log-level).
-    #[arg(long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
-    pub sdk_log_level: u8,
-
-    /// Read options from a JSON file: {"doca_program_flags": {"server-listen-port": 12345,
-    /// "cpu": [0, 1]}} or a flat object of long option names; the command line wins.
-    #[arg(short = 'j', long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: crate::cli::CommonArgs,
 
     /// Comch device PCIe address in the original. Here the channel is urom's shared-memory
     /// transport on this machine, so it selects nothing; accepted for compatibility.
@@ -78,10 +63,9 @@ pub struct ServerArgs {
     #[arg(short = 'r', long, value_name = "REPRESENTOR ID")]
     pub representor_id: Option<String>,
 
-    /// Channel name, the same on server and orchestrator: the socket is
-    /// $XDG_RUNTIME_DIR/gpu-offload-<NAME>.sock (or /tmp/...), or NAME itself if it has a `/`.
-    #[arg(short = 'c', long, value_name = "NAME", default_value = channel::DEFAULT_CHANNEL_NAME)]
-    pub comch_channel_name: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub channel: crate::cli::ChannelArgs,
 
     /// TCP port to listen on for clients; 0 picks a free port (printed on stdout).
     #[arg(short = 'p', long, value_name = "PORT")]
@@ -94,14 +78,6 @@ pub struct ServerArgs {
     /// CPU to run a data-path thread on, pinned; repeat for more threads.
     #[arg(long = "cpu", value_name = "CPU", required = true)]
     pub cpus: Vec<usize>,
-
-    /// Requests in flight per data-path thread.
-    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CONCURRENT)))]
-    pub max_concurrent_messages: u32,
-
-    /// Largest payload of a message, headers excluded.
-    #[arg(long, value_name = "LENGTH", default_value_t = DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_MESSAGE_LENGTH)))]
-    pub max_message_length: u32,
 }
 
 impl JsonArgs for ServerArgs {}
@@ -183,8 +159,8 @@ impl ServerArgs {
     fn params(&self) -> ChannelParams {
         ChannelParams {
             threads: self.cpus.len() as u32,
-            max_message_length: self.max_message_length,
-            max_concurrent: self.max_concurrent_messages,
+            max_message_length: self.channel.max_message_length,
+            max_concurrent: self.channel.max_concurrent_messages,
         }
     }
 }
@@ -192,7 +168,7 @@ impl ServerArgs {
 impl PendingServer {
     /// Listens on the channel socket named by `args`.
     pub fn bind(args: ServerArgs) -> Result<Self, ServerError> {
-        let path = channel::socket_path(&args.comch_channel_name);
+        let path = channel::socket_path(&args.channel.comch_channel_name);
         if args.device_id.is_some() || args.representor_id.is_some() {
             info!(
                 device = args.device_id.as_deref().unwrap_or("-"),
@@ -421,7 +397,7 @@ impl Server {
 /// The server program: logs, sets up, serves until stopped. `stop` is the flag the
 /// signal handlers set. Prints `listening on <addr>` on stdout once clients may connect.
 pub fn run(args: ServerArgs, stop: &AtomicBool) -> Result<ServerEnd, ServerError> {
-    crate::cli::init_logging(args.log_level);
+    crate::cli::init_logging(args.common.log_level);
     let pending = PendingServer::bind(args)?;
     let server = pending.start(stop)?;
     println!("listening on {}", server.local_addr());
@@ -455,12 +431,12 @@ mod tests {
         ])
         .unwrap();
         let _ = std::fs::remove_file(&path);
-        assert_eq!(args.log_level, 60);
+        assert_eq!(args.common.log_level, 60);
         assert_eq!(args.device_id.as_deref(), Some("03:00.0"));
         assert_eq!(args.server_listen_port, 12345);
         assert_eq!(args.cpus, [1, 2]);
-        assert_eq!(args.max_message_length, 128);
-        assert_eq!(args.max_concurrent_messages, 128);
+        assert_eq!(args.channel.max_message_length, 128);
+        assert_eq!(args.channel.max_concurrent_messages, 128);
         assert_eq!(args.params().threads, 2);
     }
 

@@ -108,16 +108,25 @@ impl Stack {
         stream
     }
 
-    /// Runs the client binary.
-    pub fn client(
-        &self,
+    /// Stops both with `signal` sent to the server or the orchestrator while a client of
+    /// `threads` x `pipeline` runs endlessly, checks that both exit 0, and returns what the
+    /// client printed on stderr.
+    pub fn stop_during_a_run(
+        self,
+        signal: i32,
+        server_side: bool,
         threads: u32,
-        iterations: u64,
-        message: &str,
-        expected: &str,
         pipeline: u32,
-    ) -> Output {
-        run_client(self.port, threads, iterations, message, expected, pipeline)
+    ) -> String {
+        let port = self.port;
+        let running = std::thread::spawn(move || {
+            run_client(port, threads, u64::MAX / 8, "xyz", "zyx", pipeline)
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        self.stop_with(signal, server_side);
+        let output = running.join().unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        String::from_utf8_lossy(&output.stderr).into_owned()
     }
 
     /// Stops both with `signal` sent to `which` and checks that both exit 0.
@@ -148,6 +157,8 @@ pub fn read(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// Runs the client binary against the server at `port`: `threads` x `iterations` requests of
+/// `message`, `pipeline` in flight per thread, every response checked against `expected`.
 pub fn run_client(
     port: u16,
     threads: u32,
@@ -164,6 +175,63 @@ pub fn run_client(
         .args(["--response-timeout", "60"])
         .output()
         .expect("running the client")
+}
+
+/// `len` letters, a to z over and over.
+pub fn message_of(len: usize) -> String {
+    (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect()
+}
+
+/// Checks that a client run succeeded, printed the statistics block and counted `operations`.
+pub fn assert_client_ok(output: &Output, operations: u64, what: &str) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{what}: client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for field in [
+        "Duration:",
+        "Data rate (Tx):",
+        "Data rate (Rx):",
+        "IO rate:",
+        "MIOP/s",
+    ] {
+        assert!(stdout.contains(field), "{what}: no `{field}` in\n{stdout}");
+    }
+    assert!(
+        stdout.contains(&format!("Operation count:   {operations}\n")),
+        "{what}: wrong operation count in\n{stdout}"
+    );
+}
+
+/// Clients of 1 and 4 threads, 1 and 128 requests in flight, payloads of every length in
+/// `lens`: every response checked by the client.
+pub fn check_every_shape(stack: &Stack, lens: &[usize]) {
+    for threads in [1u32, 4] {
+        for pipeline in [1u32, 128] {
+            for &len in lens {
+                let message = message_of(len);
+                let iterations = if pipeline == 1 { 50 } else { 1_000 };
+                let output = run_client(
+                    stack.port,
+                    threads,
+                    iterations,
+                    &message,
+                    &reversed(&message),
+                    pipeline,
+                );
+                assert_client_ok(
+                    &output,
+                    u64::from(threads) * iterations,
+                    &format!(
+                        "{threads} threads, pipeline {pipeline}, {len} bytes\n{}",
+                        stack.orchestrator_log()
+                    ),
+                );
+            }
+        }
+    }
 }
 
 pub fn reversed(message: &str) -> String {
