@@ -11,8 +11,17 @@ use urom_wire::{CpuSet, MaxMsgSize};
 /// `;`), authenticates hosts on a Unix socket, and spawns, attaches and tears down
 /// `urom-worker` processes for them.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "urom-daemon", version, args_override_self = true)]
+#[command(
+    name = "urom-daemon",
+    version,
+    disable_version_flag = true,
+    args_override_self = true
+)]
 pub struct Args {
+    /// Print the version (`-v`, as the DOCA tools have it).
+    #[arg(short = 'v', long, action = clap::ArgAction::Version)]
+    pub version: (),
+
     /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
     #[arg(short = 'l', long, value_name = "LEVEL", default_value_t = 50, value_parser = clap::value_parser!(u8).range(10..=70))]
     pub log_level: u8,

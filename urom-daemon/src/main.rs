@@ -9,7 +9,19 @@ fn main() -> ExitCode {
     }
     let args = match urom_daemon::Args::parse_with_json(argv) {
         Ok(args) => args,
-        Err(urom_daemon::ArgsError::Clap(e)) => e.exit(),
+        Err(urom_daemon::ArgsError::Clap(e)) if !e.use_stderr() => e.exit(),
+        Err(urom_daemon::ArgsError::Clap(e)) => {
+            // One line naming the option and what it accepts; --help has the rest.
+            let text = e.to_string();
+            eprintln!(
+                "urom-daemon: {}",
+                text.lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);

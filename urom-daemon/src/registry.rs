@@ -223,6 +223,7 @@ impl Registry {
             .join(format!("urom-worker-{id}.sock"));
         let _ = std::fs::remove_file(&socket);
         let args = urom_worker::Args {
+            version: (),
             plugins,
             id,
             gid: request.gid,

@@ -20,8 +20,12 @@ pub struct PluginSpec {
 /// Runs urom plugins on behalf of hosts: loads each plugin, pins itself to its CPUs, accepts
 /// host connections on a Unix socket and answers their commands.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "urom-worker", version)]
+#[command(name = "urom-worker", version, disable_version_flag = true)]
 pub struct Args {
+    /// Print the version (`-v`, as the DOCA tools have it).
+    #[arg(short = 'v', long, action = clap::ArgAction::Version)]
+    pub version: (),
+
     /// A plugin to load, as `so_path:id` where id is a single bit (1, 2, 4, ... or 0x..);
     /// repeat for more plugins.
     #[arg(short = 'p', long = "plugin", value_name = "SO_PATH:ID", required = true, value_parser = parse_plugin)]
