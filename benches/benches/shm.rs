@@ -2,6 +2,8 @@
 //!
 //! * `floor/cache_line_round_trip`: two processes ping-pong one cache line through a shared
 //!   mapping, the least any round trip between them can cost;
+//! * `floor/two_lines_round_trip`: the same with one line per direction, the least a protocol
+//!   whose two directions use separate memory (like a pair of rings) can cost;
 //! * `shm/round_trip_64B`: a 64-byte frame to the other process and back over a
 //!   [`ShmConnection`];
 //! * `shm/stream_64B`: one-way streaming of 64-byte frames (throughput in frames per second);
@@ -76,7 +78,7 @@ fn inherited_fd() -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-/// One shared cache line in a memfd both processes map.
+/// Shared cache lines (128 bytes apart) in a memfd both processes map.
 struct SharedLine {
     line: NonNull<AtomicU64>,
     _fd: OwnedFd,
@@ -103,26 +105,30 @@ impl SharedLine {
         }
     }
 
-    fn word(&self) -> &AtomicU64 {
-        // SAFETY: the mapping is page-aligned, live for the process's life, and its first 8
-        // bytes are only ever accessed as this atomic, by both processes.
-        unsafe { self.line.as_ref() }
+    /// The first word of line `index` (0 or 1).
+    fn word(&self, index: usize) -> &AtomicU64 {
+        assert!(index < 2);
+        let word = self.line.as_ptr().wrapping_add(index * 16);
+        // SAFETY: the mapping is page-aligned, 4096 bytes long and live for the process's life;
+        // `word` is 8-aligned at byte 0 or 128, and only ever accessed as this atomic, by both
+        // processes.
+        unsafe { &*word }
     }
 }
 
-/// The floor's peer: answers every odd value `v` with `v + 1`.
-fn floor_child() {
+/// The floor's peer: answers every odd value `v` in `ping` with `v + 1` in `pong`.
+fn floor_child(lines: usize) {
     let shared = SharedLine::map(inherited_fd());
-    let word = shared.word();
+    let (ping, pong) = (shared.word(0), shared.word(lines - 1));
     let mut last = 0;
     loop {
-        let v = word.load(Ordering::Acquire);
+        let v = ping.load(Ordering::Acquire);
         if v == STOP {
             return;
         }
         if v != last && v % 2 == 1 {
-            word.store(v + 1, Ordering::Release);
-            last = v + 1;
+            pong.store(v + 1, Ordering::Release);
+            last = v;
         }
         std::hint::spin_loop();
     }
@@ -148,27 +154,33 @@ fn shm_child() {
     }
 }
 
+/// Round trips of a counter between two processes through shared cache lines: one line for
+/// both directions (the floor), or one line per direction (the least a protocol with separate
+/// lines per direction can cost).
 fn floor(c: &mut Criterion) {
-    let shared = SharedLine::create();
-    let _child = spawn_child("floor", inheritable(&shared._fd));
-    let word = shared.word();
-    let mut next = 1u64;
     let mut group = c.benchmark_group("floor");
-    group.bench_function("cache_line_round_trip", |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                word.store(next, Ordering::Release);
-                while word.load(Ordering::Acquire) != next + 1 {
-                    std::hint::spin_loop();
+    for (lines, name) in [(1, "cache_line_round_trip"), (2, "two_lines_round_trip")] {
+        let shared = SharedLine::create();
+        let role = if lines == 1 { "floor" } else { "floor2" };
+        let _child = spawn_child(role, inheritable(&shared._fd));
+        let (ping, pong) = (shared.word(0), shared.word(lines - 1));
+        let mut next = 1u64;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    ping.store(next, Ordering::Release);
+                    while pong.load(Ordering::Acquire) != next + 1 {
+                        std::hint::spin_loop();
+                    }
+                    next += 2;
                 }
-                next += 2;
-            }
-            start.elapsed()
-        })
-    });
+                start.elapsed()
+            })
+        });
+        ping.store(STOP, Ordering::Release);
+    }
     group.finish();
-    word.store(STOP, Ordering::Release);
 }
 
 fn shm(c: &mut Criterion) {
@@ -248,7 +260,8 @@ fn main() {
             eprintln!("peer not pinned: {e}");
         }
         match role.as_str() {
-            "floor" => floor_child(),
+            "floor" => floor_child(1),
+            "floor2" => floor_child(2),
             "shm" => shm_child(),
             other => panic!("unknown role {other}"),
         }

@@ -299,7 +299,14 @@ fn sleeper_is_woken<P: Pair>() {
     let sender = std::thread::spawn(move || {
         for i in 0..50u8 {
             std::thread::sleep(Duration::from_millis(1));
-            a.send(&[i]).unwrap();
+            // The receiver may be descheduled long enough for the ring to fill.
+            loop {
+                match a.send(&[i]) {
+                    Ok(()) => break,
+                    Err(FrameSendError::Full) => assert!(a.wait_send(SOON).unwrap()),
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
         }
         a
     });
