@@ -112,7 +112,7 @@ pub fn serve(
     };
     info!(
         thread = index,
-        requests = served,
+        frames = served,
         "processor thread stopped"
     );
     end
