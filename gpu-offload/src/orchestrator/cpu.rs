@@ -110,11 +110,7 @@ pub fn serve(
             worked = true;
         }
     };
-    info!(
-        thread = index,
-        frames = served,
-        "processor thread stopped"
-    );
+    info!(thread = index, frames = served, "processor thread stopped");
     end
 }
 
