@@ -193,3 +193,61 @@ mod tests {
         );
     }
 }
+
+/// The host side of the graph plugin: `init` once with the id and version the service
+/// reported, then submit loopbacks (seed 001's `urom_graph_init` and
+/// `urom_graph_task_loopback`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphHost {
+    id: u64,
+}
+
+/// A finished loopback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopbackResult {
+    /// The data the plugin sent back.
+    pub data: u64,
+    /// The cookie given when the loopback was submitted.
+    pub cookie: u64,
+}
+
+impl GraphHost {
+    /// The graph plugin with `id`, if the service's `version` is this host's.
+    pub fn init(id: u64, version: u64) -> Result<Self, GraphError> {
+        check_version(version)?;
+        Ok(Self { id })
+    }
+
+    /// The plugin id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Sends `data` to the plugin and back; `callback` runs from the worker's progress engine
+    /// and reads the outcome with [`loopback_result`]. Allocates nothing.
+    pub fn loopback(
+        &self,
+        worker: &crate::host::Worker<crate::host::Running>,
+        cookie: u64,
+        data: u64,
+        callback: crate::task::TaskCallback,
+    ) -> Result<crate::task::TaskHandle, crate::host::CommandError> {
+        worker.submit(self.id, |task| {
+            task.user_data_mut()[..8].copy_from_slice(&cookie.to_le_bytes());
+            task.set_callback(callback);
+            GraphCommand::Loopback { data }
+                .pack(task.payload_mut())
+                .unwrap_or(0)
+        })
+    }
+}
+
+/// The outcome of a loopback task: the data and cookie, or the status it failed with.
+pub fn loopback_result(task: &crate::task::CompletedTask<'_>) -> Result<LoopbackResult, Status> {
+    Status::from_raw(task.status).into_result()?;
+    let cookie = u64::from_le_bytes(task.user_data[..8].try_into().expect("8 bytes"));
+    match GraphNotification::unpack(task.response) {
+        Ok(GraphNotification::Loopback { data }) => Ok(LoopbackResult { data, cookie }),
+        Err(_) => Err(Status::InvalidValue),
+    }
+}

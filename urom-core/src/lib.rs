@@ -26,6 +26,8 @@ pub mod abi;
 #[cfg(not(loom))]
 pub mod graph;
 #[cfg(not(loom))]
+pub mod host;
+#[cfg(not(loom))]
 pub mod plugin;
 pub mod shm;
 mod sync;

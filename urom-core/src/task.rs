@@ -332,6 +332,24 @@ impl TaskRing {
         Ok(())
     }
 
+    /// Completes every in-flight task with `status` and an empty response (the worker is
+    /// gone); returns how many there were. Each callback runs once.
+    pub fn fail_in_flight(&mut self, status: i32) -> usize {
+        let mut failed = 0;
+        for index in 0..self.meta.len() {
+            if self.meta[index].state == State::InFlight {
+                let handle = TaskHandle {
+                    index: index as u32,
+                    generation: self.meta[index].generation,
+                };
+                if self.complete(handle, status, &[]).is_ok() {
+                    failed += 1;
+                }
+            }
+        }
+        failed
+    }
+
     fn give_back(&mut self, index: usize) {
         self.meta[index].state = State::Free;
         self.free[self.free_len] = index as u32;

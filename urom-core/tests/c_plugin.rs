@@ -8,7 +8,10 @@ use urom_core::abi::{NotificationSink, PluginLibrary, PluginLoadError};
 use urom_core::wire::data::{Command as WireCommand, Notification};
 use urom_core::wire::{MaxMsgSize, Status};
 
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/c-loopback/loopback.c");
+const SOURCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../plugins/c-loopback/loopback.c"
+);
 const INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/include");
 
 /// Compiles the C loopback plugin with `defines`.

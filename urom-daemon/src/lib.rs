@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tracing::{error, info, warn};
+use urom_core::host::{default_service_socket, writable_dir};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 pub use args::{Args, ArgsError};
@@ -115,38 +116,9 @@ impl Service {
     }
 }
 
-/// Where the socket goes when `--listen` is not given: `/run/urom`, then
-/// `$XDG_RUNTIME_DIR/urom`, then `/tmp/urom-<uid>`, the first that can be created.
-pub fn default_socket() -> PathBuf {
-    let uid = nix::unistd::geteuid().as_raw();
-    let candidates = [
-        Some(PathBuf::from("/run/urom")),
-        std::env::var_os("XDG_RUNTIME_DIR").map(|dir| PathBuf::from(dir).join("urom")),
-        Some(std::env::temp_dir().join(format!("urom-{uid}"))),
-    ];
-    let dir = candidates
-        .into_iter()
-        .flatten()
-        .find(|dir| writable_dir(dir))
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("urom-{uid}")));
-    dir.join("urom.sock")
-}
-
-/// Whether `dir` exists or can be created, and can be written.
-fn writable_dir(dir: &Path) -> bool {
-    std::fs::create_dir_all(dir).is_ok() && tempfile_probe(dir)
-}
-
-fn tempfile_probe(dir: &Path) -> bool {
-    let probe = dir.join(format!(".urom-write-test-{}", std::process::id()));
-    let ok = std::fs::write(&probe, b"").is_ok();
-    let _ = std::fs::remove_file(&probe);
-    ok
-}
-
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(args: Args) -> Result<(), DaemonRunError> {
-    let socket = args.listen.clone().unwrap_or_else(default_socket);
+    let socket = args.listen.clone().unwrap_or_else(default_service_socket);
     let socket_dir = socket.parent().unwrap_or(Path::new(".")).to_owned();
     create_dir(&socket_dir)?;
     let log_dir = match &args.log_dir {

@@ -6,6 +6,7 @@
 //! * `panic`: panic while handling the command;
 //! * `later`: answer from the next `progress` instead of at once;
 //! * `panic-later`: panic in the next `progress`;
+//! * `env:NAME`: answer with the value of the worker's environment variable `NAME`;
 //! * anything else: answer at once with the same bytes.
 #![deny(unsafe_code)]
 
@@ -56,7 +57,14 @@ impl Plugin for Faulty {
                 });
                 Ok(())
             }
-            echo => out.reply(command, Status::Success, echo),
+            other => match other.strip_prefix(b"env:") {
+                Some(name) => {
+                    let name = std::str::from_utf8(name).map_err(|_| Status::InvalidValue)?;
+                    let value = std::env::var(name).map_err(|_| Status::NotFound)?;
+                    out.reply(command, Status::Success, value.as_bytes())
+                }
+                None => out.reply(command, Status::Success, other),
+            },
         }
     }
 

@@ -1,0 +1,62 @@
+//! The host API: what an HPC or AI runtime embeds to offload work.
+//!
+//! * [`ProgressEngine`]: single-threaded, owned by the caller (one per thread); `progress()`
+//!   polls every context connected to it, completes tasks and runs their callbacks.
+//! * [`Service`]: `Service<Idle>` (where the service is, message size, worker limit) ->
+//!   `start()` connects and authenticates -> `Service<Running>` (plugins, CPU set, queries by
+//!   group id) -> `stop()`. A running service is shared by every thread's workers.
+//! * [`Worker`]: `Worker<Idle>` (service, id, group, plugins, CPUs, environment, in-flight
+//!   tasks) -> `start()` -> `Worker<Starting>`, progressed until it is running ->
+//!   `Worker<Running>` (command tasks) -> `stop()`.
+//!
+//! Methods that are wrong in a state do not exist in that state.
+//!
+//! ```compile_fail
+//! use urom_core::host::{Idle, Worker};
+//! let worker = Worker::<Idle>::new();
+//! worker.id(); // an idle worker has no id yet
+//! ```
+//!
+//! ```compile_fail
+//! use urom_core::host::{Idle, Service};
+//! let service = Service::<Idle>::new();
+//! service.plugins(); // an idle service has not listed its plugins
+//! ```
+
+mod control;
+mod engine;
+mod service;
+mod service_file;
+mod worker;
+
+pub use control::ControlError;
+pub use engine::ProgressEngine;
+pub use service::{
+    GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
+};
+pub use service_file::{SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service};
+pub use worker::{CommandError, CommandTask, StartProgress, Worker, WorkerStartError, WorkerState};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A context's lifecycle state.
+pub trait State: sealed::Sealed {}
+
+/// Configured, not started.
+#[derive(Debug)]
+pub struct Idle;
+/// Started; progress until it is running.
+#[derive(Debug)]
+pub struct Starting;
+/// Running: its operations are available.
+#[derive(Debug)]
+pub struct Running;
+
+impl sealed::Sealed for Idle {}
+impl sealed::Sealed for Starting {}
+impl sealed::Sealed for Running {}
+impl State for Idle {}
+impl State for Starting {}
+impl State for Running {}

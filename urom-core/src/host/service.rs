@@ -1,0 +1,353 @@
+//! The service context: the connection to the daemon.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::control::{ControlChannel, ControlError};
+use super::engine::OneShot;
+use super::service_file::{SERVICE_FILE_VAR, ServiceFileError, lookup_service};
+use super::{Idle, ProgressEngine, Running, State};
+use crate::wire::control::ControlMessage;
+use crate::wire::{CpuSet, MaxMsgSize, MaxMsgSizeError};
+
+/// Where the daemon's socket is when nothing says otherwise: `/run/urom/urom.sock`, else
+/// `$XDG_RUNTIME_DIR/urom/urom.sock`, else `/tmp/urom-<uid>/urom.sock`, the first whose
+/// directory exists or can be created and written. The daemon picks its socket the same way.
+pub fn default_service_socket() -> PathBuf {
+    let uid = nix::unistd::geteuid().as_raw();
+    let fallback = std::env::temp_dir().join(format!("urom-{uid}"));
+    let candidates = [
+        Some(PathBuf::from("/run/urom")),
+        std::env::var_os("XDG_RUNTIME_DIR").map(|dir| PathBuf::from(dir).join("urom")),
+        Some(fallback.clone()),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|dir| writable_dir(dir))
+        .unwrap_or(fallback)
+        .join("urom.sock")
+}
+
+/// Whether `dir` exists or can be created, and a file can be written in it.
+pub fn writable_dir(dir: &Path) -> bool {
+    if std::fs::create_dir_all(dir).is_err() {
+        return false;
+    }
+    let probe = dir.join(format!(".urom-write-test-{}", std::process::id()));
+    let writable = std::fs::write(&probe, b"").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    writable
+}
+
+/// A plugin the service offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePlugin {
+    /// Its id, for command tasks and worker plugin masks.
+    pub id: u64,
+    /// Its version; the host side checks it.
+    pub version: u64,
+    /// Its name (`worker_graph`, ...).
+    pub name: String,
+}
+
+/// Why a service did not start.
+#[derive(Debug)]
+pub enum ServiceStartError {
+    /// The service file did not name a service for this host.
+    ServiceFile(ServiceFileError),
+    /// The service file names a service on another machine, which needs the `ucx` feature.
+    Remote {
+        /// The service's host.
+        dev_hostname: String,
+    },
+    /// Talking to the daemon failed.
+    Control(ControlError),
+}
+
+impl fmt::Display for ServiceStartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ServiceFile(e) => write!(f, "{e}"),
+            Self::Remote { dev_hostname } => write!(
+                f,
+                "the service runs on {dev_hostname}; reaching another machine needs the ucx transport, not built in"
+            ),
+            Self::Control(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServiceStartError {}
+
+/// Settings of an idle service.
+#[derive(Debug, Clone)]
+struct Config {
+    max_msg_size: MaxMsgSize,
+    max_workers: usize,
+    socket: Option<PathBuf>,
+    service_file: Option<PathBuf>,
+    device_pci: Option<String>,
+    identity: String,
+}
+
+/// What a running service shares with its workers, on any thread.
+pub(crate) struct Shared {
+    pub(crate) channel: Arc<ControlChannel>,
+    pub(crate) max_msg_size: MaxMsgSize,
+    plugins: Vec<ServicePlugin>,
+    cpuset: CpuSet,
+}
+
+/// The connection to the urom service.
+pub struct Service<S: State> {
+    config: Box<Config>,
+    shared: Option<Arc<Shared>>,
+    _state: PhantomData<S>,
+}
+
+/// Called when a workers-by-gid query completes: the ids, or why it failed.
+pub type GidCallback = fn(gid: u32, result: Result<&[u64], &ControlError>);
+
+impl Default for Service<Idle> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Service<Idle> {
+    /// A service with default settings: 4096-byte messages, 64 workers, the socket from
+    /// `DOCA_UROM_SERVICE_FILE` when set, else the default socket.
+    pub fn new() -> Self {
+        Self {
+            config: Box::new(Config {
+                max_msg_size: MaxMsgSize::DEFAULT,
+                max_workers: 64,
+                socket: None,
+                service_file: std::env::var_os(SERVICE_FILE_VAR).map(PathBuf::from),
+                device_pci: None,
+                identity: format!("pid {}", std::process::id()),
+            }),
+            shared: None,
+            _state: PhantomData,
+        }
+    }
+
+    /// The channels' largest message, header included; the daemon must use the same.
+    pub fn set_max_msg_size(mut self, bytes: u32) -> Result<Self, MaxMsgSizeError> {
+        self.config.max_msg_size = MaxMsgSize::new(bytes)?;
+        Ok(self)
+    }
+
+    /// The most workers this host expects to use; a power of two.
+    pub fn set_max_workers(mut self, workers: usize) -> Result<Self, Self> {
+        if !workers.is_power_of_two() {
+            return Err(self);
+        }
+        self.config.max_workers = workers;
+        Ok(self)
+    }
+
+    /// The daemon's socket, overriding the service file.
+    pub fn set_socket(mut self, socket: impl Into<PathBuf>) -> Self {
+        self.config.socket = Some(socket.into());
+        self
+    }
+
+    /// The service file to look this host up in.
+    pub fn set_service_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.service_file = Some(path.into());
+        self
+    }
+
+    /// The PCI address of the device whose service to use (for hosts with several).
+    pub fn set_device_pci(mut self, pci: impl Into<String>) -> Self {
+        self.config.device_pci = Some(pci.into());
+        self
+    }
+
+    /// How this host introduces itself in the daemon's log.
+    pub fn set_identity(mut self, identity: impl Into<String>) -> Self {
+        self.config.identity = identity.into();
+        self
+    }
+
+    /// Connects and authenticates, then reads the plugins and the CPU set.
+    pub fn start(self) -> Result<Service<Running>, (Self, ServiceStartError)> {
+        match self.connect() {
+            Ok(shared) => Ok(Service {
+                config: self.config,
+                shared: Some(Arc::new(shared)),
+                _state: PhantomData,
+            }),
+            Err(error) => Err((self, error)),
+        }
+    }
+
+    fn socket(&self) -> Result<PathBuf, ServiceStartError> {
+        if let Some(socket) = &self.config.socket {
+            return Ok(socket.clone());
+        }
+        if let Some(file) = &self.config.service_file {
+            let hostname = nix::unistd::gethostname()
+                .ok()
+                .and_then(|name| name.into_string().ok())
+                .unwrap_or_default();
+            let line = lookup_service(file, &hostname, self.config.device_pci.as_deref())
+                .map_err(ServiceStartError::ServiceFile)?;
+            let local = [hostname.as_str(), "localhost", "127.0.0.1", "::1"];
+            if !local.contains(&line.dev_hostname.as_str()) {
+                return Err(ServiceStartError::Remote {
+                    dev_hostname: line.dev_hostname,
+                });
+            }
+        }
+        Ok(default_service_socket())
+    }
+
+    fn connect(&self) -> Result<Shared, ServiceStartError> {
+        let socket = self.socket()?;
+        let max = self.config.max_msg_size;
+        let channel = ControlChannel::connect(&socket, max, &self.config.identity)
+            .map_err(ServiceStartError::Control)?;
+        let reply = channel
+            .call(ControlMessage::PluginListRequest)
+            .map_err(ServiceStartError::Control)?;
+        let plugins = match reply.message() {
+            ControlMessage::PluginListReply(list) => list
+                .iter()
+                .map(|p| ServicePlugin {
+                    id: p.id,
+                    version: p.version,
+                    name: p.name.to_owned(),
+                })
+                .collect(),
+            other => {
+                return Err(ServiceStartError::Control(ControlError::Protocol(format!(
+                    "expected the plugin list, got {other:?}"
+                ))));
+            }
+        };
+        let reply = channel
+            .call(ControlMessage::CpusetRequest)
+            .map_err(ServiceStartError::Control)?;
+        let ControlMessage::CpusetReply(cpuset) = reply.message() else {
+            return Err(ServiceStartError::Control(ControlError::Protocol(
+                "expected the CPU set".into(),
+            )));
+        };
+        Ok(Shared {
+            channel,
+            max_msg_size: max,
+            plugins,
+            cpuset,
+        })
+    }
+}
+
+impl Service<Running> {
+    fn shared(&self) -> &Arc<Shared> {
+        self.shared
+            .as_ref()
+            .expect("a running service is connected")
+    }
+
+    pub(crate) fn shared_handle(&self) -> Arc<Shared> {
+        Arc::clone(self.shared())
+    }
+
+    /// The plugins the service offers.
+    pub fn plugins(&self) -> &[ServicePlugin] {
+        &self.shared().plugins
+    }
+
+    /// The plugin called `name`.
+    pub fn plugin(&self, name: &str) -> Option<&ServicePlugin> {
+        self.plugins().iter().find(|p| p.name == name)
+    }
+
+    /// The CPUs workers may use.
+    pub fn cpuset(&self) -> CpuSet {
+        self.shared().cpuset
+    }
+
+    /// The ids of the workers of group `gid`.
+    pub fn workers_by_gid(&self, gid: u32) -> Result<Vec<u64>, ControlError> {
+        let reply = self
+            .shared()
+            .channel
+            .call(ControlMessage::WorkersByGidRequest { gid })?;
+        match reply.message() {
+            ControlMessage::WorkersByGidReply(ids) => Ok(ids.iter().collect()),
+            other => Err(ControlError::Protocol(format!(
+                "expected worker ids, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Queries the workers of group `gid` as a task: `callback` runs from `engine.progress()`
+    /// once the answer is there.
+    pub fn workers_by_gid_task(
+        &self,
+        engine: &mut ProgressEngine,
+        gid: u32,
+        callback: GidCallback,
+    ) -> Result<(), ControlError> {
+        let reply = self
+            .shared()
+            .channel
+            .request(ControlMessage::WorkersByGidRequest { gid })?;
+        engine.add_task(Box::new(GidTask {
+            gid,
+            reply,
+            callback,
+        }));
+        Ok(())
+    }
+
+    /// Disconnects; the daemon tears down the workers only this host used.
+    pub fn stop(self) -> Service<Idle> {
+        if let Some(shared) = &self.shared {
+            shared.channel.close();
+        }
+        Service {
+            config: self.config,
+            shared: None,
+            _state: PhantomData,
+        }
+    }
+}
+
+/// A workers-by-gid query in flight.
+struct GidTask {
+    gid: u32,
+    reply: std::sync::mpsc::Receiver<super::control::Reply>,
+    callback: GidCallback,
+}
+
+impl OneShot for GidTask {
+    fn poll(&mut self) -> bool {
+        let reply = match self.reply.try_recv() {
+            Ok(reply) => reply,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return false,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                (self.callback)(self.gid, Err(&ControlError::Closed));
+                return true;
+            }
+        };
+        match (reply.refusal(), reply.message()) {
+            (Err(error), _) => (self.callback)(self.gid, Err(&error)),
+            (Ok(()), ControlMessage::WorkersByGidReply(ids)) => {
+                let ids: Vec<u64> = ids.iter().collect();
+                (self.callback)(self.gid, Ok(&ids));
+            }
+            (Ok(()), other) => {
+                let error = ControlError::Protocol(format!("expected worker ids, got {other:?}"));
+                (self.callback)(self.gid, Err(&error));
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,543 @@
+//! The worker context: a worker process and the channel to it, with its task ring.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, mpsc};
+
+use super::control::{ControlError, Reply};
+use super::engine::Poll;
+use super::service::Shared;
+use super::{Idle, ProgressEngine, Running, Service, Starting, State};
+use crate::shm::{ShmConfig, ShmConnection};
+use crate::task::{TaskCallback, TaskHandle, TaskLoan, TaskRing, TaskSubmitError, USER_DATA_LEN};
+use crate::transport::Transport;
+use crate::wire::control::{ControlMessage, SpawnWorker, WORKER_ID_ANY, WorkerExit};
+use crate::wire::data::{
+    COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
+    write_command_headers,
+};
+use crate::wire::{CpuSet, FrameRepr, List, Status};
+
+/// Why a worker did not start or stopped working.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerStartError {
+    /// No running service was set.
+    NoService,
+    /// The in-flight task limit is not a power of two.
+    MaxInflight(usize),
+    /// An environment entry is not `NAME=value`.
+    Env(String),
+    /// The service refused or failed.
+    Control(ControlError),
+    /// The worker's channel could not be set up.
+    Connect(String),
+    /// The worker ended.
+    Exited(WorkerExit),
+    /// The channel to the worker broke.
+    Lost(String),
+}
+
+impl fmt::Display for WorkerStartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoService => f.write_str("no running service was given to the worker"),
+            Self::MaxInflight(n) => write!(f, "max in-flight tasks {n} is not a power of two"),
+            Self::Env(entry) => write!(f, "environment entry `{entry}` is not NAME=value"),
+            Self::Control(e) => write!(f, "{e}"),
+            Self::Connect(e) => write!(f, "cannot reach the worker: {e}"),
+            Self::Exited(exit) if exit.signal != 0 => {
+                write!(
+                    f,
+                    "worker {} was killed by signal {}",
+                    exit.worker_id, exit.signal
+                )
+            }
+            Self::Exited(exit) => {
+                write!(
+                    f,
+                    "worker {} exited with code {}",
+                    exit.worker_id, exit.exit_code
+                )
+            }
+            Self::Lost(e) => write!(f, "the channel to the worker broke: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerStartError {}
+
+/// Where a worker context is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Waiting for the service to spawn it.
+    Starting,
+    /// Accepting command tasks.
+    Running,
+    /// Failed; every task it had in flight completed with an error.
+    Failed(WorkerStartError),
+}
+
+/// Why a command task was not submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandError {
+    /// The worker is not running (it failed, or stopped).
+    NotRunning,
+    /// Every task slot is in flight: progress first.
+    Exhausted,
+    /// The channel to the worker is full: progress, then submit again.
+    Full,
+    /// The payload does not fit a message.
+    TooBig {
+        /// Its length.
+        len: usize,
+        /// The most a command carries.
+        capacity: usize,
+    },
+    /// The channel failed.
+    Send(String),
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotRunning => f.write_str("the worker is not running"),
+            Self::Exhausted => {
+                f.write_str("every task slot is in flight; progress to complete some")
+            }
+            Self::Full => {
+                f.write_str("the channel to the worker is full; progress, then submit again")
+            }
+            Self::TooBig { len, capacity } => {
+                write!(
+                    f,
+                    "command payload of {len} bytes exceeds the {capacity} bytes a message carries"
+                )
+            }
+            Self::Send(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// A command being written: its payload buffer, user data and completion callback.
+pub struct CommandTask<'a, 'r> {
+    loan: &'a mut TaskLoan<'r>,
+}
+
+impl CommandTask<'_, '_> {
+    /// The payload buffer: the plugin's command goes at its start. Its length is the most a
+    /// command carries (the message size minus the headers).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.loan.payload_mut()[COMMAND_PAYLOAD_OFFSET..]
+    }
+
+    /// 32 bytes the completion callback gets back.
+    pub fn user_data_mut(&mut self) -> &mut [u8; USER_DATA_LEN] {
+        self.loan.user_data_mut()
+    }
+
+    /// Runs once when the task completes, with the status and the notification's payload.
+    pub fn set_callback(&mut self, callback: TaskCallback) {
+        self.loan.set_callback(callback);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    id: u64,
+    gid: u32,
+    plugins: u64,
+    cpuset: CpuSet,
+    env: Vec<String>,
+    max_inflight: usize,
+}
+
+// One per worker, held in place: the running variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Phase {
+    Starting(mpsc::Receiver<Reply>),
+    Running {
+        conn: ShmConnection,
+        ring: TaskRing,
+        exit: mpsc::Receiver<WorkerExit>,
+    },
+    Failed(WorkerStartError),
+}
+
+struct Core {
+    phase: Phase,
+    id: u64,
+    shared: Arc<Shared>,
+    max_inflight: usize,
+    seq: u64,
+}
+
+impl Core {
+    /// Fails every in-flight task and moves to `Failed`.
+    fn fail(&mut self, error: WorkerStartError) {
+        if let Phase::Running { ring, .. } = &mut self.phase {
+            ring.fail_in_flight(Status::NotConnected.raw());
+        }
+        self.phase = Phase::Failed(error);
+    }
+
+    fn connect(&mut self, reply: &Reply) -> Result<Phase, WorkerStartError> {
+        reply.refusal().map_err(WorkerStartError::Control)?;
+        let ControlMessage::SpawnResult(result) = reply.message() else {
+            return Err(WorkerStartError::Control(ControlError::Protocol(
+                "expected a spawn result".into(),
+            )));
+        };
+        self.id = result.worker_id;
+        let socket = PathBuf::from(
+            std::str::from_utf8(result.address)
+                .map_err(|_| WorkerStartError::Connect("the socket path is not UTF-8".into()))?,
+        );
+        let max = self.shared.max_msg_size;
+        let stream = UnixStream::connect(&socket)
+            .map_err(|e| WorkerStartError::Connect(format!("{}: {e}", socket.display())))?;
+        let config = ShmConfig {
+            max_msg_size: max,
+            ..ShmConfig::default()
+        };
+        let conn = ShmConnection::accept(stream, &config)
+            .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+        let ring = TaskRing::new(self.max_inflight, max.get(), max_notify_payload(max))
+            .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+        let exit = self.shared.channel.watch_exit(self.id);
+        Ok(Phase::Running { conn, ring, exit })
+    }
+}
+
+impl Poll for Core {
+    fn poll(&mut self) -> usize {
+        match &mut self.phase {
+            Phase::Starting(reply) => {
+                let phase = match reply.try_recv() {
+                    Ok(reply) => self.connect(&reply).unwrap_or_else(Phase::Failed),
+                    Err(mpsc::TryRecvError::Empty) => return 0,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        Phase::Failed(WorkerStartError::Control(ControlError::Closed))
+                    }
+                };
+                self.phase = phase;
+                1
+            }
+            Phase::Running { conn, ring, exit } => {
+                let mut completed = 0;
+                let max = self.shared.max_msg_size;
+                loop {
+                    match conn.recv() {
+                        Ok(Some(frame)) => {
+                            if let Ok(FrameRepr {
+                                body: DataMessage::Notify(notify),
+                                ..
+                            }) = FrameRepr::<DataMessage>::parse(frame, max)
+                            {
+                                let handle = TaskHandle::from_u64(notify.urom_context);
+                                if ring
+                                    .complete(handle, notify.status.raw(), notify.payload)
+                                    .is_ok()
+                                {
+                                    completed += 1;
+                                }
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            let error = WorkerStartError::Lost(e.to_string());
+                            self.fail(error);
+                            return completed + 1;
+                        }
+                    }
+                }
+                if let Ok(exited) = exit.try_recv() {
+                    self.fail(WorkerStartError::Exited(exited));
+                    return completed + 1;
+                }
+                completed
+            }
+            Phase::Failed(_) => 0,
+        }
+    }
+}
+
+/// A worker: a process the service runs plugins in, and the channel to it.
+pub struct Worker<S: State> {
+    config: Box<Config>,
+    service: Option<Arc<Shared>>,
+    core: Option<Rc<RefCell<Core>>>,
+    _state: PhantomData<S>,
+}
+
+impl Default for Worker<Idle> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Worker<Idle> {
+    /// A worker with a fresh id (`WORKER_ID_ANY`), group 0, no plugin, the service's CPUs and
+    /// 64 tasks in flight at most.
+    pub fn new() -> Self {
+        Self {
+            config: Box::new(Config {
+                id: WORKER_ID_ANY,
+                gid: 0,
+                plugins: 0,
+                cpuset: CpuSet::new(),
+                env: Vec::new(),
+                max_inflight: 64,
+            }),
+            service: None,
+            core: None,
+            _state: PhantomData,
+        }
+    }
+
+    /// The service that runs it.
+    pub fn set_service(mut self, service: &Service<Running>) -> Self {
+        self.service = Some(service.shared_handle());
+        self
+    }
+
+    /// Its id: an existing worker's to attach to it, or `WORKER_ID_ANY` for a fresh one.
+    pub fn set_id(mut self, id: u64) -> Self {
+        self.config.id = id;
+        self
+    }
+
+    /// Its group.
+    pub fn set_gid(mut self, gid: u32) -> Self {
+        self.config.gid = gid;
+        self
+    }
+
+    /// Its plugins: an OR of plugin ids.
+    pub fn set_plugins(mut self, plugins: u64) -> Self {
+        self.config.plugins = plugins;
+        self
+    }
+
+    /// Its CPUs (a subset of the service's).
+    pub fn set_cpuset(mut self, cpuset: CpuSet) -> Self {
+        self.config.cpuset = cpuset;
+        self
+    }
+
+    /// Environment entries `NAME=value` for a new worker.
+    pub fn set_env<I: IntoIterator<Item = String>>(mut self, env: I) -> Self {
+        self.config.env = env.into_iter().collect();
+        self
+    }
+
+    /// The most tasks in flight at once; a power of two.
+    pub fn set_max_inflight_tasks(mut self, tasks: usize) -> Self {
+        self.config.max_inflight = tasks;
+        self
+    }
+
+    /// Asks the service for the worker and returns at once; progress `engine` until
+    /// [`Worker::try_running`] says it runs.
+    pub fn start(
+        self,
+        engine: &mut ProgressEngine,
+    ) -> Result<Worker<Starting>, (Self, WorkerStartError)> {
+        let Some(shared) = self.service.clone() else {
+            return Err((self, WorkerStartError::NoService));
+        };
+        if !self.config.max_inflight.is_power_of_two() {
+            let tasks = self.config.max_inflight;
+            return Err((self, WorkerStartError::MaxInflight(tasks)));
+        }
+        if let Some(bad) = self
+            .config
+            .env
+            .iter()
+            .find(|entry| crate::wire::control::check_env_entry(entry.as_bytes()).is_err())
+        {
+            let bad = bad.clone();
+            return Err((self, WorkerStartError::Env(bad)));
+        }
+        let env: Vec<&str> = self.config.env.iter().map(String::as_str).collect();
+        let request = SpawnWorker {
+            worker_id: self.config.id,
+            plugins: self.config.plugins,
+            gid: self.config.gid,
+            max_inflight_tasks: self.config.max_inflight as u32,
+            cpuset: self.config.cpuset,
+            env: List::new(&env),
+        };
+        let reply = match shared.channel.request(ControlMessage::SpawnWorker(request)) {
+            Ok(reply) => reply,
+            Err(error) => return Err((self, WorkerStartError::Control(error))),
+        };
+        let core = Rc::new(RefCell::new(Core {
+            phase: Phase::Starting(reply),
+            id: self.config.id,
+            shared,
+            max_inflight: self.config.max_inflight,
+            seq: 0,
+        }));
+        let poll: Rc<RefCell<dyn Poll>> = core.clone();
+        engine.connect(&poll);
+        Ok(Worker {
+            config: self.config,
+            service: self.service,
+            core: Some(core),
+            _state: PhantomData,
+        })
+    }
+}
+
+impl<S: State> Worker<S> {
+    fn core(&self) -> &Rc<RefCell<Core>> {
+        self.core.as_ref().expect("a started worker has a core")
+    }
+
+    fn into_state<T: State>(self) -> Worker<T> {
+        Worker {
+            config: self.config,
+            service: self.service,
+            core: self.core,
+            _state: PhantomData,
+        }
+    }
+}
+
+/// Where a starting worker is.
+pub enum StartProgress {
+    /// Still starting: progress, then ask again.
+    Starting(Worker<Starting>),
+    /// It failed; the idle worker can be configured and started again.
+    Failed(Worker<Idle>, WorkerStartError),
+}
+
+impl fmt::Debug for StartProgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Starting(_) => f.write_str("Starting"),
+            Self::Failed(_, e) => write!(f, "Failed({e})"),
+        }
+    }
+}
+
+impl Worker<Starting> {
+    /// The running worker once the engine's progress has set it up.
+    pub fn try_running(self) -> Result<Worker<Running>, StartProgress> {
+        let phase = match &self.core().borrow().phase {
+            Phase::Starting(_) => Ok(false),
+            Phase::Running { .. } => Ok(true),
+            Phase::Failed(error) => Err(error.clone()),
+        };
+        match phase {
+            Ok(true) => Ok(self.into_state()),
+            Ok(false) => Err(StartProgress::Starting(self)),
+            Err(error) => {
+                let mut idle: Worker<Idle> = self.into_state();
+                idle.core = None;
+                Err(StartProgress::Failed(idle, error))
+            }
+        }
+    }
+}
+
+impl Worker<Running> {
+    /// Its id (the fresh one when it was started with `WORKER_ID_ANY`).
+    pub fn id(&self) -> u64 {
+        self.core().borrow().id
+    }
+
+    /// Its group.
+    pub fn gid(&self) -> u32 {
+        self.config.gid
+    }
+
+    /// Whether it still runs; after a failure every task it had in flight has completed with
+    /// an error.
+    pub fn state(&self) -> WorkerState {
+        match &self.core().borrow().phase {
+            Phase::Starting(_) => WorkerState::Starting,
+            Phase::Running { .. } => WorkerState::Running,
+            Phase::Failed(error) => WorkerState::Failed(error.clone()),
+        }
+    }
+
+    /// The most a command's payload carries.
+    pub fn max_command_payload(&self) -> usize {
+        max_command_payload(self.core().borrow().shared.max_msg_size)
+    }
+
+    /// Submits a command for `plugin`: `fill` writes the payload (returning its length), the
+    /// user data and the callback. Allocates nothing.
+    pub fn submit<F>(&self, plugin: u64, fill: F) -> Result<TaskHandle, CommandError>
+    where
+        F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
+    {
+        let mut core = self.core().borrow_mut();
+        let Core {
+            phase, shared, seq, ..
+        } = &mut *core;
+        let Phase::Running { conn, ring, .. } = phase else {
+            return Err(CommandError::NotRunning);
+        };
+        let max = shared.max_msg_size;
+        let mut loan = ring.loan().map_err(|_| CommandError::Exhausted)?;
+        let handle = loan.handle();
+        let payload_len = fill(&mut CommandTask { loan: &mut loan });
+        *seq += 1;
+        let len = write_command_headers(
+            loan.payload_mut(),
+            *seq,
+            plugin,
+            handle.to_u64(),
+            payload_len,
+            max,
+        )
+        .map_err(|_| CommandError::TooBig {
+            len: payload_len,
+            capacity: max_command_payload(max),
+        })?;
+        loan.set_len(len).map_err(|_| CommandError::TooBig {
+            len: payload_len,
+            capacity: max_command_payload(max),
+        })?;
+        match loan.submit(conn) {
+            Ok(handle) => Ok(handle),
+            Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
+            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e.to_string())),
+        }
+    }
+
+    /// Completes its in-flight tasks with `DOCA_ERROR_SHUTDOWN`, asks the service to destroy
+    /// the worker and waits for that; returns the idle context.
+    pub fn stop(self) -> Result<Worker<Idle>, (Worker<Idle>, ControlError)> {
+        let (id, shared) = {
+            let mut core = self.core().borrow_mut();
+            if let Phase::Running { ring, .. } = &mut core.phase {
+                ring.fail_in_flight(Status::Shutdown.raw());
+            }
+            core.phase = Phase::Failed(WorkerStartError::Control(ControlError::Closed));
+            (core.id, Arc::clone(&core.shared))
+        };
+        let mut idle: Worker<Idle> = self.into_state();
+        idle.core = None;
+        match shared
+            .channel
+            .call(ControlMessage::DestroyWorker { worker_id: id })
+        {
+            Ok(_) => Ok(idle),
+            // Already gone (it failed, or another host destroyed it): nothing to stop.
+            Err(ControlError::Refused {
+                status: Status::NotFound,
+                ..
+            }) => Ok(idle),
+            Err(error) => Err((idle, error)),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The host API against a real daemon and real workers: the bootstrap flow of the DOCA UROM
+//! guide, attach by id, group queries, environment, and a worker killed with tasks in flight.
+
+mod common;
+
+use std::cell::RefCell;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{TIMEOUT, run_worker, start_daemon, start_service};
+use urom_core::graph::{GraphHost, loopback_result};
+use urom_core::host::{ProgressEngine, Worker, WorkerState};
+use urom_core::task::CompletedTask;
+use urom_core::wire::Status;
+
+thread_local! {
+    static DONE: RefCell<Vec<(Status, u64, u64)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn record(task: &CompletedTask<'_>) {
+    let entry = match loopback_result(task) {
+        Ok(result) => (Status::Success, result.data, result.cookie),
+        Err(status) => (status, 0, 0),
+    };
+    DONE.with(|done| done.borrow_mut().push(entry));
+}
+
+fn wait_for(engine: &mut ProgressEngine, count: usize) -> Vec<(Status, u64, u64)> {
+    let deadline = Instant::now() + TIMEOUT;
+    while DONE.with(|done| done.borrow().len()) < count {
+        engine.progress();
+        assert!(Instant::now() < deadline, "tasks did not complete");
+    }
+    DONE.with(|done| done.borrow_mut().drain(..).collect())
+}
+
+fn echo(task: &CompletedTask<'_>) {
+    let text = String::from_utf8_lossy(task.response).into_owned();
+    ECHO.with(|echo| *echo.borrow_mut() = Some((Status::from_raw(task.status), text)));
+}
+
+thread_local! {
+    static ECHO: RefCell<Option<(Status, String)>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn bootstrap_flow_with_four_worker_threads() {
+    let daemon = start_daemon();
+    let service = start_service(&daemon);
+    let info = service
+        .plugin("worker_graph")
+        .expect("the graph plugin is offered")
+        .clone();
+    let graph = GraphHost::init(info.id, info.version).unwrap();
+    assert!(!service.cpuset().is_empty());
+
+    std::thread::scope(|scope| {
+        for id in 0..4u64 {
+            let service = &service;
+            scope.spawn(move || {
+                let mut engine = ProgressEngine::new();
+                let worker = Worker::new()
+                    .set_service(service)
+                    .set_id(id)
+                    .set_gid((id % 2) as u32)
+                    .set_plugins(graph.id());
+                let worker = run_worker(&mut engine, worker);
+                assert_eq!((worker.id(), worker.gid()), (id, (id % 2) as u32));
+                graph.loopback(&worker, 100 + id, id, record).unwrap();
+                assert_eq!(
+                    wait_for(&mut engine, 1),
+                    vec![(Status::Success, id, 100 + id)]
+                );
+                // Keep the worker until every thread has checked the groups.
+                std::thread::sleep(Duration::from_millis(300));
+            });
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        while service.workers_by_gid(0).unwrap().len() + service.workers_by_gid(1).unwrap().len()
+            < 4
+        {
+            assert!(Instant::now() < deadline, "workers did not all start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(service.workers_by_gid(0).unwrap(), vec![0, 2]);
+        assert_eq!(service.workers_by_gid(1).unwrap(), vec![1, 3]);
+    });
+
+    // The same query as a task on the service's engine.
+    thread_local! {
+        static GIDS: RefCell<Option<Vec<u64>>> = const { RefCell::new(None) };
+    }
+    fn gids(_gid: u32, result: Result<&[u64], &urom_core::host::ControlError>) {
+        GIDS.with(|g| *g.borrow_mut() = Some(result.unwrap().to_vec()));
+    }
+    let mut engine = ProgressEngine::new();
+    service.workers_by_gid_task(&mut engine, 1, gids).unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while GIDS.with(|g| g.borrow().is_none()) {
+        engine.progress();
+        assert!(Instant::now() < deadline);
+    }
+    service.stop();
+}
+
+#[test]
+fn attach_from_a_second_service_and_environment() {
+    let daemon = start_daemon();
+    let first = start_service(&daemon);
+    let faulty = first.plugin("worker_faulty").unwrap().id;
+    let graph_info = first.plugin("worker_graph").unwrap().clone();
+    let graph = GraphHost::init(graph_info.id, graph_info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let worker = run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&first)
+            .set_id(5)
+            .set_plugins(faulty | graph.id())
+            .set_env(["UROM_GREETING=hello from the host".to_owned()]),
+    );
+    worker
+        .submit(faulty, |task| {
+            task.set_callback(echo);
+            let command = b"env:UROM_GREETING";
+            task.payload_mut()[..command.len()].copy_from_slice(command);
+            command.len()
+        })
+        .unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while ECHO.with(|e| e.borrow().is_none()) {
+        engine.progress();
+        assert!(Instant::now() < deadline);
+    }
+    assert_eq!(
+        ECHO.with(|e| e.borrow_mut().take()),
+        Some((Status::Success, "hello from the host".to_owned()))
+    );
+
+    // A second service (another host connection) attaches to worker 5 by id.
+    let second = start_service(&daemon);
+    let mut engine2 = ProgressEngine::new();
+    let attached = run_worker(
+        &mut engine2,
+        Worker::new()
+            .set_service(&second)
+            .set_id(5)
+            .set_plugins(graph.id()),
+    );
+    assert_eq!(attached.id(), 5);
+    graph.loopback(&attached, 1, 77, record).unwrap();
+    assert_eq!(wait_for(&mut engine2, 1), vec![(Status::Success, 77, 1)]);
+
+    // Too large a payload is an error, not a truncation.
+    let capacity = worker.max_command_payload();
+    let error = worker.submit(faulty, |_| capacity + 1).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "command payload of {} bytes exceeds the {capacity} bytes a message carries",
+            capacity + 1
+        )
+    );
+}
+
+#[test]
+fn a_killed_worker_fails_every_task_in_flight_once() {
+    let daemon = start_daemon();
+    let service = start_service(&daemon);
+    let info = service.plugin("worker_graph").unwrap().clone();
+    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let doomed = run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&service)
+            .set_id(9)
+            .set_plugins(graph.id()),
+    );
+    let survivor = run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&service)
+            .set_id(10)
+            .set_plugins(graph.id()),
+    );
+
+    // Stop the worker's process first, so that none of the 64 tasks is answered.
+    let pid = worker_pid(9);
+    signal(pid, "-STOP");
+    for i in 0..64 {
+        graph.loopback(&doomed, i, i, record).unwrap();
+    }
+    signal(pid, "-KILL");
+    let done = wait_for(&mut engine, 64);
+    assert_eq!(done.len(), 64);
+    assert!(
+        done.iter()
+            .all(|(status, _, _)| *status == Status::NotConnected),
+        "{done:?}"
+    );
+    assert!(matches!(doomed.state(), WorkerState::Failed(_)));
+    // Nothing completes twice.
+    for _ in 0..100 {
+        engine.progress();
+    }
+    assert_eq!(DONE.with(|d| d.borrow().len()), 0);
+    assert!(doomed.submit(graph.id(), |_| 0).is_err());
+
+    // The other worker still answers.
+    graph.loopback(&survivor, 5, 55, record).unwrap();
+    assert_eq!(wait_for(&mut engine, 1), vec![(Status::Success, 55, 5)]);
+}
+
+fn worker_pid(id: u64) -> i32 {
+    let needle = format!("urom-worker-{id}.sock");
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&needle) {
+            return pid;
+        }
+    }
+    panic!("no worker {id}");
+}
+
+fn signal(pid: i32, signal: &str) {
+    assert!(
+        Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+}
