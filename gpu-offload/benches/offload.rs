@@ -14,11 +14,14 @@
 //!
 //! A VM's cores change speed over seconds, so the binary then runs both again interleaved,
 //! round after round, and prints the median MIOP/s of each and the median of the per-round
-//! ratios, the comparison to trust. `GPU_OFFLOAD_BENCH_CPUS` (default `0,1`) lists the server's
-//! `--cpu`s; the orchestrator gets as many threads, pinned to `GPU_OFFLOAD_BENCH_ORCH_CPUS`
-//! (default: the server's list, so that each processor thread shares its server thread's CPU;
-//! an empty value leaves them unpinned). `GPU_OFFLOAD_BENCH_QUICK=1` skips the criterion part
-//! and runs five interleaved rounds. The client threads are not pinned.
+//! ratios, the comparison to trust.
+//!
+//! `GPU_OFFLOAD_BENCH_CPUS` lists the server's `--cpu`s (default: the first two CPUs this
+//! process may use); the orchestrator gets as many threads, pinned to
+//! `GPU_OFFLOAD_BENCH_ORCH_CPUS` (default: the server's list, so that each processor thread
+//! shares its server thread's CPU; an empty value leaves them unpinned).
+//! `GPU_OFFLOAD_BENCH_QUICK=1` skips the criterion part and runs five interleaved rounds. The
+//! client threads are not pinned.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -108,7 +111,16 @@ struct Ours {
 fn start_ours() -> Ours {
     let dir = TempDir::new("gpu-offload-bench");
     let socket = dir.path().join("channel.sock");
-    let cpus = std::env::var(CPUS_ENV).unwrap_or_else(|_| "0,1".to_owned());
+    let cpus = std::env::var(CPUS_ENV).unwrap_or_else(|_| {
+        // The first two CPUs this process may run on.
+        let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        let allowed: Vec<String> = (0..nix::sched::CpuSet::count())
+            .filter(|&cpu| allowed.is_set(cpu).unwrap_or(false))
+            .take(2)
+            .map(|cpu| cpu.to_string())
+            .collect();
+        allowed.join(",")
+    });
     let cpus: Vec<&str> = cpus.split(',').collect();
     let mut server = Command::new(env!("CARGO_BIN_EXE_gpu-offload-server"));
     server.args([

@@ -70,10 +70,12 @@ fn server_and_orchestrator_allocate_nothing_per_message() {
     let dir = urom_testkit::TempDir::new("gpu-offload-allocations");
     let socket = dir.path().join("channel.sock");
     let socket = socket.to_str().unwrap();
-    let cpus = [
-        0usize,
-        usize::from(std::thread::available_parallelism().map_or(1, |n| n.get()) > 1),
-    ];
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    let mut allowed_cpus =
+        (0..nix::sched::CpuSet::count()).filter(|&cpu| allowed.is_set(cpu).unwrap_or(false));
+    let first = allowed_cpus.next().unwrap();
+    let cpus = [first, allowed_cpus.next().unwrap_or(first)];
+
     let server_args = ServerArgs::parse_from([
         "gpu-offload-server",
         "-c",

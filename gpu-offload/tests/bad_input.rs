@@ -94,7 +94,7 @@ fn a_truncated_frame_is_logged_and_its_client_closed() {
 #[test]
 fn a_slow_loris_blocks_nobody() {
     // One data-path thread, so the slow client and the others share it.
-    let stack = Stack::start(&[0], 1, &[], &[]);
+    let stack = Stack::start(&two_cpus()[..1], 1, &[], &[]);
     let mut loris = stack.connect();
     let slow = request_frame(b"drip drip");
     // Half a frame, then a full client run on the same thread, then the rest byte by byte.
@@ -116,7 +116,12 @@ fn a_slow_loris_blocks_nobody() {
 
 #[test]
 fn a_client_that_never_reads_blocks_nobody() {
-    let stack = Stack::start(&[0], 1, &["--max-concurrent-messages", "8"], &[]);
+    let stack = Stack::start(
+        &two_cpus()[..1],
+        1,
+        &["--max-concurrent-messages", "8"],
+        &[],
+    );
     let mut hog = stack.connect();
     // Far more requests than the server may hold answers for; their answers are never read.
     let burst: Vec<u8> = request_frame(&[7u8; 200]).repeat(20_000);

@@ -35,7 +35,7 @@ fn auto_falls_back_to_the_cpu_without_a_gpu() {
         println!("skipped: this machine has a usable GPU, so `auto` picks CUDA");
         return;
     }
-    let stack = Stack::start(&[0], 1, &[], &["--processor", "auto"]);
+    let stack = Stack::start(&two_cpus()[..1], 1, &[], &["--processor", "auto"]);
     let output = run_client(stack.port, 1, 100, "ABC", "CBA", 8);
     assert!(
         output.status.success(),

@@ -26,7 +26,7 @@ fn clients_of_one_and_four_threads_get_every_response_right() {
 
 #[test]
 fn a_wrong_expected_response_fails_the_client_with_the_reason() {
-    let stack = Stack::start(&[0], 1, &[], &[]);
+    let stack = Stack::start(&two_cpus()[..1], 1, &[], &[]);
     let output = run_client(stack.port, 1, 10, "ABCD", "DCBX", 4);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -60,6 +60,29 @@ fn sigterm_on_the_server_answers_what_is_in_flight_and_closes_cleanly() {
         stderr.contains("the server closed the connection after"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_side_that_dies_makes_the_other_exit_with_an_error() {
+    let mut stack = Stack::two_threads();
+    let _ = stack.orchestrator.0.kill();
+    let status = stack
+        .server
+        .wait_timeout(TIMEOUT)
+        .expect("the server did not exit");
+    assert_eq!(status.code(), Some(1));
+    let log = stack.server_log();
+    assert!(log.contains("the orchestrator went away"), "{log}");
+
+    let mut stack = Stack::two_threads();
+    let _ = stack.server.0.kill();
+    let status = stack
+        .orchestrator
+        .wait_timeout(TIMEOUT)
+        .expect("the orchestrator did not exit");
+    assert_eq!(status.code(), Some(1));
+    let log = stack.orchestrator_log();
+    assert!(log.contains("the server went away"), "{log}");
 }
 
 #[test]

@@ -19,10 +19,15 @@ pub const SERVER: &str = env!("CARGO_BIN_EXE_gpu-offload-server");
 pub const ORCHESTRATOR: &str = env!("CARGO_BIN_EXE_gpu-offload-orchestrator");
 pub const CLIENT: &str = env!("CARGO_BIN_EXE_gpu-offload-client");
 
-/// Two CPUs to pin the server's threads to: 0 and 1, or 0 twice on a one-CPU machine.
+/// Two CPUs this process may run on, to pin the server's threads to: the first two allowed,
+/// or the only one twice.
 pub fn two_cpus() -> [usize; 2] {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    [0, usize::from(n > 1)]
+    let allowed =
+        nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("sched_getaffinity");
+    let mut cpus =
+        (0..nix::sched::CpuSet::count()).filter(|&cpu| allowed.is_set(cpu).unwrap_or(false));
+    let first = cpus.next().expect("no CPU allowed");
+    [first, cpus.next().unwrap_or(first)]
 }
 
 pub struct Stack {
