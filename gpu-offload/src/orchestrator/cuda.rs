@@ -551,3 +551,53 @@ fn count_requests(frame: &[u8], max_len: usize) -> Option<u32> {
     }
     (count > 0).then_some(count)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_compiles_where_nvrtc_is_present() {
+        // SAFETY: only tries to load the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            println!("skipped: no NVRTC library (libnvrtc.so.13) on this machine");
+            return;
+        }
+        let ptx = cudarc::nvrtc::compile_ptx(KERNEL).expect("the kernel compiles");
+        assert!(ptx.to_src().contains(KERNEL_NAME));
+    }
+
+    #[test]
+    fn frames_count_their_requests() {
+        let mut frame = [0u8; 64];
+        let mut len = GpuMessage::ClientRequest(b"abc")
+            .emit(&mut frame, 256)
+            .unwrap();
+        len += GpuMessage::ClientRequest(b"")
+            .emit(&mut frame[len..], 256)
+            .unwrap();
+        assert_eq!(count_requests(&frame[..len], 256), Some(2));
+        assert_eq!(count_requests(&frame[..len - 1], 256), None);
+        assert_eq!(count_requests(&[], 256), None);
+        let response = GpuMessage::ClientResponse(b"x")
+            .emit(&mut frame, 256)
+            .unwrap();
+        assert_eq!(count_requests(&frame[..response], 256), None);
+    }
+
+    #[test]
+    fn slots_do_not_overlap() {
+        let geometry = Geometry {
+            slots: 4,
+            slot_stride: (PAYLOAD_OFFSET + 256).next_multiple_of(128),
+            channel_stride: 4 * (PAYLOAD_OFFSET + 256).next_multiple_of(128),
+            max_len: 256,
+        };
+        assert_eq!(geometry.slot(0, 0), STOP_LINE);
+        assert!(geometry.slot(0, 1) >= geometry.slot(0, 0) + PAYLOAD_OFFSET + 256);
+        assert_eq!(
+            geometry.slot(1, 0),
+            geometry.slot(0, 3) + geometry.slot_stride
+        );
+    }
+}
