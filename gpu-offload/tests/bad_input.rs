@@ -140,3 +140,76 @@ fn a_client_that_never_reads_blocks_nobody() {
     drop(writer.join().unwrap());
     stack.stop_with(SIGINT, true);
 }
+
+#[test]
+fn a_processor_that_answers_wrongly_costs_only_that_client() {
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::AtomicBool;
+
+    use gpu_offload::channel::{self, ChannelParams};
+    use gpu_offload::orchestrator::cpu::reverse_frame;
+    use urom_core::transport::Transport;
+
+    let dir = urom_testkit::TempDir::new("gpu-offload-fake-processor");
+    let socket = socket_path(&dir);
+    let log = dir.path().join("server.log");
+    let mut server = urom_testkit::ChildGuard(
+        Command::new(SERVER)
+            .args(["-c", socket.to_str().unwrap(), "-p", "0", "-a", "127.0.0.1"])
+            .args(["--cpu", &two_cpus()[0].to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    // A processor of our own on the server's channel: the first frame gets a request back
+    // instead of a response, the others their right answers.
+    let params = ChannelParams {
+        threads: 1,
+        max_message_length: 256,
+        max_concurrent: 128,
+    };
+    let mut channel = channel::connect(&socket, &params, TIMEOUT, &AtomicBool::new(false)).unwrap();
+    let mut conn = channel.data.pop().unwrap();
+    std::thread::spawn(move || {
+        let mut out = vec![0u8; conn.max_msg_size().as_u32() as usize];
+        let mut first = true;
+        while conn.wait_recv(TIMEOUT).is_ok() {
+            let len = match conn.recv() {
+                Ok(Some(frame)) if first => {
+                    out[..frame.len()].copy_from_slice(frame);
+                    frame.len()
+                }
+                Ok(Some(frame)) => reverse_frame(frame, &mut out, 256).unwrap(),
+                _ => continue,
+            };
+            first = false;
+            if conn.send(&out[..len]).is_err() {
+                return;
+            }
+        }
+    });
+    let stdout = server.0.stdout.take().unwrap();
+    let line = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .next()
+        .unwrap()
+        .unwrap();
+    let port: u16 = line.rsplit(':').next().unwrap().parse().unwrap();
+    let connect = || {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream
+    };
+    let mut victim = connect();
+    victim.write_all(&request_frame(b"first")).unwrap();
+    assert!(closed_by_server(&mut victim));
+    let mut other = connect();
+    other.write_all(&request_frame(b"second")).unwrap();
+    assert_eq!(read_exactly(&mut other, 18), frame(5, b"dnoces"));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("the orchestrator sent a malformed response"),
+        "{text}"
+    );
+    drop(channel.control);
+}

@@ -541,8 +541,7 @@ impl DataPath {
             client.awaiting -= count as usize;
             if !responses_valid(frame, count, self.max_len) {
                 error!(thread = self.index, peer = %client.peer, "the orchestrator sent a malformed response; disconnecting its client");
-                client.eof = true;
-                client.wstart = client.wend;
+                self.close(slot, false);
                 continue;
             }
             if client.wend + frame.len() > client.wbuf.len() {
