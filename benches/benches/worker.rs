@@ -17,37 +17,26 @@
 //! between them; the median of the per-batch ratios is the comparison to trust.
 //! `benches/run-worker-bench.sh` runs it and prints the medians and ratios.
 
-use std::hint::black_box;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use urom_core::graph::GraphCommand;
-use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_benches::{
+    HOST_CORE, PEER_CORE, batch_median, config, host_wait, loopback_frame, median, round_trip,
+    worker,
+};
+use urom_core::shm::ShmConnection;
 use urom_core::transport::{Transport, WaitMode};
-use urom_testkit::{ChildGuard, TempDir, binary, c_shared_object, cdylib, workspace_root};
-use urom_wire::MaxMsgSize;
-use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
+use urom_testkit::{ChildGuard, TempDir, c_shared_object, cdylib, workspace_root};
 
 const ECHO_ENV: &str = "UROM_BENCH_ECHO_SOCKET";
 const ECHO_WAIT_ENV: &str = "UROM_BENCH_ECHO_ADAPTIVE";
-const HOST_CORE: usize = 0;
-const PEER_CORE: usize = 1;
 const IN_FLIGHT: u64 = 64;
 
-/// Batches of the interleaved comparison, and round trips per timed sample and per batch.
+/// Batches of the interleaved comparison.
 const BATCHES: usize = 200;
-const ROUND_TRIPS_PER_SAMPLE: u32 = 10;
-const SAMPLES_PER_BATCH: usize = 51;
-
-fn config(wait: WaitMode) -> ShmConfig {
-    ShmConfig {
-        wait,
-        ..ShmConfig::default()
-    }
-}
 
 /// The echo peer: this binary re-run with [`ECHO_ENV`] set; returns every frame it receives.
 fn run_echo(socket: &Path) {
@@ -93,65 +82,6 @@ fn echo_peer(dir: &TempDir, busy_poll: bool) -> (ChildGuard, ShmConnection) {
     (ChildGuard(child), conn)
 }
 
-/// The host side always spins: it is the one measuring.
-fn host_wait() -> WaitMode {
-    WaitMode::BusyPoll
-}
-
-/// A worker process running `plugin` as id 1 on [`PEER_CORE`], and a host connection to it.
-fn worker(
-    dir: &TempDir,
-    name: &str,
-    plugin: &Path,
-    busy_poll: bool,
-) -> (ChildGuard, ShmConnection) {
-    let socket = dir.path().join(format!("{name}.sock"));
-    let mut command = Command::new(binary("urom-worker", "urom-worker"));
-    command
-        .arg("--plugin")
-        .arg(format!("{}:1", plugin.display()))
-        .arg("--listen")
-        .arg(&socket)
-        .args(["--cpuset", &PEER_CORE.to_string(), "--log-level", "30"])
-        .stdout(Stdio::null());
-    if busy_poll {
-        command.arg("--busy-poll");
-    }
-    let child = command.spawn().expect("starting urom-worker");
-    let child = ChildGuard(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let stream = loop {
-        match UnixStream::connect(&socket) {
-            Ok(stream) => break stream,
-            Err(e) if Instant::now() > deadline => panic!("the worker did not come up: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    let conn = ShmConnection::accept(stream, &config(host_wait())).expect("worker handshake");
-    (child, conn)
-}
-
-/// A graph loopback command frame: 24 + 24 + 16 = 64 bytes.
-fn loopback_frame() -> Vec<u8> {
-    let mut frame = vec![0u8; 64];
-    let len = write_command_headers(&mut frame, 1, 1, 7, 16, MaxMsgSize::DEFAULT).unwrap();
-    assert_eq!(len, 64);
-    GraphCommand::Loopback { data: 42 }
-        .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
-        .unwrap();
-    frame
-}
-
-fn round_trip(conn: &mut ShmConnection, frame: &[u8]) {
-    while conn.send(frame).is_err() {}
-    loop {
-        if let Some(answer) = conn.recv().expect("the peer went away") {
-            black_box(answer);
-            return;
-        }
-    }
-}
-
 fn pipelined(conn: &mut ShmConnection, frame: &[u8], count: u64) -> Duration {
     let start = Instant::now();
     let (mut sent, mut done) = (0, 0);
@@ -166,28 +96,6 @@ fn pipelined(conn: &mut ShmConnection, frame: &[u8], count: u64) -> Duration {
     start.elapsed()
 }
 
-/// Median time of one round trip over `ROUND_TRIPS_PER_SAMPLE`-round-trip samples, after a
-/// warm-up that wakes the peer.
-fn batch_median(conn: &mut ShmConnection, frame: &[u8]) -> f64 {
-    for _ in 0..100 {
-        round_trip(conn, frame);
-    }
-    let mut samples = [0f64; SAMPLES_PER_BATCH];
-    for sample in &mut samples {
-        let start = Instant::now();
-        for _ in 0..ROUND_TRIPS_PER_SAMPLE {
-            round_trip(conn, frame);
-        }
-        *sample = start.elapsed().as_nanos() as f64 / f64::from(ROUND_TRIPS_PER_SAMPLE);
-    }
-    median(&mut samples)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// The three round trips in alternating batches; prints medians and per-batch ratios.
 fn interleaved(dir: &TempDir, graph: &Path, c_loopback: &Path, frame: &[u8]) {
     let (_echo, mut bare) = echo_peer(dir, false);
@@ -195,9 +103,9 @@ fn interleaved(dir: &TempDir, graph: &Path, c_loopback: &Path, frame: &[u8]) {
     let (_doca_worker, mut doca) = worker(dir, "interleaved-doca", c_loopback, false);
     let mut rows = Vec::with_capacity(BATCHES);
     for _ in 0..BATCHES {
-        let bare_ns = batch_median(&mut bare, frame);
-        let native_ns = batch_median(&mut native, frame);
-        let doca_ns = batch_median(&mut doca, frame);
+        let bare_ns = batch_median(|| round_trip(&mut bare, frame));
+        let native_ns = batch_median(|| round_trip(&mut native, frame));
+        let doca_ns = batch_median(|| round_trip(&mut doca, frame));
         rows.push([
             bare_ns,
             native_ns,

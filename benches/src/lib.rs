@@ -1,1 +1,116 @@
-//! Benchmarks of urom; the code is under `benches/`. Run `cargo bench -p urom-benches`.
+//! Benchmarks of urom; the benches are under `benches/`. Run `cargo bench -p urom-benches`.
+//!
+//! What several benches share: the peers they measure against and the interleaved batches
+//! that compare them on a VM whose cores change speed over seconds.
+
+use std::hint::black_box;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use urom_core::graph::GraphCommand;
+use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::{Transport, WaitMode};
+use urom_testkit::{ChildGuard, TempDir, binary};
+use urom_wire::MaxMsgSize;
+use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
+
+/// The core the measuring process runs on.
+pub const HOST_CORE: usize = 0;
+/// The core its peer runs on.
+pub const PEER_CORE: usize = 1;
+/// Round trips per timed sample, and samples per batch, of [`batch_median`].
+const ROUND_TRIPS_PER_SAMPLE: u32 = 10;
+const SAMPLES_PER_BATCH: usize = 51;
+
+/// Shared-memory settings with wait mode `wait`.
+pub fn config(wait: WaitMode) -> ShmConfig {
+    ShmConfig {
+        wait,
+        ..ShmConfig::default()
+    }
+}
+
+/// The host side always spins: it is the one measuring.
+pub fn host_wait() -> WaitMode {
+    WaitMode::BusyPoll
+}
+
+/// A worker process running `plugin` as id 1 on [`PEER_CORE`], and a host connection to it.
+pub fn worker(
+    dir: &TempDir,
+    name: &str,
+    plugin: &Path,
+    busy_poll: bool,
+) -> (ChildGuard, ShmConnection) {
+    let socket = dir.path().join(format!("{name}.sock"));
+    let mut command = Command::new(binary("urom-worker", "urom-worker"));
+    command
+        .arg("--plugin")
+        .arg(format!("{}:1", plugin.display()))
+        .arg("--listen")
+        .arg(&socket)
+        .args(["--cpuset", &PEER_CORE.to_string(), "--log-level", "30"])
+        .stdout(Stdio::null());
+    if busy_poll {
+        command.arg("--busy-poll");
+    }
+    let child = command.spawn().expect("starting urom-worker");
+    let child = ChildGuard(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        match UnixStream::connect(&socket) {
+            Ok(stream) => break stream,
+            Err(e) if Instant::now() > deadline => panic!("the worker did not come up: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let conn = ShmConnection::accept(stream, &config(host_wait())).expect("worker handshake");
+    (child, conn)
+}
+
+/// A graph loopback command frame: 24 + 24 + 16 = 64 bytes.
+pub fn loopback_frame() -> Vec<u8> {
+    let mut frame = vec![0u8; 64];
+    let len = write_command_headers(&mut frame, 1, 1, 7, 16, MaxMsgSize::DEFAULT).unwrap();
+    assert_eq!(len, 64);
+    GraphCommand::Loopback { data: 42 }
+        .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
+        .unwrap();
+    frame
+}
+
+/// Sends `frame` and waits for the answer, spinning.
+pub fn round_trip(conn: &mut ShmConnection, frame: &[u8]) {
+    while conn.send(frame).is_err() {}
+    loop {
+        if let Some(answer) = conn.recv().expect("the peer went away") {
+            black_box(answer);
+            return;
+        }
+    }
+}
+
+/// Median time of one round trip over `ROUND_TRIPS_PER_SAMPLE`-round-trip samples, after a
+/// warm-up that wakes the peer.
+pub fn batch_median(mut round_trip: impl FnMut()) -> f64 {
+    for _ in 0..100 {
+        round_trip();
+    }
+    let mut samples = [0f64; SAMPLES_PER_BATCH];
+    for sample in &mut samples {
+        let start = Instant::now();
+        for _ in 0..ROUND_TRIPS_PER_SAMPLE {
+            round_trip();
+        }
+        *sample = start.elapsed().as_nanos() as f64 / f64::from(ROUND_TRIPS_PER_SAMPLE);
+    }
+    median(&mut samples)
+}
+
+/// The median of `values` (sorts them).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}

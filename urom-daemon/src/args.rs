@@ -62,6 +62,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_workers: u32,
 
+    /// Workers spin instead of napping when idle (lowest latency; give them their own cores).
+    #[arg(long)]
+    pub worker_busy_poll: bool,
+
     /// The worker program [default: urom-worker beside this program, else on PATH].
     #[arg(long, value_name = "PATH")]
     pub worker_bin: Option<PathBuf>,

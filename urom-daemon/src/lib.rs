@@ -164,6 +164,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             socket_dir,
             cpuset,
             max_workers: args.max_workers,
+            busy_poll: args.worker_busy_poll,
         })),
         stopping: AtomicBool::new(false),
     });

@@ -71,6 +71,8 @@ pub struct WorkerConfig {
     pub cpuset: CpuSet,
     /// The most workers at once.
     pub max_workers: u32,
+    /// Whether workers spin when idle.
+    pub busy_poll: bool,
 }
 
 /// What a host asks for when it spawns or attaches.
@@ -232,7 +234,7 @@ impl Registry {
             log_level: self.config.log_level,
             log_dir: Some(self.config.log_dir.clone()),
             listen: socket.clone(),
-            busy_poll: false,
+            busy_poll: self.config.busy_poll,
             exit_with_parent: true,
         };
         let mut command = Command::new(&self.config.worker_bin);

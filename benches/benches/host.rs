@@ -1,0 +1,124 @@
+//! Graph loopbacks through the host API beside the worker-level round trip, in one run:
+//!
+//! * `host/worker_round_trip_64B`: a 64-byte loopback command frame written by hand to a worker
+//!   process started directly, and its notification back (the worker bench's native path);
+//! * `host/api_round_trip_64B`: the same loopback through the host API (task from the ring,
+//!   graph pack, submit, progress, completion callback) to a worker the daemon spawned.
+//!
+//! Both workers run on core 1 and nap when not served; this process runs on core 0. After the
+//! criterion runs, batches alternate between the two and the median of the per-batch ratios is
+//! printed: the comparison to trust on a VM. `cargo bench -p urom-benches --bench host`.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use urom_benches::{
+    HOST_CORE, PEER_CORE, batch_median, loopback_frame, median, round_trip, worker,
+};
+use urom_core::graph::GraphHost;
+use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
+use urom_core::task::CompletedTask;
+use urom_testkit::{ChildGuard, TempDir, binary, cdylib};
+
+const BATCHES: usize = 200;
+
+static ANSWERED: AtomicBool = AtomicBool::new(false);
+
+fn answered(_task: &CompletedTask<'_>) {
+    ANSWERED.store(true, Ordering::Relaxed);
+}
+
+/// One loopback through the host API, progressing until its callback ran.
+fn api_round_trip(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worker<Running>) {
+    ANSWERED.store(false, Ordering::Relaxed);
+    graph.loopback(worker, 7, 42, answered).expect("submit");
+    while !ANSWERED.load(Ordering::Relaxed) {
+        engine.progress();
+    }
+}
+
+fn start_daemon(dir: &TempDir, graph: &PathBuf) -> (ChildGuard, PathBuf) {
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(graph, plugins.join("worker_graph.so")).unwrap();
+    let socket = dir.path().join("urom.sock");
+    let child = Command::new(binary("urom-daemon", "urom-daemon"))
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--log-dir")
+        .arg(dir.path())
+        .arg("--worker-bin")
+        .arg(binary("urom-worker", "urom-worker"))
+        .args(["--log-level", "30", "--sdk-log-level", "30"])
+        .env("UROM_PLUGIN_PATH", &plugins)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting urom-daemon");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (ChildGuard(child), socket)
+}
+
+fn main() {
+    let dir = TempDir::new("urom-host-bench");
+    let graph_path = cdylib("urom-plugin-graph", "worker_graph");
+    // Started before this process pins itself, so that the daemon may use every core.
+    let (_daemon, socket) = start_daemon(&dir, &graph_path);
+    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    let service = Service::<Idle>::new()
+        .set_socket(&socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let info = service.plugin("worker_graph").unwrap().clone();
+    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let worker_config = Worker::new()
+        .set_service(&service)
+        .set_plugins(graph.id())
+        .set_cpuset([PEER_CORE].into_iter().collect());
+    let mut starting = worker_config
+        .start(&mut engine)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let api_worker = loop {
+        engine.progress();
+        match starting.try_running() {
+            Ok(running) => break running,
+            Err(StartProgress::Starting(again)) => starting = again,
+            Err(StartProgress::Failed(_, e)) => panic!("{e}"),
+        }
+    };
+    let (_raw_worker, mut raw) = worker(&dir, "raw", &graph_path, false);
+    let frame = loopback_frame();
+
+    let mut criterion = Criterion::default().configure_from_args();
+    let mut group = criterion.benchmark_group("host");
+    group.bench_function("worker_round_trip_64B", |b| {
+        b.iter(|| round_trip(&mut raw, &frame))
+    });
+    group.bench_function("api_round_trip_64B", |b| {
+        b.iter(|| api_round_trip(&mut engine, &graph, &api_worker))
+    });
+    group.finish();
+    criterion.final_summary();
+
+    let mut rows = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        let raw_ns = batch_median(|| round_trip(&mut raw, &frame));
+        let api_ns = batch_median(|| api_round_trip(&mut engine, &graph, &api_worker));
+        rows.push([raw_ns, api_ns, api_ns / raw_ns]);
+    }
+    let column = |i: usize| median(&mut rows.iter().map(|row| row[i]).collect::<Vec<_>>());
+    println!();
+    println!("interleaved: {BATCHES} batches of worker-level / host API round trips, medians");
+    println!("  worker-level loopback round trip    {:8.1} ns", column(0));
+    println!("  host API loopback round trip        {:8.1} ns", column(1));
+    println!("  host API / worker-level, per batch  {:8.2}", column(2));
+}
