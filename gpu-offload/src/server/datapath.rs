@@ -45,6 +45,8 @@ const WAKE_TOKEN: u64 = u64::MAX;
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// How long an idle thread sleeps in `epoll_wait` before looking at its flags again.
 const IDLE_WAIT: u16 = 50;
+/// How often the sockets are looked at while a thread only awaits answers.
+const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 /// Read buffer of a client: at least this, and at least two largest messages.
@@ -216,6 +218,7 @@ impl DataPath {
     pub(crate) fn run(mut self) -> DataPathEnd {
         let mut drain_since: Option<Instant> = None;
         let mut progress = true;
+        let mut last_poll = Instant::now();
         let end = loop {
             if self.draining.load(Ordering::Relaxed) {
                 let since = *drain_since.get_or_insert_with(Instant::now);
@@ -231,12 +234,20 @@ impl DataPath {
                     break DataPathEnd::Drained;
                 }
             }
-            let timeout = if progress || self.inflight.len > 0 || drain_since.is_some() {
-                EpollTimeout::ZERO
+            // While only answers are awaited, look at the sockets now and then, not on every
+            // turn: each look is a system call.
+            let awaiting_only = !progress && self.inflight.len > 0;
+            progress = if awaiting_only && last_poll.elapsed() < POLL_WHILE_AWAITING {
+                false
             } else {
-                EpollTimeout::from(IDLE_WAIT)
+                let timeout = if progress || self.inflight.len > 0 || drain_since.is_some() {
+                    EpollTimeout::ZERO
+                } else {
+                    EpollTimeout::from(IDLE_WAIT)
+                };
+                last_poll = Instant::now();
+                self.poll_events(timeout)
             };
-            progress = self.poll_events(timeout);
             if drain_since.is_none() {
                 progress |= self.read_clients();
             }
