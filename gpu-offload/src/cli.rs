@@ -181,7 +181,7 @@ pub struct CommonArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ChannelArgs {
     /// Channel name, the same on server and orchestrator: the socket is
-    /// $XDG_RUNTIME_DIR/gpu-offload-<NAME>.sock (or /tmp/...), or NAME itself if it has a `/`.
+    /// $XDG_RUNTIME_DIR/gpu-offload-NAME.sock (or /tmp/...), or NAME itself if it has a `/`.
     #[arg(short = 'c', long, value_name = "NAME", default_value = crate::channel::DEFAULT_CHANNEL_NAME)]
     pub comch_channel_name: String,
 

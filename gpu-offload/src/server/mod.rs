@@ -3,7 +3,7 @@
 //! Control phase: listen on the channel's Unix socket, wait for the orchestrator, agree on the
 //! thread count and message length, set up one data connection per thread and exchange consumer
 //! ids ([`crate::channel`]); start one data-path thread per `--cpu`, pinned to it
-//! ([`datapath`]); then listen on TCP. Serving phase: the main thread accepts clients and hands
+//! (`datapath`); then listen on TCP. Serving phase: the main thread accepts clients and hands
 //! them to the data-path threads in turn, and watches the control connection and the stop flag.
 //!
 //! Shutdown: on SIGINT or SIGTERM the server stops accepting, lets each thread drain (answers
