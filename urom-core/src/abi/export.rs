@@ -91,27 +91,12 @@ struct NotifDescBuf(*mut WorkerNotifDesc);
 
 impl NotifDescBuf {
     fn new(dest_id: u64, header: WorkerNotify, payload: &[u8]) -> Result<Self, Status> {
-        let size = size_of::<WorkerNotifDesc>() + payload.len();
-        // SAFETY: malloc has no preconditions.
-        let desc = unsafe { libc::malloc(size) }.cast::<WorkerNotifDesc>();
-        if desc.is_null() {
-            return Err(Status::NoMemory);
-        }
-        let value = WorkerNotifDesc {
-            entry: ListLink {
-                prev: ptr::null_mut(),
-                next: ptr::null_mut(),
-            },
+        let desc = WorkerNotifDesc {
+            entry: ListLink::unlinked(),
             dest_id,
             worker_notif: header,
         };
-        // SAFETY: `desc` is a fresh allocation of `size` bytes, aligned for any type.
-        unsafe { desc.write(value) };
-        // SAFETY: `plugin_notif[]` follows the descriptor inside the same allocation.
-        let payload_dst = unsafe { desc.add(1) }.cast::<u8>();
-        // SAFETY: `payload_dst` has room for `payload.len()` bytes; the regions are distinct.
-        unsafe { ptr::copy_nonoverlapping(payload.as_ptr(), payload_dst, payload.len()) };
-        Ok(Self(desc))
+        list::malloc_desc(desc, payload).map(Self)
     }
 
     /// Gives up ownership; the link is the descriptor's first field.
@@ -160,11 +145,20 @@ unsafe fn instance<'a, P>(ctx: *mut WorkerCtx) -> Option<&'a mut Instance<P>> {
 /// # Safety
 /// `version` is null or points to a writable `u64`.
 pub unsafe fn get_version<P: Plugin>(version: *mut u64) -> DocaError {
-    if version.is_null() {
+    // SAFETY: the caller's contract.
+    unsafe { write_out(version, P::VERSION) }
+}
+
+/// Writes `value` through `out`: `DOCA_ERROR_INVALID_VALUE` for a null pointer.
+///
+/// # Safety
+/// `out` is null or points to a writable `T`.
+unsafe fn write_out<T>(out: *mut T, value: T) -> DocaError {
+    if out.is_null() {
         return Status::InvalidValue.raw();
     }
     // SAFETY: non-null and writable (caller).
-    unsafe { version.write(P::VERSION) };
+    unsafe { out.write(value) };
     Status::Success.raw()
 }
 
@@ -173,9 +167,6 @@ pub unsafe fn get_version<P: Plugin>(version: *mut u64) -> DocaError {
 /// # Safety
 /// `iface` is null or points to a writable [`PluginIface`].
 pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
-    if iface.is_null() {
-        return Status::InvalidValue.raw();
-    }
     let value = PluginIface {
         version: PLUGIN_IFACE_VERSION,
         open: Some(open::<P>),
@@ -185,9 +176,8 @@ pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
         progress: Some(progress::<P>),
         notif_pack: Some(notif_pack),
     };
-    // SAFETY: non-null and writable (caller).
-    unsafe { iface.write(value) };
-    Status::Success.raw()
+    // SAFETY: the caller's contract.
+    unsafe { write_out(iface, value) }
 }
 
 /// `urom_plugin_get_native_iface`.
@@ -195,17 +185,13 @@ pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
 /// # Safety
 /// `iface` is null or points to a writable [`NativeIface`].
 pub unsafe fn get_native_iface<P: Plugin>(iface: *mut NativeIface) -> DocaError {
-    if iface.is_null() {
-        return Status::InvalidValue.raw();
-    }
     let value = NativeIface {
         version: NATIVE_IFACE_VERSION,
         command: Some(native_command::<P>),
         progress: Some(native_progress::<P>),
     };
-    // SAFETY: non-null and writable (caller).
-    unsafe { iface.write(value) };
-    Status::Success.raw()
+    // SAFETY: the caller's contract.
+    unsafe { write_out(iface, value) }
 }
 
 unsafe extern "C" fn open<P: Plugin>(ctx: *mut WorkerCtx) -> DocaError {

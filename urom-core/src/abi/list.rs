@@ -4,6 +4,35 @@
 use core::ptr;
 
 use super::ListLink;
+use crate::wire::Status;
+
+impl ListLink {
+    /// A link in no list.
+    pub(crate) const fn unlinked() -> Self {
+        Self {
+            prev: ptr::null_mut(),
+            next: ptr::null_mut(),
+        }
+    }
+}
+
+/// `malloc`s descriptor `desc` followed by `payload` (the ABI's flexible array member), the way
+/// descriptors cross the plugin interface; whoever receives it `free`s it.
+pub(crate) fn malloc_desc<D>(desc: D, payload: &[u8]) -> Result<*mut D, Status> {
+    let size = size_of::<D>() + payload.len();
+    // SAFETY: malloc has no preconditions.
+    let raw = unsafe { libc::malloc(size) }.cast::<D>();
+    if raw.is_null() {
+        return Err(Status::NoMemory);
+    }
+    // SAFETY: a fresh allocation of `size` bytes, aligned for any descriptor type.
+    unsafe { raw.write(desc) };
+    // SAFETY: the payload area follows the descriptor inside the same allocation.
+    let payload_dst = unsafe { raw.add(1) }.cast::<u8>();
+    // SAFETY: room for `payload.len()` bytes; the regions are distinct.
+    unsafe { ptr::copy_nonoverlapping(payload.as_ptr(), payload_dst, payload.len()) };
+    Ok(raw)
+}
 
 /// A list head at a stable address, allocated once.
 pub(crate) struct ListHead {
@@ -15,10 +44,7 @@ pub(crate) struct ListHead {
 impl ListHead {
     /// An empty list.
     pub(crate) fn new() -> Self {
-        let mut link = Box::new(ListLink {
-            prev: ptr::null_mut(),
-            next: ptr::null_mut(),
-        });
+        let mut link = Box::new(ListLink::unlinked());
         let me: *mut ListLink = &mut *link;
         link.prev = me;
         link.next = me;
@@ -108,12 +134,7 @@ mod tests {
     #[test]
     fn push_and_pop_keep_order() {
         let mut head = ListHead::new();
-        let mut links: Vec<ListLink> = (0..3)
-            .map(|_| ListLink {
-                prev: ptr::null_mut(),
-                next: ptr::null_mut(),
-            })
-            .collect();
+        let mut links: Vec<ListLink> = (0..3).map(|_| ListLink::unlinked()).collect();
         let pointers: Vec<*mut ListLink> = links.iter_mut().map(|l| l as *mut ListLink).collect();
         for &link in &pointers {
             // SAFETY: each link is alive for the whole test and in no other list.

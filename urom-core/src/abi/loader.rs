@@ -349,27 +349,14 @@ impl LoadedPlugin {
             return Status::from_raw(status);
         }
 
-        let size = size_of::<WorkerCmdDesc>() + command.payload.len();
-        // SAFETY: malloc has no preconditions.
-        let desc = unsafe { libc::malloc(size) }.cast::<WorkerCmdDesc>();
-        if desc.is_null() {
-            return Status::NoMemory;
-        }
-        let value = WorkerCmdDesc {
-            entry: super::ListLink {
-                prev: ptr::null_mut(),
-                next: ptr::null_mut(),
-            },
+        let desc = WorkerCmdDesc {
+            entry: super::ListLink::unlinked(),
             dest_id,
             worker_cmd: header,
         };
-        // SAFETY: a fresh allocation of `size` bytes, aligned for any type.
-        unsafe { desc.write(value) };
-        // SAFETY: `plugin_cmd[]` follows the descriptor inside the allocation.
-        let payload_dst = unsafe { desc.add(1) }.cast::<u8>();
-        // SAFETY: room for the payload; distinct regions.
-        unsafe {
-            ptr::copy_nonoverlapping(command.payload.as_ptr(), payload_dst, command.payload.len())
+        let desc = match super::list::malloc_desc(desc, command.payload) {
+            Ok(desc) => desc,
+            Err(status) => return status,
         };
         // SAFETY: the descriptor is valid and in no list; the plugin frees it once it takes it.
         unsafe { self.cmd_list.push_back(desc.cast()) };
