@@ -157,8 +157,10 @@ mod tests {
     use super::*;
 
     fn lookup(text: &str, host: &str, pci: Option<&str>) -> Result<ServiceLine, ServiceFileError> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir =
-            std::env::temp_dir().join(format!("urom-service-file-{}-{host}", std::process::id()));
+            std::env::temp_dir().join(format!("urom-service-file-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("service.txt");
         std::fs::write(&path, text).unwrap();
