@@ -43,6 +43,8 @@ use urom_wire::gpu::{GpuMessage, MsgId, message_length};
 const WAKE_TOKEN: u64 = u64::MAX;
 /// How long a draining thread waits for the orchestrator's answers before closing clients.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// How long a stopping thread waits for its clients to close after their last answers.
+const LINGER: Duration = Duration::from_secs(1);
 /// How long an idle thread sleeps in `epoll_wait` before looking at its flags again.
 const IDLE_WAIT: u16 = 50;
 /// How often the sockets are looked at while a thread only awaits answers.
@@ -640,23 +642,47 @@ impl DataPath {
         self.free.push(slot);
     }
 
-    /// Writes what can still be written and closes every client cleanly.
+    /// Writes what can still be written and closes every client cleanly: end of file after
+    /// its last answer, then a short linger that reads and drops what it still sends, so that
+    /// closing does not turn into a reset that could destroy answers it has not read yet.
     fn close_all(&mut self) {
-        for slot in 0..self.clients.len() as u32 {
-            if let Some(Some(client)) = self.clients.get_mut(slot as usize) {
-                let _ = client.stream.set_nonblocking(false);
-                let _ = client
-                    .stream
-                    .set_write_timeout(Some(Duration::from_millis(100)));
-                let _ = client
-                    .stream
-                    .write_all(&client.wbuf[client.wstart..client.wend]);
-            }
-            self.close(slot, true);
+        let mut lingering: Vec<TcpStream> = Vec::with_capacity(self.clients.len());
+        for slot in 0..self.clients.len() {
+            let Some(mut client) = self.clients[slot].take() else {
+                continue;
+            };
+            let _ = client.stream.set_nonblocking(false);
+            let _ = client
+                .stream
+                .set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = client
+                .stream
+                .write_all(&client.wbuf[client.wstart..client.wend]);
+            let _ = client.stream.shutdown(Shutdown::Write);
+            let _ = client.stream.set_nonblocking(true);
+            lingering.push(client.stream);
         }
         // Clients assigned but not yet adopted get a clean close too.
         while let Ok((stream, _)) = self.incoming.try_recv() {
             let _ = stream.shutdown(Shutdown::Write);
+            let _ = stream.set_nonblocking(true);
+            lingering.push(stream);
+        }
+        let deadline = Instant::now() + LINGER;
+        let mut scratch = [0u8; 4096];
+        while !lingering.is_empty() && Instant::now() < deadline {
+            lingering.retain_mut(|stream| {
+                loop {
+                    match stream.read(&mut scratch) {
+                        Ok(0) => return false,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return false,
+                    }
+                }
+            });
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
