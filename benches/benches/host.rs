@@ -9,10 +9,7 @@
 //! criterion runs, batches alternate between the two and the median of the per-batch ratios is
 //! printed: the comparison to trust on a VM. `cargo bench -p urom-benches --bench host`.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use urom_benches::{
@@ -21,7 +18,8 @@ use urom_benches::{
 use urom_core::graph::GraphHost;
 use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
 use urom_core::task::CompletedTask;
-use urom_testkit::{ChildGuard, TempDir, binary, cdylib};
+use urom_testkit::daemon::{plugin_dir, start_daemon};
+use urom_testkit::{TempDir, binary, cdylib};
 
 const BATCHES: usize = 200;
 
@@ -40,36 +38,18 @@ fn api_round_trip(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worke
     }
 }
 
-fn start_daemon(dir: &TempDir, graph: &PathBuf) -> (ChildGuard, PathBuf) {
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    std::fs::copy(graph, plugins.join("worker_graph.so")).unwrap();
-    let socket = dir.path().join("urom.sock");
-    let child = Command::new(binary("urom-daemon", "urom-daemon"))
-        .arg("--listen")
-        .arg(&socket)
-        .arg("--log-dir")
-        .arg(dir.path())
-        .arg("--worker-bin")
-        .arg(binary("urom-worker", "urom-worker"))
-        .args(["--log-level", "30", "--sdk-log-level", "30"])
-        .env("UROM_PLUGIN_PATH", &plugins)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("starting urom-daemon");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not come up");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (ChildGuard(child), socket)
-}
-
 fn main() {
     let dir = TempDir::new("urom-host-bench");
     let graph_path = cdylib("urom-plugin-graph", "worker_graph");
+    let plugins = plugin_dir(&dir, &[("urom-plugin-graph", "worker_graph")]);
     // Started before this process pins itself, so that the daemon may use every core.
-    let (_daemon, socket) = start_daemon(&dir, &graph_path);
+    let daemon = start_daemon(
+        binary("urom-daemon", "urom-daemon"),
+        plugins.to_str().unwrap(),
+        &["--log-level", "30", "--sdk-log-level", "30"],
+        true,
+    );
+    let socket = daemon.socket.clone();
     urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
     let service = Service::<Idle>::new()
         .set_socket(&socket)

@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod control;
+pub mod daemon;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -45,7 +45,7 @@ thread_local! {
 
 #[test]
 fn bootstrap_flow_with_four_worker_threads() {
-    let daemon = start_daemon();
+    let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
     let info = service
         .plugin("worker_graph")
@@ -105,7 +105,7 @@ fn bootstrap_flow_with_four_worker_threads() {
 
 #[test]
 fn attach_from_a_second_service_and_environment() {
-    let daemon = start_daemon();
+    let (_plugins, daemon) = start_daemon();
     let first = start_service(&daemon);
     let faulty = first.plugin("worker_faulty").unwrap().id;
     let graph_info = first.plugin("worker_graph").unwrap().clone();
@@ -165,7 +165,7 @@ fn attach_from_a_second_service_and_environment() {
 
 #[test]
 fn a_killed_worker_fails_every_task_in_flight_once() {
-    let daemon = start_daemon();
+    let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
     let info = service.plugin("worker_graph").unwrap().clone();
     let graph = GraphHost::init(info.id, info.version).unwrap();

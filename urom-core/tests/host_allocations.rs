@@ -68,7 +68,7 @@ fn loopbacks(
 
 #[test]
 fn loopback_tasks_allocate_nothing_after_start() {
-    let daemon = start_daemon();
+    let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
     let info = service.plugin("worker_graph").unwrap().clone();
     let graph = GraphHost::init(info.id, info.version).unwrap();

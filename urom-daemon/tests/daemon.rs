@@ -2,14 +2,15 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use urom_core::graph::{GraphCommand, GraphNotification};
 use urom_core::shm::{ShmConfig, ShmConnection};
 use urom_core::transport::Transport;
 use urom_testkit::control::ControlClient;
-use urom_testkit::{ChildGuard, TempDir, binary, c_shared_object, cdylib, workspace_root};
+use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
+use urom_testkit::{TempDir, binary, c_shared_object, workspace_root};
 use urom_wire::control::WORKER_ID_ANY;
 use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, DataMessage, write_command_headers};
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
@@ -18,63 +19,31 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
 
-struct Daemon {
-    child: ChildGuard,
-    socket: PathBuf,
-    dir: TempDir,
-}
-
-impl Daemon {
-    fn client(&self) -> ControlClient {
-        let mut client = ControlClient::connect(&self.socket, TIMEOUT).unwrap();
-        client.handshake().unwrap();
-        client
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("urom_daemon_dev.log")).unwrap_or_default()
-    }
+fn client(daemon: &Daemon) -> ControlClient {
+    let mut client = ControlClient::connect(&daemon.socket, TIMEOUT).unwrap();
+    client.handshake().unwrap();
+    client
 }
 
 /// A plugin directory holding the graph plugin as `worker_graph.so`.
 fn graph_dir(parent: &TempDir) -> PathBuf {
-    let dir = parent.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        cdylib("urom-plugin-graph", "worker_graph"),
-        dir.join("worker_graph.so"),
-    )
-    .unwrap();
-    dir
+    plugin_dir(parent, &[("urom-plugin-graph", "worker_graph")])
 }
 
-fn start_daemon(plugin_path: &str, extra: &[&str]) -> Daemon {
-    let dir = TempDir::new("urom-daemon-test");
-    let socket = dir.path().join("urom.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_urom-daemon"))
-        .arg("--listen")
-        .arg(&socket)
-        .arg("--log-dir")
-        .arg(dir.path())
-        .arg("--worker-bin")
-        .arg(binary("urom-worker", "urom-worker"))
-        .args(extra)
-        .env("UROM_PLUGIN_PATH", plugin_path)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("starting urom-daemon");
-    Daemon {
-        child: ChildGuard(child),
-        socket,
-        dir,
-    }
+fn start(plugin_path: &str, extra: &[&str]) -> Daemon {
+    start_daemon(
+        PathBuf::from(env!("CARGO_BIN_EXE_urom-daemon")),
+        plugin_path,
+        extra,
+        false,
+    )
 }
 
 /// A daemon offering the graph plugin (id 1).
 fn graph_daemon() -> (TempDir, Daemon) {
     let plugins = TempDir::new("urom-daemon-plugins");
     let dir = graph_dir(&plugins);
-    let daemon = start_daemon(dir.to_str().unwrap(), &[]);
+    let daemon = start(dir.to_str().unwrap(), &[]);
     (plugins, daemon)
 }
 
@@ -150,16 +119,16 @@ fn discovery_reports_exactly_the_good_plugins() {
         dir.display(),
         plugins.path().join("missing").display()
     );
-    let daemon = start_daemon(&path, &[]);
+    let daemon = start(&path, &[]);
 
-    let mut host = daemon.client();
+    let mut host = client(&daemon);
     let expected = vec![
         (1, 1, "worker_c_loopback".to_owned()),
         (2, 1, "worker_graph".to_owned()),
     ];
     assert_eq!(host.plugins(), expected);
     // The daemon is still up for another host, which gets the same ids.
-    let mut second = daemon.client();
+    let mut second = client(&daemon);
     assert_eq!(second.plugins(), expected);
 
     let log = daemon.log();
@@ -178,7 +147,7 @@ fn discovery_reports_exactly_the_good_plugins() {
 #[test]
 fn workers_spawn_attach_query_and_destroy() {
     let (_plugins, daemon) = graph_daemon();
-    let mut host = daemon.client();
+    let mut host = client(&daemon);
     assert_eq!(host.plugins().len(), 1);
     let cpus = host.cpuset();
     assert!(!cpus.is_empty());
@@ -202,7 +171,7 @@ fn workers_spawn_attach_query_and_destroy() {
     assert!(fresh > 3 && fresh != WORKER_ID_ANY);
 
     // A second host attaches to worker 2 and reaches it through the same socket.
-    let mut second = daemon.client();
+    let mut second = client(&daemon);
     let (attached, socket) = second.spawn(2, 0, 1, "", &[]).unwrap();
     assert_eq!((attached, &socket), (2, &sockets[2]));
     loopback_through(&socket, 7);
@@ -230,8 +199,8 @@ fn workers_spawn_attach_query_and_destroy() {
 fn the_worker_limit_is_enforced() {
     let plugins = TempDir::new("urom-daemon-plugins");
     let dir = graph_dir(&plugins);
-    let daemon = start_daemon(dir.to_str().unwrap(), &["--max-workers", "2"]);
-    let mut host = daemon.client();
+    let daemon = start(dir.to_str().unwrap(), &["--max-workers", "2"]);
+    let mut host = client(&daemon);
     host.spawn(0, 0, 1, "", &[]).unwrap();
     host.spawn(1, 0, 1, "", &[]).unwrap();
     let (status, reason) = host.spawn(2, 0, 1, "", &[]).unwrap_err();
@@ -241,7 +210,7 @@ fn the_worker_limit_is_enforced() {
 #[test]
 fn a_killed_worker_is_reaped_and_its_hosts_are_told() {
     let (_plugins, daemon) = graph_daemon();
-    let mut host = daemon.client();
+    let mut host = client(&daemon);
     let (_, doomed) = host.spawn(7, 0, 1, "", &[]).unwrap();
     let (_, survivor) = host.spawn(8, 0, 1, "", &[]).unwrap();
     let pid = pid_of(&doomed.display().to_string());
@@ -262,9 +231,9 @@ fn a_killed_worker_is_reaped_and_its_hosts_are_told() {
 #[test]
 fn a_host_that_leaves_takes_its_workers_along() {
     let (_plugins, daemon) = graph_daemon();
-    let mut first = daemon.client();
+    let mut first = client(&daemon);
     let (_, socket) = first.spawn(0, 0, 1, "", &[]).unwrap();
-    let mut second = daemon.client();
+    let mut second = client(&daemon);
     second.spawn(1, 0, 1, "", &[]).unwrap();
     drop(first);
     let deadline = Instant::now() + TIMEOUT;
@@ -278,7 +247,7 @@ fn a_host_that_leaves_takes_its_workers_along() {
 #[test]
 fn bad_frames_get_errors_and_other_hosts_go_on() {
     let (_plugins, daemon) = graph_daemon();
-    let mut good = daemon.client();
+    let mut good = client(&daemon);
     assert_eq!(good.plugins().len(), 1);
 
     // Garbage: an error reply, then the connection is closed.
@@ -367,14 +336,14 @@ fn a_host_of_another_user_is_refused() {
         "{stdout}"
     );
     // The daemon's own user is still served.
-    let mut host = daemon.client();
+    let mut host = client(&daemon);
     assert_eq!(host.plugins().len(), 1);
     assert!(daemon.log().contains("user 65534 may not use this service"));
 
     // With the allow list, that user is accepted.
     let plugins = TempDir::new("urom-daemon-plugins");
     let dir = graph_dir(&plugins);
-    let allowing = start_daemon(dir.to_str().unwrap(), &["--allow-uid", "65534"]);
+    let allowing = start(dir.to_str().unwrap(), &["--allow-uid", "65534"]);
     let output = Command::new(&test_host)
         .arg(&allowing.socket)
         .uid(nobody)
@@ -391,7 +360,7 @@ fn a_host_of_another_user_is_refused() {
 #[test]
 fn sigterm_tears_down_every_worker_and_exits_zero() {
     let (_plugins, mut daemon) = graph_daemon();
-    let mut host = daemon.client();
+    let mut host = client(&daemon);
     let sockets: Vec<PathBuf> = (0..3)
         .map(|id| host.spawn(id, 0, 1, "", &[]).unwrap().1)
         .collect();

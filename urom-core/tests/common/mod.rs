@@ -1,57 +1,31 @@
 //! What the host API tests share: a real daemon with the graph and faulty plugins.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
-use urom_testkit::{ChildGuard, TempDir, binary, cdylib};
+use urom_testkit::daemon::{self, Daemon, plugin_dir};
+use urom_testkit::{TempDir, binary};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-pub struct Daemon {
-    _child: ChildGuard,
-    pub socket: PathBuf,
-    _dir: TempDir,
-}
-
-pub fn start_daemon() -> Daemon {
-    let dir = TempDir::new("urom-host-test");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    std::fs::copy(
-        cdylib("urom-plugin-graph", "worker_graph"),
-        plugins.join("worker_graph.so"),
-    )
-    .unwrap();
-    std::fs::copy(
-        cdylib("urom-plugin-faulty", "worker_faulty"),
-        plugins.join("worker_faulty.so"),
-    )
-    .unwrap();
-    let socket = dir.path().join("urom.sock");
-    let child = Command::new(binary("urom-daemon", "urom-daemon"))
-        .arg("--listen")
-        .arg(&socket)
-        .arg("--log-dir")
-        .arg(dir.path())
-        .arg("--worker-bin")
-        .arg(binary("urom-worker", "urom-worker"))
-        .env("UROM_PLUGIN_PATH", &plugins)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + TIMEOUT;
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Daemon {
-        _child: ChildGuard(child),
-        socket,
-        _dir: dir,
-    }
+/// A daemon offering the graph and faulty plugins.
+pub fn start_daemon() -> (TempDir, Daemon) {
+    let plugins = TempDir::new("urom-host-plugins");
+    let dir = plugin_dir(
+        &plugins,
+        &[
+            ("urom-plugin-graph", "worker_graph"),
+            ("urom-plugin-faulty", "worker_faulty"),
+        ],
+    );
+    let daemon = daemon::start_daemon(
+        binary("urom-daemon", "urom-daemon"),
+        dir.to_str().unwrap(),
+        &[],
+        true,
+    );
+    (plugins, daemon)
 }
 
 pub fn start_service(daemon: &Daemon) -> Service<Running> {

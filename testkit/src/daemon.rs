@@ -1,0 +1,70 @@
+//! A real `urom-daemon` for tests and benches: plugins copied into a directory of their own,
+//! the daemon's socket and logs in a temporary directory.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{ChildGuard, TempDir, binary, cdylib};
+
+/// A running daemon, stopped (with its workers) when dropped.
+pub struct Daemon {
+    /// The daemon process.
+    pub child: ChildGuard,
+    /// Its socket.
+    pub socket: PathBuf,
+    /// Its log directory (holds `urom_daemon_dev.log`).
+    pub dir: TempDir,
+}
+
+impl Daemon {
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("urom_daemon_dev.log")).unwrap_or_default()
+    }
+}
+
+/// A plugin directory holding each `(package, library)` plugin as `<library>.so`.
+pub fn plugin_dir(parent: &TempDir, plugins: &[(&str, &str)]) -> PathBuf {
+    let dir = parent.path().join("plugins");
+    std::fs::create_dir_all(&dir).expect("creating the plugin directory");
+    for (package, library) in plugins {
+        std::fs::copy(cdylib(package, library), dir.join(format!("{library}.so")))
+            .expect("copying a plugin");
+    }
+    dir
+}
+
+/// Starts `daemon` (the program) with `UROM_PLUGIN_PATH` set to `plugin_path` and extra
+/// flags; waits until its socket is there unless `wait` is false.
+pub fn start_daemon(daemon: PathBuf, plugin_path: &str, extra: &[&str], wait: bool) -> Daemon {
+    let dir = TempDir::new("urom-daemon");
+    let socket = dir.path().join("urom.sock");
+    let child = Command::new(daemon)
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--log-dir")
+        .arg(dir.path())
+        .arg("--worker-bin")
+        .arg(binary("urom-worker", "urom-worker"))
+        .args(extra)
+        .env("UROM_PLUGIN_PATH", plugin_path)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting urom-daemon");
+    let daemon = Daemon {
+        child: ChildGuard(child),
+        socket,
+        dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while wait && !daemon.socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not come up:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    daemon
+}
