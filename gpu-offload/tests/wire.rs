@@ -63,3 +63,54 @@ fn hand_built_frames_get_byte_exact_replies() {
     drop(stream);
     stack.stop_with(SIGINT, true);
 }
+
+#[test]
+fn the_client_reads_responses_that_straddle_reads() {
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    use gpu_offload::client::{self, ClientConfig};
+
+    // A server of the test's own that answers in pieces cut across message boundaries: 1 byte,
+    // 5 bytes, 13 bytes, ... with a pause after each so that each arrives in its own read.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    const COUNT: usize = 20;
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.set_nodelay(true).unwrap();
+        let request = request_frame(b"straddle");
+        let mut got = vec![0u8; request.len() * COUNT];
+        let mut answers = Vec::new();
+        for _ in 0..COUNT {
+            answers.extend(frame(5, b"elddarts"));
+        }
+        let (mut read, mut written, mut piece) = (0, 0, 1);
+        while written < answers.len() {
+            // Answer only what has been asked; read more once all of it is answered.
+            let asked = (read / request.len()) * 20;
+            if written == asked {
+                read += stream.read(&mut got[read..]).unwrap();
+                continue;
+            }
+            let end = (written + piece).min(asked);
+            stream.write_all(&answers[written..end]).unwrap();
+            written = end;
+            piece = piece % 17 + 4;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(got.chunks(request.len()).all(|r| r == request.as_slice()));
+    });
+    let stats = client::run(&ClientConfig {
+        server: addr,
+        threads: 1,
+        iterations: COUNT as u64,
+        message: b"straddle".to_vec(),
+        expected: b"elddarts".to_vec(),
+        pipeline: 4,
+        timeout: TIMEOUT,
+    })
+    .expect("every response parsed and checked");
+    assert_eq!(stats.operations, COUNT as u64);
+    server.join().unwrap();
+}
