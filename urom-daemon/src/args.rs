@@ -1,10 +1,9 @@
 //! The daemon's command line, optionally completed from a JSON file (`-j`): options given on
 //! the command line win over the file.
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use clap::{CommandFactory, FromArgMatches, Parser};
+use clap::Parser;
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// The DOCA UROM service: discovers plugins in `UROM_PLUGIN_PATH` (directories separated by
@@ -31,7 +30,7 @@ pub struct Args {
     pub sdk_log_level: u8,
 
     /// Largest message on every channel, header included; hosts must use the same value.
-    #[arg(short = 'm', long, value_name = "BYTES", default_value_t = MaxMsgSize::DEFAULT.as_u32(), value_parser = parse_max_msg_size)]
+    #[arg(short = 'm', long, value_name = "BYTES", default_value_t = MaxMsgSize::DEFAULT.as_u32(), value_parser = urom_cli::parse_max_msg_size)]
     pub max_msg_size: u32,
 
     /// Read options from a JSON object whose keys are the long option names, e.g.
@@ -55,7 +54,7 @@ pub struct Args {
 
     /// CPUs workers may run on, as a list like `2-7` [default: the CPUs this process may run
     /// on].
-    #[arg(long, value_name = "LIST", value_parser = parse_cpuset)]
+    #[arg(long, value_name = "LIST", value_parser = urom_cli::parse_cpuset)]
     pub cpuset: Option<CpuSet>,
 
     /// Most workers at once.
@@ -76,121 +75,19 @@ pub struct Args {
     pub allow_uids: Vec<u32>,
 }
 
-/// Why the command line or the JSON file was refused.
-#[derive(Debug)]
-pub enum ArgsError {
-    /// clap's own message (it names the option and the allowed values).
-    Clap(clap::Error),
-    /// The JSON file could not be read or is not an object of options.
-    Json {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-impl std::fmt::Display for ArgsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Clap(e) => write!(f, "{e}"),
-            Self::Json { path, reason } => write!(f, "error: --json {}: {reason}", path.display()),
-        }
-    }
-}
-
-impl std::error::Error for ArgsError {}
+impl urom_cli::JsonArgs for Args {}
 
 impl Args {
-    /// Parses `argv` (program name first), then the JSON file it names, if any.
-    pub fn parse_with_json<I, T>(argv: I) -> Result<Self, ArgsError>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<OsString> + Clone,
-    {
-        let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
-        let args = Self::try_parse_from(&argv).map_err(ArgsError::Clap)?;
-        let Some(path) = &args.json else {
-            return Ok(args);
-        };
-        let from_file = json_options(path)?;
-        // Options from the file first, the command line after: with `args_override_self`,
-        // the last occurrence of an option wins.
-        let mut merged = vec![argv[0].clone()];
-        merged.extend(from_file);
-        merged.extend(argv[1..].iter().cloned());
-        let matches = Self::command()
-            .try_get_matches_from(merged)
-            .map_err(ArgsError::Clap)?;
-        Self::from_arg_matches(&matches).map_err(ArgsError::Clap)
-    }
-
     /// The maximum message size (checked when parsed).
     pub fn max_msg_size(&self) -> MaxMsgSize {
         MaxMsgSize::new(self.max_msg_size).expect("checked by the parser")
     }
 }
 
-/// The options of a JSON object as command-line words.
-fn json_options(path: &Path) -> Result<Vec<OsString>, ArgsError> {
-    let error = |reason: String| ArgsError::Json {
-        path: path.to_owned(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| error(e.to_string()))?;
-    let object = value
-        .as_object()
-        .ok_or_else(|| error("expected a JSON object of options".to_owned()))?;
-    let mut words = Vec::new();
-    for (key, value) in object {
-        if key == "json" {
-            return Err(error("a JSON file cannot name another one".to_owned()));
-        }
-        let flag = OsString::from(format!("--{key}"));
-        let scalar = |value: &serde_json::Value| match value {
-            serde_json::Value::String(text) => Ok(text.clone()),
-            serde_json::Value::Number(number) => Ok(number.to_string()),
-            other => Err(error(format!("`{key}`: unsupported value {other}"))),
-        };
-        match value {
-            serde_json::Value::Bool(true) => words.push(flag),
-            serde_json::Value::Bool(false) => {}
-            serde_json::Value::Array(items) => {
-                for item in items {
-                    words.push(flag.clone());
-                    words.push(scalar(item)?.into());
-                }
-            }
-            other => {
-                words.push(flag);
-                words.push(scalar(other)?.into());
-            }
-        }
-    }
-    Ok(words)
-}
-
-fn parse_cpuset(text: &str) -> Result<CpuSet, String> {
-    let set: CpuSet = text.parse().map_err(|e| format!("{e}"))?;
-    if set.is_empty() {
-        return Err("the CPU list is empty".to_owned());
-    }
-    Ok(set)
-}
-
-fn parse_max_msg_size(text: &str) -> Result<u32, String> {
-    let bytes: u32 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    MaxMsgSize::new(bytes)
-        .map(MaxMsgSize::as_u32)
-        .map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use urom_cli::JsonArgs;
 
     #[test]
     fn the_command_line_wins_over_the_json_file() {

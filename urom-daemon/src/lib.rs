@@ -28,9 +28,10 @@ use tracing::{error, info, warn};
 use urom_core::host::{default_service_socket, writable_dir};
 use urom_wire::{CpuSet, MaxMsgSize};
 
-pub use args::{Args, ArgsError};
+pub use args::Args;
 use discovery::{Discovery, PluginEntry};
 use registry::{Registry, WorkerConfig};
+pub use urom_cli::{ArgsError, JsonArgs};
 
 /// The daemon's log file name.
 pub const LOG_FILE: &str = "urom_daemon_dev.log";
@@ -50,7 +51,7 @@ pub enum DaemonRunError {
         source: io::Error,
     },
     /// Logging could not be set up.
-    Log(urom_worker::LogInitError),
+    Log(urom_cli::LogInitError),
     /// `--cpuset` names CPUs this process may not use.
     Cpuset {
         /// What was asked for, as a CPU list.
@@ -127,7 +128,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         None => socket_dir.clone(),
     };
     create_dir(&log_dir)?;
-    urom_worker::init_logging(args.log_level, Some(&log_dir), LOG_FILE, args.log_stderr)
+    urom_cli::init_logging(args.log_level, Some(&log_dir), LOG_FILE, args.log_stderr)
         .map_err(DaemonRunError::Log)?;
 
     let allowed = current_cpuset()?;

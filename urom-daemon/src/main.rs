@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use urom_daemon::JsonArgs;
+
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv.len() == 3 && argv[1] == urom_daemon::discovery::PROBE_FLAG {

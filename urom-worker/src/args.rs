@@ -40,11 +40,11 @@ pub struct Args {
     pub gid: u32,
 
     /// CPUs to run on, as a list like `2-3,6` [default: the CPUs this process may run on].
-    #[arg(long, value_name = "LIST", value_parser = parse_cpuset)]
+    #[arg(long, value_name = "LIST", value_parser = urom_cli::parse_cpuset)]
     pub cpuset: Option<CpuSet>,
 
     /// Largest message, header included; hosts must use the same value.
-    #[arg(short = 'm', long, value_name = "BYTES", default_value_t = MaxMsgSize::DEFAULT.as_u32(), value_parser = parse_max_msg_size)]
+    #[arg(short = 'm', long, value_name = "BYTES", default_value_t = MaxMsgSize::DEFAULT.as_u32(), value_parser = urom_cli::parse_max_msg_size)]
     pub max_msg_size: u32,
 
     /// Log level: 10 disable, 20 critical, 30 error, 40 warning, 50 info, 60 debug, 70 trace.
@@ -130,23 +130,6 @@ fn parse_plugin(text: &str) -> Result<PluginSpec, String> {
         path: path.into(),
         id,
     })
-}
-
-fn parse_cpuset(text: &str) -> Result<CpuSet, String> {
-    let set: CpuSet = text.parse().map_err(|e| format!("{e}"))?;
-    if set.is_empty() {
-        return Err("the CPU list is empty".to_owned());
-    }
-    Ok(set)
-}
-
-fn parse_max_msg_size(text: &str) -> Result<u32, String> {
-    let bytes: u32 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    MaxMsgSize::new(bytes)
-        .map(MaxMsgSize::as_u32)
-        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

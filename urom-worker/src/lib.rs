@@ -14,7 +14,6 @@
 
 mod args;
 mod dispatch;
-mod logging;
 
 use std::fmt;
 use std::io;
@@ -29,7 +28,12 @@ use urom_wire::{CpuSet, MaxMsgSize};
 
 pub use args::{Args, MAX_PLUGINS, PluginSpec};
 pub use dispatch::Worker;
-pub use logging::{LogInitError, init_logging, level_filter, log_file_name};
+pub use urom_cli::{LogInitError, init_logging};
+
+/// The worker's log file name for this process: `urom_worker_<pid>_dev.log`.
+pub fn log_file_name() -> String {
+    format!("urom_worker_{}_dev.log", std::process::id())
+}
 
 /// Why the worker could not run.
 #[derive(Debug)]
