@@ -195,7 +195,7 @@ mod tests {
 }
 
 /// The host side of the graph plugin: `init` once with the id and version the service
-/// reported, then submit loopbacks (seed 001's `urom_graph_init` and
+/// reported, then submit loopbacks (the DOCA UROM guide's `urom_graph_init` and
 /// `urom_graph_task_loopback`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GraphHost {
