@@ -317,6 +317,33 @@ fn sleeper_is_woken<P: Pair>() {
     drop(sender.join().unwrap());
 }
 
+/// CPU time this thread has used so far.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// An idle receiver in the default (adaptive) mode sleeps: it uses next to no CPU while it
+/// waits (a spinning one would use all of the wait).
+fn idle_wait_sleeps<P: Pair>() {
+    let (_a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    b.set_wait_mode(WaitMode::default());
+    let wait = Duration::from_millis(300);
+    let before = thread_cpu_time();
+    assert!(!b.wait_recv(wait).unwrap());
+    let used = thread_cpu_time() - before;
+    assert!(
+        used < wait / 10,
+        "an idle wait of {wait:?} used {used:?} of CPU"
+    );
+}
+
 macro_rules! conformance {
     ($name:ident, $pair:ty) => {
         mod $name {
@@ -353,6 +380,10 @@ macro_rules! conformance {
             #[test]
             fn sleeping_receiver_is_woken() {
                 sleeper_is_woken::<$pair>();
+            }
+            #[test]
+            fn idle_receiver_uses_no_cpu() {
+                idle_wait_sleeps::<$pair>();
             }
             #[test]
             fn threads_stream_both_ways_busy() {
