@@ -146,6 +146,16 @@ fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> ShmConnectError {
 }
 
 /// One end of a shared-memory connection between two processes on one machine.
+///
+/// Frames are copied into a slot on send; `recv` lends the slot itself (no copy) until the next
+/// `recv` or `wait_recv`. The peer's obligation is not to write a slot it has published until
+/// it is released; every index and length it writes is checked, so a peer that breaks the
+/// protocol gets [`FrameRecvError::Protocol`] or garbage bytes, never an out-of-bounds access.
+/// Decode a received frame once (as `urom_wire` parsers do) rather than re-reading fields you
+/// already validated.
+///
+/// Choose busy polling ([`WaitMode::BusyPoll`]) on a core of its own; the default adaptive
+/// mode spins for a few microseconds, then sleeps.
 pub struct ShmConnection {
     tx: Producer,
     rx: Consumer,
