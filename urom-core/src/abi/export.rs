@@ -386,13 +386,9 @@ unsafe extern "C" fn native_command<P: Plugin>(
         let header = unsafe { *cmd };
         // SAFETY: as above.
         let sink = unsafe { &*sink };
-        let payload = if header.len == 0 {
-            &[][..]
-        } else if payload.is_null() {
+        // SAFETY: the worker lends `len` readable bytes for the call (native ABI).
+        let Some(payload) = (unsafe { super::lent_bytes(payload, header.len) }) else {
             return Status::InvalidValue;
-        } else {
-            // SAFETY: the worker lends `len` readable bytes for the call (native ABI).
-            unsafe { core::slice::from_raw_parts(payload, header.len as usize) }
         };
         let command = Command {
             dest_id,

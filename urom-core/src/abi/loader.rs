@@ -535,13 +535,9 @@ unsafe extern "C" fn sink_trampoline(
         let sink = unsafe { &mut *ctx.cast::<&mut dyn NotificationSink>() };
         // SAFETY: non-null; the plugin passes a valid header for the call.
         let header = unsafe { *header };
-        let payload = if header.len == 0 {
-            &[][..]
-        } else if payload.is_null() {
+        // SAFETY: the plugin passes `len` readable bytes for the call.
+        let Some(payload) = (unsafe { super::lent_bytes(payload, header.len) }) else {
             return Status::InvalidValue;
-        } else {
-            // SAFETY: the plugin passes `len` readable bytes for the call.
-            unsafe { core::slice::from_raw_parts(payload, header.len as usize) }
         };
         let notification = Notification {
             plugin: header.plugin,

@@ -262,6 +262,23 @@ pub struct NativeIface {
 /// `urom_plugin_get_native_iface`.
 pub type GetNativeIfaceFn = unsafe extern "C" fn(iface: *mut NativeIface) -> DocaError;
 
+/// `len` bytes at `ptr`, lent across the interface for one call: empty when `len` is 0,
+/// whatever `ptr` is; `None` for a null pointer with a non-zero length.
+///
+/// # Safety
+/// When `len > 0` and `ptr` is not null, `ptr` points to `len` readable bytes that stay valid
+/// and unchanged for `'a`.
+pub(crate) unsafe fn lent_bytes<'a>(ptr: *const u8, len: u64) -> Option<&'a [u8]> {
+    if len == 0 {
+        return Some(&[]);
+    }
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-null with `len` readable bytes for `'a` (caller).
+    Some(unsafe { core::slice::from_raw_parts(ptr, len as usize) })
+}
+
 /// Runs `body`; a panic becomes `DOCA_ERROR_UNEXPECTED` and a line on stderr.
 pub(crate) fn guard(entry: &str, body: impl FnOnce() -> Status) -> DocaError {
     match catch_unwind(AssertUnwindSafe(body)) {
