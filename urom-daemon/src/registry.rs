@@ -25,7 +25,7 @@ use crate::discovery::PluginEntry;
 /// How long a worker has to stop after SIGTERM before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long a new worker has to start listening.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Identifies one host connection.
 pub type HostId = u64;
