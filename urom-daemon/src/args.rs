@@ -39,7 +39,7 @@ pub struct Args {
     pub json: Option<PathBuf>,
 
     /// Unix socket hosts connect to [default: /run/urom/urom.sock when /run is writable, else
-    /// $XDG_RUNTIME_DIR/urom/urom.sock, else /tmp/urom-<uid>/urom.sock].
+    /// $XDG_RUNTIME_DIR/urom/urom.sock, else /tmp/urom-UID/urom.sock].
     #[arg(long, value_name = "PATH")]
     pub listen: Option<PathBuf>,
 
