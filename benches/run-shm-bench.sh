@@ -2,8 +2,8 @@
 # Shared-memory transport benchmark, side by side with the hardware floor and UCX.
 #
 # Runs `cargo bench -p urom-benches --bench shm` (floor: one cache line ping-ponged between two
-# pinned processes, and one line per direction; our 64-byte round trip; our one-way 64-byte
-# stream), then, when
+# pinned processes, one line per direction, and a bare 64-byte frame each way; our 64-byte round
+# trip; our one-way 64-byte stream), then, when
 # `ucx_perftest` is installed (Debian: ucx-utils), `ucp_am_lat` and `ucp_am_bw` over
 # UCX_TLS=posix with 64-byte messages on the same two cores, and prints all medians together.
 # Compare numbers of one run only: the host may steal time from busy-polling vCPUs.
@@ -40,6 +40,7 @@ def median(bench):
         return json.load(f)["median"]["point_estimate"]
 floor = median("floor/cache_line_round_trip")
 floor2 = median("floor/two_lines_round_trip")
+floor64 = median("floor/frame_64B_round_trip")
 rt = median("shm/round_trip_64B")
 per_frame = median("shm/stream_64B")
 rate = 1e9 / per_frame
@@ -47,7 +48,9 @@ print()
 print("shared-memory transport, 64-byte frames, two pinned processes (medians of one run)")
 print(f"  (a) floor: cache-line round trip      {floor:8.1f} ns")
 print(f"      one line per direction             {floor2:8.1f} ns   x{floor2 / floor:.2f} of (a)")
-print(f"  (b) shm connection round trip          {rt:8.1f} ns   (b)/(a) = {rt / floor:.2f}")
+print(f"      bare 64-byte frame each way        {floor64:8.1f} ns   x{floor64 / floor:.2f} of (a)")
+print(f"  (b) shm connection round trip          {rt:8.1f} ns   (b)/(a) = {rt / floor:.2f}"
+      f"   (b)/bare frame = {rt / floor64:.2f}")
 print(f"  (c) shm one-way stream                 {rate / 1e6:8.2f} M frames/s ({per_frame:.1f} ns/frame)")
 if ucx_lat and ucx_rate:
     ucx_rt = 2 * float(ucx_lat) * 1000

@@ -4,6 +4,9 @@
 //!   mapping, the least any round trip between them can cost;
 //! * `floor/two_lines_round_trip`: the same with one line per direction, the least a protocol
 //!   whose two directions use separate memory (like a pair of rings) can cost;
+//! * `floor/frame_64B_round_trip`: 64 bytes and a ready word each way (two lines per
+//!   direction), written and read with plain loads and stores: the least moving a 64-byte frame
+//!   each way through separate memory per direction can cost, with no transport around it;
 //! * `shm/round_trip_64B`: a 64-byte frame to the other process and back over a
 //!   [`ShmConnection`];
 //! * `shm/stream_64B`: one-way streaming of 64-byte frames (throughput in frames per second);
@@ -105,29 +108,53 @@ impl SharedLine {
         }
     }
 
-    /// The first word of line `index` (0 or 1).
-    fn word(&self, index: usize) -> &AtomicU64 {
+    /// The 16 words (128 bytes, two cache lines) at line pair `index` (0 or 1).
+    fn block(&self, index: usize) -> &[AtomicU64; 16] {
         assert!(index < 2);
-        let word = self.line.as_ptr().wrapping_add(index * 16);
+        let block = self.line.as_ptr().wrapping_add(index * 16);
         // SAFETY: the mapping is page-aligned, 4096 bytes long and live for the process's life;
-        // `word` is 8-aligned at byte 0 or 128, and only ever accessed as this atomic, by both
-        // processes.
-        unsafe { &*word }
+        // `block` is 128-aligned at byte 0 or 128, and its words are only ever accessed as
+        // these atomics, by both processes.
+        unsafe { &*block.cast::<[AtomicU64; 16]>() }
     }
 }
 
-/// The floor's peer: answers every odd value `v` in `ping` with `v + 1` in `pong`.
-fn floor_child(lines: usize) {
+/// Words of a floor frame after its ready word: 64 bytes.
+const FRAME_WORDS: core::ops::RangeInclusive<usize> = 1..=8;
+
+/// Writes a floor frame: 64 bytes, then the ready word `value`.
+fn write_frame(block: &[AtomicU64; 16], value: u64) {
+    for word in &block[FRAME_WORDS] {
+        word.store(value, Ordering::Relaxed);
+    }
+    block[0].store(value, Ordering::Release);
+}
+
+/// Reads the 64 bytes of a floor frame whose ready word said it is there.
+fn read_frame(block: &[AtomicU64; 16]) -> u64 {
+    block[FRAME_WORDS]
+        .iter()
+        .fold(0, |sum, word| sum.wrapping_add(word.load(Ordering::Relaxed)))
+}
+
+/// The floor's peer: answers every odd value `v` in `ping` with `v + 1` in `pong`; with
+/// `frames`, each value comes and goes with 64 bytes.
+fn floor_child(lines: usize, frames: bool) {
     let shared = SharedLine::map(inherited_fd());
-    let (ping, pong) = (shared.word(0), shared.word(lines - 1));
+    let (ping, pong) = (shared.block(0), shared.block(lines - 1));
     let mut last = 0;
     loop {
-        let v = ping.load(Ordering::Acquire);
+        let v = ping[0].load(Ordering::Acquire);
         if v == STOP {
             return;
         }
         if v != last && v % 2 == 1 {
-            pong.store(v + 1, Ordering::Release);
+            if frames {
+                black_box(read_frame(ping));
+                write_frame(pong, v + 1);
+            } else {
+                pong[0].store(v + 1, Ordering::Release);
+            }
             last = v;
         }
         std::hint::spin_loop();
@@ -155,32 +182,52 @@ fn shm_child() {
 }
 
 /// Round trips of a counter between two processes through shared cache lines: one line for
-/// both directions (the floor), or one line per direction (the least a protocol with separate
-/// lines per direction can cost).
+/// both directions (the floor), one line per direction (the least a protocol with separate
+/// lines per direction can cost), or a 64-byte frame and its ready word each way.
 fn floor(c: &mut Criterion) {
     let mut group = c.benchmark_group("floor");
-    for (lines, name) in [(1, "cache_line_round_trip"), (2, "two_lines_round_trip")] {
+    for (role, name) in [
+        ("floor", "cache_line_round_trip"),
+        ("floor2", "two_lines_round_trip"),
+        ("floor64", "frame_64B_round_trip"),
+    ] {
+        let (lines, frames) = floor_shape(role);
         let shared = SharedLine::create();
-        let role = if lines == 1 { "floor" } else { "floor2" };
         let _child = spawn_child(role, inheritable(&shared._fd));
-        let (ping, pong) = (shared.word(0), shared.word(lines - 1));
+        let (ping, pong) = (shared.block(0), shared.block(lines - 1));
         let mut next = 1u64;
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    ping.store(next, Ordering::Release);
-                    while pong.load(Ordering::Acquire) != next + 1 {
+                    if frames {
+                        write_frame(ping, next);
+                    } else {
+                        ping[0].store(next, Ordering::Release);
+                    }
+                    while pong[0].load(Ordering::Acquire) != next + 1 {
                         std::hint::spin_loop();
+                    }
+                    if frames {
+                        black_box(read_frame(pong));
                     }
                     next += 2;
                 }
                 start.elapsed()
             })
         });
-        ping.store(STOP, Ordering::Release);
+        ping[0].store(STOP, Ordering::Release);
     }
     group.finish();
+}
+
+/// Lines the floor `role` uses (1: both directions share one) and whether it carries frames.
+fn floor_shape(role: &str) -> (usize, bool) {
+    match role {
+        "floor" => (1, false),
+        "floor2" => (2, false),
+        _ => (2, true),
+    }
 }
 
 fn shm(c: &mut Criterion) {
@@ -192,6 +239,7 @@ fn shm(c: &mut Criterion) {
 
     let mut ping = [0u8; FRAME];
     ping[0] = ECHO;
+    let mut reply = [0u8; FRAME];
     group.bench_function("round_trip_64B", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
@@ -201,7 +249,10 @@ fn shm(c: &mut Criterion) {
                 loop {
                     match conn.recv().expect("recv") {
                         Some(pong) => {
-                            black_box(pong);
+                            // Read the answer, as any receiver does.
+                            let len = pong.len().min(FRAME);
+                            reply[..len].copy_from_slice(&pong[..len]);
+                            black_box(&reply);
                             break;
                         }
                         None => std::hint::spin_loop(),
@@ -260,8 +311,10 @@ fn main() {
             eprintln!("peer not pinned: {e}");
         }
         match role.as_str() {
-            "floor" => floor_child(1),
-            "floor2" => floor_child(2),
+            "floor" | "floor2" | "floor64" => {
+                let (lines, frames) = floor_shape(&role);
+                floor_child(lines, frames)
+            }
             "shm" => shm_child(),
             other => panic!("unknown role {other}"),
         }
