@@ -5,11 +5,15 @@
 //! flight (sending a batch of requests with one `write` whenever responses came back), and
 //! compares every response with the expected one byte for byte, header included. Responses
 //! are parsed from a stream buffer, so one that straddles two reads is read correctly.
+//!
+//! Ctrl-C (or SIGTERM) ends a run early: each thread sends nothing more, takes and checks the
+//! answers to what it already sent, and the statistics cover the requests done.
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -123,6 +127,8 @@ pub struct Stats {
     pub tx_bytes: u64,
     /// Bytes received, headers included.
     pub rx_bytes: u64,
+    /// The run was stopped before every thread sent all its requests.
+    pub interrupted: bool,
 }
 
 impl Stats {
@@ -216,6 +222,13 @@ pub enum ClientError {
     },
     /// A thread panicked.
     Panicked(usize),
+    /// The run was stopped (Ctrl-C) before all requests were sent; the rest were answered.
+    Interrupted {
+        /// Requests answered and checked.
+        done: u64,
+        /// Requests the run was to send.
+        planned: u64,
+    },
 }
 
 impl fmt::Display for ClientError {
@@ -252,6 +265,10 @@ impl fmt::Display for ClientError {
                 reason,
             } => write!(f, "thread {thread}: response {index} is wrong: {reason}"),
             Self::Panicked(thread) => write!(f, "thread {thread} panicked"),
+            Self::Interrupted { done, planned } => write!(
+                f,
+                "interrupted after {done} of {planned} requests, every one answered and checked"
+            ),
         }
     }
 }
@@ -260,6 +277,12 @@ impl std::error::Error for ClientError {}
 
 /// Runs the threads and returns what they measured, or the first failure.
 pub fn run(config: &ClientConfig) -> Result<Stats, ClientError> {
+    run_until(config, &AtomicBool::new(false))
+}
+
+/// As [`run`], but ends early once `stop` is set: each thread sends nothing more and takes the
+/// answers to what it sent; the statistics cover the requests done.
+pub fn run_until(config: &ClientConfig, stop: &AtomicBool) -> Result<Stats, ClientError> {
     let request_len = CLIENT_HEADER_LEN + config.message.len();
     let response_len = CLIENT_HEADER_LEN + config.expected.len();
     if u32::try_from(request_len.max(response_len)).is_err() {
@@ -267,23 +290,26 @@ pub fn run(config: &ClientConfig) -> Result<Stats, ClientError> {
             config.message.len().max(config.expected.len()),
         ));
     }
-    let barrier = Arc::new(Barrier::new(config.threads));
-    let config = Arc::new(config.clone());
-    let handles: Vec<_> = (0..config.threads)
-        .map(|thread| {
-            let barrier = Arc::clone(&barrier);
-            let config = Arc::clone(&config);
-            std::thread::spawn(move || run_thread(thread, &config, &barrier))
-        })
-        .collect();
+    let barrier = Barrier::new(config.threads);
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..config.threads)
+            .map(|thread| {
+                let barrier = &barrier;
+                scope.spawn(move || run_thread(thread, config, barrier, stop))
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join()).collect()
+    });
     let mut first: Option<Instant> = None;
     let mut last: Option<Instant> = None;
+    let mut operations = 0;
     let mut failure = None;
-    for (thread, handle) in handles.into_iter().enumerate() {
-        match handle.join() {
-            Ok(Ok((start, end))) => {
-                first = Some(first.map_or(start, |f| f.min(start)));
-                last = Some(last.map_or(end, |l| l.max(end)));
+    for (thread, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(Ok(done)) => {
+                first = Some(first.map_or(done.start, |f| f.min(done.start)));
+                last = Some(last.map_or(done.end, |l| l.max(done.end)));
+                operations += done.answered;
             }
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(_) => failure = failure.or(Some(ClientError::Panicked(thread))),
@@ -292,7 +318,6 @@ pub fn run(config: &ClientConfig) -> Result<Stats, ClientError> {
     if let Some(e) = failure {
         return Err(e);
     }
-    let operations = config.iterations * config.threads as u64;
     Ok(Stats {
         duration: match (first, last) {
             (Some(first), Some(last)) => last - first,
@@ -301,7 +326,16 @@ pub fn run(config: &ClientConfig) -> Result<Stats, ClientError> {
         operations,
         tx_bytes: operations * request_len as u64,
         rx_bytes: operations * response_len as u64,
+        interrupted: operations < config.iterations * config.threads as u64,
     })
+}
+
+/// What one thread did.
+struct ThreadRun {
+    start: Instant,
+    end: Instant,
+    /// Requests answered and checked.
+    answered: u64,
 }
 
 fn encode(message: GpuMessage<'_>) -> Vec<u8> {
@@ -312,12 +346,13 @@ fn encode(message: GpuMessage<'_>) -> Vec<u8> {
     frame
 }
 
-/// One thread: connects, waits for the others, runs; returns when it started and ended.
+/// One thread: connects, waits for the others, runs until done or `stop`.
 fn run_thread(
     thread: usize,
     config: &ClientConfig,
     barrier: &Barrier,
-) -> Result<(Instant, Instant), ClientError> {
+    stop: &AtomicBool,
+) -> Result<ThreadRun, ClientError> {
     let connected = TcpStream::connect(config.server).map_err(|source| ClientError::Connect {
         server: config.server,
         source,
@@ -343,9 +378,16 @@ fn run_thread(
     let (mut rstart, mut rend) = (0usize, 0usize);
     let (mut sent, mut received) = (0u64, 0u64);
     let start = Instant::now();
-    while received < config.iterations {
+    let mut total = config.iterations;
+    while received < total {
+        if stop.load(Ordering::Relaxed) {
+            total = sent;
+            if received == total {
+                break;
+            }
+        }
         let in_flight = (sent - received) as usize;
-        let to_send = (pipeline - in_flight).min((config.iterations - sent) as usize);
+        let to_send = (pipeline - in_flight).min((total - sent) as usize);
         if to_send > 0 {
             stream
                 .write_all(&batch[..to_send * request.len()])
@@ -410,7 +452,11 @@ fn run_thread(
             rstart += len;
         }
     }
-    Ok((start, Instant::now()))
+    Ok(ThreadRun {
+        start,
+        end: Instant::now(),
+        answered: received,
+    })
 }
 
 /// How `response` differs from `expected` (both whole messages).
@@ -449,6 +495,7 @@ mod tests {
             operations: 2_000_000,
             tx_bytes: 1 << 31,
             rx_bytes: 1 << 30,
+            interrupted: false,
         };
         let text = stats.to_string();
         assert!(text.contains("Duration:          2000000 us"), "{text}");

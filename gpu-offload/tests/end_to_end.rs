@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::Read;
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -45,6 +46,40 @@ fn ctrl_c_on_the_orchestrator_shuts_both_down_cleanly() {
     // A client in the middle of a long run is answered until the server drains, then its
     // connection is closed cleanly (end of file, not a reset or a timeout).
     stack.stop_during_a_run(SIGINT, false, 1, 64);
+}
+
+#[test]
+fn ctrl_c_on_the_client_ends_its_run_with_every_sent_request_answered() {
+    let stack = Stack::two_threads();
+    let client = Command::new(CLIENT)
+        .args(["-s", "127.0.0.1", "-p", &stack.port.to_string()])
+        .args(["-t", "2", "-i", &(u64::MAX / 8).to_string()])
+        .args(["-m", "hello", "-e", "olleh", "--max-concurrent-messages", "32"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the client");
+    let mut client = urom_testkit::ChildGuard(client);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    client.signal(SIGINT);
+    let status = client
+        .wait_timeout(std::time::Duration::from_secs(30))
+        .expect("the client did not stop on Ctrl-C");
+    assert_eq!(status.code(), Some(1));
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    client.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    client.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(
+        stderr.contains("interrupted after") && stderr.contains("every one answered and checked"),
+        "{stderr}"
+    );
+    let done: u64 = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("| Operation count:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no operation count in\n{stdout}"));
+    assert!(done > 0, "{stdout}");
+    stack.stop_with(SIGTERM, true);
 }
 
 #[test]

@@ -3,10 +3,17 @@
 use gpu_offload::client::{self, ClientArgs, ClientConfig};
 
 fn main() {
-    gpu_offload::cli::main_with("gpu-offload-client", |args: ClientArgs, _stop| {
+    gpu_offload::cli::main_with("gpu-offload-client", |args: ClientArgs, stop| {
         gpu_offload::cli::init_logging(args.common.log_level);
-        let stats = client::run(&ClientConfig::from_args(&args)?)?;
+        let config = ClientConfig::from_args(&args)?;
+        let stats = client::run_until(&config, stop)?;
         println!("{stats}");
-        Ok::<_, client::ClientError>(())
+        if stats.interrupted {
+            return Err(client::ClientError::Interrupted {
+                done: stats.operations,
+                planned: config.iterations * config.threads as u64,
+            });
+        }
+        Ok(())
     });
 }
