@@ -34,13 +34,14 @@ measure() {
     shift 2
     local targets
     targets=$(IFS=,; echo "$*")
-    "$bin/gpu-offload-client" -s 127.0.0.1 -p "$port" -t "$threads" -i 1000000000 \
-        -m "$message" -e "$expected" --max-concurrent-messages 128 -l 30 >"$dir/client" &
+    # The client stops (Ctrl-C) a little after the counting ends.
+    timeout -s INT -k 10 "$((seconds + 1))" "$bin/gpu-offload-client" -s 127.0.0.1 -p "$port" \
+        -t "$threads" -i 1000000000 -m "$message" -e "$expected" \
+        --max-concurrent-messages 128 -l 30 >"$dir/client" 2>/dev/null &
     local client=$!
     sleep 0.5
     perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$targets" \
         -- sleep "$seconds" 2>"$dir/stat"
-    echo "$(date +%T) stat done" >&2; kill -INT "$client"
     wait "$client" || true
     awk -F, -v name="$name" -v seconds="$seconds" '
         /IO rate/ { rate = $0; sub(/.*: */, "", rate); sub(/ .*/, "", rate) }

@@ -17,9 +17,12 @@
 //! ratios, the comparison to trust.
 //!
 //! `GPU_OFFLOAD_BENCH_CPUS` lists the server's `--cpu`s (default: the first two CPUs this
-//! process may use); the orchestrator gets as many threads, pinned to
-//! `GPU_OFFLOAD_BENCH_ORCH_CPUS` (default: the server's list, so that each processor thread
-//! shares its server thread's CPU; an empty value leaves them unpinned).
+//! process may use); the orchestrator gets as many threads, pinned to the CPUs listed in
+//! `GPU_OFFLOAD_BENCH_ORCH_CPUS` (default: the server's list rotated by one, so that processor
+//! thread `i` runs beside server thread `i + 1`, not its own, as on the original's two
+//! machines; the server's list itself makes each share its server thread's CPU; an empty value
+//! leaves them to the scheduler), with the extra arguments in
+//! `GPU_OFFLOAD_BENCH_ORCH_ARGS` (for example `--poll-us 20`).
 //! `GPU_OFFLOAD_BENCH_QUICK=1` skips the criterion part and runs five interleaved rounds. The
 //! client threads are not pinned.
 
@@ -37,6 +40,7 @@ const BARE_ENV: &str = "GPU_OFFLOAD_BENCH_BARE";
 const CPUS_ENV: &str = "GPU_OFFLOAD_BENCH_CPUS";
 const ORCH_CPUS_ENV: &str = "GPU_OFFLOAD_BENCH_ORCH_CPUS";
 const QUICK_ENV: &str = "GPU_OFFLOAD_BENCH_QUICK";
+const ORCH_ARGS_ENV: &str = "GPU_OFFLOAD_BENCH_ORCH_ARGS";
 const PAYLOAD: usize = 64;
 const PIPELINE: usize = 128;
 const MAX_LEN: usize = 256;
@@ -143,9 +147,16 @@ fn start_ours() -> Ours {
             .expect("starting the server"),
     );
     let mut orchestrator = Command::new(env!("CARGO_BIN_EXE_gpu-offload-orchestrator"));
-    let orchestrator_cpus = std::env::var(ORCH_CPUS_ENV).unwrap_or_else(|_| cpus.join(","));
+    let orchestrator_cpus = std::env::var(ORCH_CPUS_ENV).unwrap_or_else(|_| {
+        let mut rotated = cpus.clone();
+        rotated.rotate_left(1);
+        rotated.join(",")
+    });
     for cpu in orchestrator_cpus.split(',').filter(|cpu| !cpu.is_empty()) {
         orchestrator.args(["--cpu", cpu]);
+    }
+    if let Ok(args) = std::env::var(ORCH_ARGS_ENV) {
+        orchestrator.args(args.split_whitespace());
     }
     let orchestrator = ChildGuard(
         orchestrator
