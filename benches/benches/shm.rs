@@ -132,9 +132,9 @@ fn write_frame(block: &[AtomicU64; 16], value: u64) {
 
 /// Reads the 64 bytes of a floor frame whose ready word said it is there.
 fn read_frame(block: &[AtomicU64; 16]) -> u64 {
-    block[FRAME_WORDS]
-        .iter()
-        .fold(0, |sum, word| sum.wrapping_add(word.load(Ordering::Relaxed)))
+    block[FRAME_WORDS].iter().fold(0, |sum, word| {
+        sum.wrapping_add(word.load(Ordering::Relaxed))
+    })
 }
 
 /// The floor's peer: answers every odd value `v` in `ping` with `v + 1` in `pong`; with

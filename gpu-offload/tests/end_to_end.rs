@@ -54,7 +54,14 @@ fn ctrl_c_on_the_client_ends_its_run_with_every_sent_request_answered() {
     let client = Command::new(CLIENT)
         .args(["-s", "127.0.0.1", "-p", &stack.port.to_string()])
         .args(["-t", "2", "-i", &(u64::MAX / 8).to_string()])
-        .args(["-m", "hello", "-e", "olleh", "--max-concurrent-messages", "32"])
+        .args([
+            "-m",
+            "hello",
+            "-e",
+            "olleh",
+            "--max-concurrent-messages",
+            "32",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -67,8 +74,20 @@ fn ctrl_c_on_the_client_ends_its_run_with_every_sent_request_answered() {
         .expect("the client did not stop on Ctrl-C");
     assert_eq!(status.code(), Some(1));
     let (mut stdout, mut stderr) = (String::new(), String::new());
-    client.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    client.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    client
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    client
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(
         stderr.contains("interrupted after") && stderr.contains("every one answered and checked"),
         "{stderr}"

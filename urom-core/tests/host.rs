@@ -164,6 +164,46 @@ fn attach_from_a_second_service_and_environment() {
 }
 
 #[test]
+fn a_service_runs_at_most_its_max_workers() {
+    let (_plugins, daemon) = start_daemon();
+    let service = urom_core::host::Service::<urom_core::host::Idle>::new()
+        .set_socket(&daemon.socket)
+        .set_max_workers(2)
+        .map_err(|_| "2 is a power of two")
+        .unwrap()
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let graph = service.plugin("worker_graph").unwrap().id;
+    let worker = |id| {
+        Worker::new()
+            .set_service(&service)
+            .set_id(id)
+            .set_plugins(graph)
+    };
+    let mut engine = ProgressEngine::new();
+    let first = run_worker(&mut engine, worker(20));
+    let second = run_worker(&mut engine, worker(21));
+    let (third, error) = match worker(22).start(&mut engine) {
+        Ok(_) => panic!("a third worker started beyond max workers 2"),
+        Err(refused) => refused,
+    };
+    assert!(
+        matches!(error, urom_core::host::WorkerStartError::TooManyWorkers(2)),
+        "{error}"
+    );
+    // A stopped worker and a dropped one each give their place back.
+    first.stop().map_err(|(_, e)| e).unwrap();
+    let third = run_worker(&mut engine, third);
+    drop(second);
+    let fourth = run_worker(&mut engine, worker(23));
+    for worker in [third, fourth] {
+        worker.stop().map_err(|(_, e)| e).unwrap();
+    }
+    service.stop();
+}
+
+#[test]
 fn a_killed_worker_fails_every_task_in_flight_once() {
     let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);

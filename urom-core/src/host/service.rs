@@ -4,6 +4,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::control::{ControlChannel, ControlError};
 use super::engine::OneShot;
@@ -99,6 +100,34 @@ pub(crate) struct Shared {
     pub(crate) max_msg_size: MaxMsgSize,
     plugins: Vec<ServicePlugin>,
     cpuset: CpuSet,
+    max_workers: usize,
+    /// Worker contexts started through this service and not yet stopped, failed or dropped.
+    workers: AtomicUsize,
+}
+
+impl Shared {
+    /// One of the service's `max_workers` places, or `None` when all are taken.
+    pub(crate) fn take_worker_slot(self: &Arc<Self>) -> Option<WorkerSlot> {
+        self.workers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_workers).then_some(n + 1)
+            })
+            .ok()?;
+        Some(WorkerSlot(Arc::clone(self)))
+    }
+
+    pub(crate) fn max_workers(&self) -> usize {
+        self.max_workers
+    }
+}
+
+/// A worker context's place among its service's `max_workers`; given back when dropped.
+pub(crate) struct WorkerSlot(Arc<Shared>);
+
+impl Drop for WorkerSlot {
+    fn drop(&mut self) {
+        self.0.workers.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The connection to the urom service.
@@ -141,7 +170,11 @@ impl Service<Idle> {
         Ok(self)
     }
 
-    /// The most workers this host expects to use; a power of two.
+    /// The most worker contexts this host runs through the service at once (default 64); a
+    /// power of two. Starting one more fails with [`WorkerStartError::TooManyWorkers`] until
+    /// one is stopped or dropped, or fails to start.
+    ///
+    /// [`WorkerStartError::TooManyWorkers`]: super::WorkerStartError::TooManyWorkers
     pub fn set_max_workers(mut self, workers: usize) -> Result<Self, Self> {
         if !workers.is_power_of_two() {
             return Err(self);
@@ -243,6 +276,8 @@ impl Service<Idle> {
             max_msg_size: max,
             plugins,
             cpuset,
+            max_workers: self.config.max_workers,
+            workers: AtomicUsize::new(0),
         })
     }
 }

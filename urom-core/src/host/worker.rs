@@ -10,7 +10,7 @@ use std::sync::{Arc, mpsc};
 
 use super::control::{ControlError, Reply};
 use super::engine::Poll;
-use super::service::Shared;
+use super::service::{Shared, WorkerSlot};
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::shm::{ShmConfig, ShmConnection};
 use crate::task::{TaskCallback, TaskHandle, TaskLoan, TaskRing, TaskSubmitError, USER_DATA_LEN};
@@ -29,6 +29,8 @@ pub enum WorkerStartError {
     NoService,
     /// The in-flight task limit is not a power of two.
     MaxInflight(usize),
+    /// The service already runs its `set_max_workers` worker contexts.
+    TooManyWorkers(usize),
     /// An environment entry is not `NAME=value`.
     Env(String),
     /// The service refused or failed.
@@ -46,6 +48,10 @@ impl fmt::Display for WorkerStartError {
         match self {
             Self::NoService => f.write_str("no running service was given to the worker"),
             Self::MaxInflight(n) => write!(f, "max in-flight tasks {n} is not a power of two"),
+            Self::TooManyWorkers(n) => write!(
+                f,
+                "the service already runs its {n} workers (its max workers); stop one first"
+            ),
             Self::Env(entry) => write!(f, "environment entry `{entry}` is not NAME=value"),
             Self::Control(e) => write!(f, "{e}"),
             Self::Connect(e) => write!(f, "cannot reach the worker: {e}"),
@@ -173,6 +179,8 @@ struct Core {
     phase: Phase,
     id: u64,
     shared: Arc<Shared>,
+    /// Its place among the service's max workers.
+    _slot: WorkerSlot,
     max_inflight: usize,
     seq: u64,
 }
@@ -364,6 +372,10 @@ impl Worker<Idle> {
             let bad = bad.clone();
             return Err((self, WorkerStartError::Env(bad)));
         }
+        let Some(slot) = shared.take_worker_slot() else {
+            let max = shared.max_workers();
+            return Err((self, WorkerStartError::TooManyWorkers(max)));
+        };
         let env: Vec<&str> = self.config.env.iter().map(String::as_str).collect();
         let request = SpawnWorker {
             worker_id: self.config.id,
@@ -381,6 +393,7 @@ impl Worker<Idle> {
             phase: Phase::Starting(reply),
             id: self.config.id,
             shared,
+            _slot: slot,
             max_inflight: self.config.max_inflight,
             seq: 0,
         }));
