@@ -166,6 +166,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             cpuset,
             max_workers: args.max_workers,
             busy_poll: args.worker_busy_poll,
+            allow_uids: args.allow_uids.clone(),
         })),
         stopping: AtomicBool::new(false),
     });

@@ -73,6 +73,8 @@ pub struct WorkerConfig {
     pub max_workers: u32,
     /// Whether workers spin when idle.
     pub busy_poll: bool,
+    /// Other users whose hosts workers serve (the daemon's allow list).
+    pub allow_uids: Vec<u32>,
 }
 
 /// What a host asks for when it spawns or attaches.
@@ -235,6 +237,7 @@ impl Registry {
             log_dir: Some(self.config.log_dir.clone()),
             listen: socket.clone(),
             busy_poll: self.config.busy_poll,
+            allow_uids: self.config.allow_uids.clone(),
             exit_with_parent: true,
         };
         let mut command = Command::new(&self.config.worker_bin);

@@ -355,6 +355,22 @@ fn a_host_of_another_user_is_refused() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
+    // ... and reaches the workers it starts: the whole bootstrap flow, run as that user.
+    let output = Command::new(binary("urom-samples", "urom-bootstrap"))
+        .args(["--once", "--socket"])
+        .arg(&allowing.socket)
+        .uid(nobody)
+        .gid(nobody)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\ndaemon log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        allowing.log()
+    );
+    assert!(stdout.contains("loopback"), "{stdout}");
 }
 
 #[test]

@@ -63,6 +63,12 @@ pub struct Args {
     #[arg(long)]
     pub busy_poll: bool,
 
+    /// Also serve hosts run by this user (repeatable); makes the socket connectable by every
+    /// local user, each host's user being checked when it connects. The worker's own user and
+    /// root are always served.
+    #[arg(long = "allow-uid", value_name = "UID")]
+    pub allow_uids: Vec<u32>,
+
     /// Stop when the process that started this worker ends (the daemon passes it, so that no
     /// worker outlives its daemon).
     #[arg(long)]
@@ -101,6 +107,9 @@ impl Args {
         line.extend(["--listen".into(), self.listen.clone().into_os_string()]);
         if self.busy_poll {
             line.push("--busy-poll".into());
+        }
+        for uid in &self.allow_uids {
+            line.extend(["--allow-uid".into(), uid.to_string().into()]);
         }
         if self.exit_with_parent {
             line.push("--exit-with-parent".into());
@@ -177,9 +186,14 @@ mod tests {
             "--log-dir",
             "/tmp/logs",
             "--busy-poll",
+            "--allow-uid",
+            "1000",
+            "--allow-uid",
+            "1001",
             "--exit-with-parent",
         ])
         .unwrap();
+        assert_eq!(args.allow_uids, vec![1000, 1001]);
         let again = Args::try_parse_from(
             std::iter::once(std::ffi::OsString::from("urom-worker")).chain(args.command_line()),
         )

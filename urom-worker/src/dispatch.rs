@@ -5,7 +5,7 @@
 //! and each notification is written into a preallocated outbox and sent on its host's ring.
 //! New hosts are accepted and handshaken on a side thread and handed over through a channel.
 
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -62,14 +62,16 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker serving `plugins` to the hosts that connect on `listener`; it stops by itself
-    /// when `parent` is given and that process ends.
+    /// A worker serving `plugins` to the hosts that connect on `listener`, run by this
+    /// process's user, root or one of `allow_uids`; it stops by itself when `parent` is given
+    /// and that process ends.
     pub fn new(
         plugins: Vec<LoadedPlugin>,
         listener: UnixListener,
         max: MaxMsgSize,
         busy_poll: bool,
         parent: Option<nix::unistd::Pid>,
+        allow_uids: Vec<u32>,
     ) -> Self {
         let mut table: Vec<Option<LoadedPlugin>> = (0..MAX_PLUGINS).map(|_| None).collect();
         for plugin in plugins {
@@ -91,7 +93,7 @@ impl Worker {
         let stop = Arc::clone(&acceptor_stop);
         thread::Builder::new()
             .name("urom-accept".into())
-            .spawn(move || accept_hosts(listener, config, arrive, &stop))
+            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &stop))
             .expect("spawning the acceptor thread");
         Self {
             plugins: table,
@@ -400,9 +402,11 @@ fn send_patiently(conn: &mut ShmConnection, frame: &[u8]) -> Result<(), Status> 
 fn accept_hosts(
     listener: UnixListener,
     config: ShmConfig,
+    allow_uids: &[u32],
     arrive: mpsc::Sender<ShmConnection>,
     stop: &AtomicBool,
 ) {
+    let own_uid = nix::unistd::geteuid().as_raw();
     if let Err(e) = listener.set_nonblocking(true) {
         warn!("cannot make the host socket non-blocking: {e}; no host can connect");
         return;
@@ -410,6 +414,19 @@ fn accept_hosts(
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
+                match host_uid(&stream) {
+                    Ok(uid) if may_serve(uid, own_uid, allow_uids) => {}
+                    Ok(uid) => {
+                        warn!(
+                            "refused a host of user {uid}: not this worker's user, root or an --allow-uid"
+                        );
+                        continue;
+                    }
+                    Err(e) => {
+                        warn!("refused a host whose user cannot be read: {e}");
+                        continue;
+                    }
+                }
                 let connected = stream
                     .set_nonblocking(false)
                     .map_err(|e| e.to_string())
@@ -434,9 +451,29 @@ fn accept_hosts(
     }
 }
 
+/// Whether a host run by `uid` may use a worker run by `own_uid` that allows `allow_uids`.
+fn may_serve(uid: u32, own_uid: u32, allow_uids: &[u32]) -> bool {
+    uid == own_uid || uid == 0 || allow_uids.contains(&uid)
+}
+
+/// The user of the process at the other end of `stream`.
+fn host_uid(stream: &UnixStream) -> nix::Result<u32> {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map(|credentials| credentials.uid())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_of_the_workers_user_root_and_allowed_users_are_served() {
+        assert!(may_serve(1000, 1000, &[]));
+        assert!(may_serve(0, 1000, &[]));
+        assert!(may_serve(1001, 1000, &[1001, 1002]));
+        assert!(!may_serve(1003, 1000, &[1001, 1002]));
+        assert!(!may_serve(1001, 1000, &[]));
+    }
 
     #[test]
     fn plugin_ids_map_to_table_slots() {

@@ -17,6 +17,7 @@ mod dispatch;
 
 use std::fmt;
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -105,17 +106,30 @@ pub fn run(args: Args) -> Result<(), WorkerRunError> {
         error!("no plugin could be loaded");
         return Err(WorkerRunError::NoPlugins);
     }
-    let listener = UnixListener::bind(&args.listen).map_err(|source| WorkerRunError::Listen {
+    let listen_error = |source| WorkerRunError::Listen {
         path: args.listen.clone(),
         source,
-    })?;
+    };
+    let listener = UnixListener::bind(&args.listen).map_err(listen_error)?;
+    if !args.allow_uids.is_empty() {
+        // Every local user may connect; `accept_hosts` checks who did.
+        std::fs::set_permissions(&args.listen, std::fs::Permissions::from_mode(0o666))
+            .map_err(listen_error)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
     }
     info!(socket = %args.listen.display(), "accepting hosts");
     let parent = args.exit_with_parent.then(nix::unistd::getppid);
-    let mut worker = Worker::new(plugins, listener, max, args.busy_poll, parent);
+    let mut worker = Worker::new(
+        plugins,
+        listener,
+        max,
+        args.busy_poll,
+        parent,
+        args.allow_uids.clone(),
+    );
     worker.run(&stop);
     drop(worker);
     let _ = std::fs::remove_file(&args.listen);
