@@ -157,10 +157,17 @@ impl Drop for ChildGuard {
 /// Compiles C `source` into the shared object `<tmp>/<name>.so` with the system C compiler
 /// (`$CC`, else `cc`), warnings as errors, `-I` for each of `include`, `-D` for each of
 /// `defines`.
+///
+/// The object is written under a temporary name and renamed into place, so that a process
+/// loading it (a worker with `LD_PRELOAD`, say) while another test rebuilds it never sees a
+/// half-written file.
 pub fn c_shared_object(source: &Path, name: &str, include: &[&Path], defines: &[&str]) -> PathBuf {
-    let out = profile_dir().join("c-objects");
-    std::fs::create_dir_all(&out).expect("creating the C object directory");
-    let out = out.join(format!("{name}.so"));
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = profile_dir().join("c-objects");
+    std::fs::create_dir_all(&dir).expect("creating the C object directory");
+    let out = dir.join(format!("{name}.so"));
+    let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let partial = dir.join(format!("{name}.so.{}-{build}.partial", std::process::id()));
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
         .args([
@@ -169,7 +176,7 @@ pub fn c_shared_object(source: &Path, name: &str, include: &[&Path], defines: &[
         .args(include.iter().map(|dir| format!("-I{}", dir.display())))
         .args(defines.iter().map(|define| format!("-D{define}")))
         .arg("-o")
-        .arg(&out)
+        .arg(&partial)
         .arg(source)
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
@@ -178,5 +185,7 @@ pub fn c_shared_object(source: &Path, name: &str, include: &[&Path], defines: &[
         "compiling {} with {defines:?} failed",
         source.display()
     );
+    std::fs::rename(&partial, &out)
+        .unwrap_or_else(|e| panic!("moving {} into place: {e}", partial.display()));
     out
 }
