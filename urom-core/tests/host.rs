@@ -253,7 +253,7 @@ fn a_killed_worker_fails_every_task_in_flight_once() {
 }
 
 fn worker_pid(id: u64) -> i32 {
-    let needle = format!("urom-worker-{id}.sock");
+    let needle = format!("urom-worker-{id}-");
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;

@@ -105,6 +105,10 @@ struct Worker {
 struct Inner {
     workers: HashMap<u64, Worker>,
     next_id: u64,
+    /// Workers spawned so far: numbers each worker's socket, so that a worker started again
+    /// with the same id never shares a path with its predecessor, whose cleanup at exit would
+    /// remove the new socket.
+    spawned: u64,
     hosts: HashMap<HostId, Arc<dyn HostEvents>>,
 }
 
@@ -221,10 +225,11 @@ impl Registry {
         } else {
             request.worker_id
         };
+        inner.spawned += 1;
         let socket = self
             .config
             .socket_dir
-            .join(format!("urom-worker-{id}.sock"));
+            .join(format!("urom-worker-{id}-{}.sock", inner.spawned));
         let _ = std::fs::remove_file(&socket);
         let args = urom_worker::Args {
             version: (),

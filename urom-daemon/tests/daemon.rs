@@ -188,11 +188,20 @@ fn workers_spawn_attach_query_and_destroy() {
     assert_eq!(status, Status::NotFound);
 
     // Destroy: the worker stops and its id is free again.
+    let old_pid = pid_of(&sockets[3].display().to_string());
     host.destroy(3).unwrap();
     assert_eq!(host.by_gid(1), vec![1]);
-    let (again, _) = host.spawn(3, 1, 1, "", &[]).unwrap();
+    let (again, socket) = host.spawn(3, 1, 1, "", &[]).unwrap();
     assert_eq!(again, 3);
     assert_eq!(host.by_gid(1), vec![1, 3]);
+    // The new worker has a socket of its own, which the old one's exit leaves alone.
+    assert_ne!(socket, sockets[3]);
+    let deadline = Instant::now() + TIMEOUT;
+    while Path::new(&format!("/proc/{old_pid}")).exists() {
+        assert!(Instant::now() < deadline, "the old worker 3 still runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    loopback_through(&socket, 9);
 }
 
 #[test]
