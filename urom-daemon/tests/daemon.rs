@@ -327,12 +327,8 @@ fn a_host_of_another_user_is_refused() {
     let (_plugins, daemon) = graph_daemon();
     let test_host = binary("urom-testkit", "urom-test-host");
     let nobody = 65534;
-    let output = Command::new(&test_host)
-        .arg(&daemon.socket)
-        .uid(nobody)
-        .gid(nobody)
-        .output()
-        .unwrap();
+    let as_nobody = |command: &mut Command| command.uid(nobody).gid(nobody).output().unwrap();
+    let output = as_nobody(Command::new(&test_host).arg(&daemon.socket));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
         output.status.code(),
@@ -353,25 +349,18 @@ fn a_host_of_another_user_is_refused() {
     let plugins = TempDir::new("urom-daemon-plugins");
     let dir = graph_dir(&plugins);
     let allowing = start(dir.to_str().unwrap(), &["--allow-uid", "65534"]);
-    let output = Command::new(&test_host)
-        .arg(&allowing.socket)
-        .uid(nobody)
-        .gid(nobody)
-        .output()
-        .unwrap();
+    let output = as_nobody(Command::new(&test_host).arg(&allowing.socket));
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
     // ... and reaches the workers it starts: the whole bootstrap flow, run as that user.
-    let output = Command::new(binary("urom-samples", "urom-bootstrap"))
-        .args(["--once", "--socket"])
-        .arg(&allowing.socket)
-        .uid(nobody)
-        .gid(nobody)
-        .output()
-        .unwrap();
+    let output = as_nobody(
+        Command::new(binary("urom-samples", "urom-bootstrap"))
+            .args(["--once", "--socket"])
+            .arg(&allowing.socket),
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
