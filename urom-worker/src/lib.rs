@@ -106,16 +106,12 @@ pub fn run(args: Args) -> Result<(), WorkerRunError> {
         error!("no plugin could be loaded");
         return Err(WorkerRunError::NoPlugins);
     }
-    let listen_error = |source| WorkerRunError::Listen {
-        path: args.listen.clone(),
-        source,
-    };
-    let listener = UnixListener::bind(&args.listen).map_err(listen_error)?;
-    if !args.allow_uids.is_empty() {
-        // Every local user may connect; `accept_hosts` checks who did.
-        std::fs::set_permissions(&args.listen, std::fs::Permissions::from_mode(0o666))
-            .map_err(listen_error)?;
-    }
+    let listener = listen(&args.listen, !args.allow_uids.is_empty()).map_err(|source| {
+        WorkerRunError::Listen {
+            path: args.listen.clone(),
+            source,
+        }
+    })?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
@@ -181,4 +177,25 @@ fn load_plugins(specs: &[PluginSpec], max: MaxMsgSize) -> Vec<LoadedPlugin> {
         }
     }
     plugins
+}
+
+/// Listens on the Unix socket `path`, connectable by every local user when `open_to_all`
+/// (hosts are checked when they connect). The socket is bound and set up under a temporary
+/// name in the same directory, then linked to `path`: whoever sees `path` (the daemon waits
+/// for it) can connect at once. Fails if `path` exists.
+fn listen(path: &std::path::Path, open_to_all: bool) -> io::Result<UnixListener> {
+    let staging = path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join(format!(".urom-worker-{}.binding", std::process::id()));
+    let _ = std::fs::remove_file(&staging);
+    let listener = UnixListener::bind(&staging)?;
+    let published = (|| {
+        if open_to_all {
+            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o666))?;
+        }
+        std::fs::hard_link(&staging, path)
+    })();
+    let _ = std::fs::remove_file(&staging);
+    published.map(|()| listener)
 }

@@ -1,9 +1,16 @@
 //! `urom-worker`: see the library documentation, or run `urom-worker --help`.
 
+use std::process::ExitCode;
+
 use clap::Parser;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args = urom_worker::Args::parse();
-    urom_worker::run(args)?;
-    Ok(())
+    match urom_worker::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("urom-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
