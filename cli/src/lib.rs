@@ -246,9 +246,51 @@ pub fn parse_max_msg_size(text: &str) -> Result<u32, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Listens on the Unix socket `path`, with permissions `mode` when given (`0o666`: every local
+/// user may connect; who did is checked after). The socket is bound and set up under a
+/// temporary name in the same directory, then linked to `path`, so that whoever sees `path` can
+/// connect at once, with the final permissions. Fails if `path` exists.
+pub fn listen_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let staging = path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(format!(".urom-{}.binding", std::process::id()));
+    let _ = std::fs::remove_file(&staging);
+    let listener = std::os::unix::net::UnixListener::bind(&staging)?;
+    let published = (|| {
+        if let Some(mode) = mode {
+            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(mode))?;
+        }
+        std::fs::hard_link(&staging, path)
+    })();
+    let _ = std::fs::remove_file(&staging);
+    published.map(|()| listener)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unix_socket_appears_listening_with_its_mode_and_never_over_another() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("urom-cli-listen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = listen_unix(&path, Some(0o666)).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666);
+        std::os::unix::net::UnixStream::connect(&path).unwrap();
+        listener.accept().unwrap();
+        let error = listen_unix(&path, None).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::AlreadyExists);
+        // Only the socket is left in the directory: no staging name.
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn numeric_levels_map_to_filters() {

@@ -17,7 +17,6 @@ mod session;
 
 use std::fmt;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -244,8 +243,7 @@ fn bind(socket: &Path) -> Result<UnixListener, DaemonRunError> {
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
         let _ = std::fs::remove_file(socket);
     }
-    let listener = UnixListener::bind(socket).map_err(error)?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(error)?;
+    let listener = urom_cli::listen_unix(socket, Some(0o666)).map_err(error)?;
     listener.set_nonblocking(true).map_err(error)?;
     Ok(listener)
 }

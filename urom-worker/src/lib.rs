@@ -17,8 +17,6 @@ mod dispatch;
 
 use std::fmt;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -106,12 +104,13 @@ pub fn run(args: Args) -> Result<(), WorkerRunError> {
         error!("no plugin could be loaded");
         return Err(WorkerRunError::NoPlugins);
     }
-    let listener = listen(&args.listen, !args.allow_uids.is_empty()).map_err(|source| {
-        WorkerRunError::Listen {
+    // With an allow list every local user may connect; `accept_hosts` checks who did.
+    let mode = (!args.allow_uids.is_empty()).then_some(0o666);
+    let listener =
+        urom_cli::listen_unix(&args.listen, mode).map_err(|source| WorkerRunError::Listen {
             path: args.listen.clone(),
             source,
-        }
-    })?;
+        })?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
@@ -177,25 +176,4 @@ fn load_plugins(specs: &[PluginSpec], max: MaxMsgSize) -> Vec<LoadedPlugin> {
         }
     }
     plugins
-}
-
-/// Listens on the Unix socket `path`, connectable by every local user when `open_to_all`
-/// (hosts are checked when they connect). The socket is bound and set up under a temporary
-/// name in the same directory, then linked to `path`: whoever sees `path` (the daemon waits
-/// for it) can connect at once. Fails if `path` exists.
-fn listen(path: &std::path::Path, open_to_all: bool) -> io::Result<UnixListener> {
-    let staging = path
-        .parent()
-        .unwrap_or(std::path::Path::new("."))
-        .join(format!(".urom-worker-{}.binding", std::process::id()));
-    let _ = std::fs::remove_file(&staging);
-    let listener = UnixListener::bind(&staging)?;
-    let published = (|| {
-        if open_to_all {
-            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o666))?;
-        }
-        std::fs::hard_link(&staging, path)
-    })();
-    let _ = std::fs::remove_file(&staging);
-    published.map(|()| listener)
 }
