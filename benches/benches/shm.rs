@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap};
-use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::ChannelConfig;
+use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{FrameSendError, Transport, WaitMode};
 
 const CHILD_ENV: &str = "UROM_BENCH_CHILD";
@@ -41,11 +42,11 @@ const STOP: u64 = u64::MAX;
 /// First byte of a frame the child must echo; other frames it only consumes.
 const ECHO: u8 = 1;
 
-fn config() -> ShmConfig {
-    ShmConfig {
+fn config() -> ChannelConfig {
+    ChannelConfig {
         slots: 256,
         wait: WaitMode::BusyPoll,
-        ..ShmConfig::default()
+        ..ChannelConfig::default()
     }
 }
 

@@ -27,7 +27,7 @@ use urom_benches::{
     HOST_CORE, PEER_CORE, batch_median, config, host_wait, loopback_frame, median, round_trip,
     worker,
 };
-use urom_core::shm::ShmConnection;
+use urom_core::transport::Channel;
 use urom_core::transport::{Transport, WaitMode};
 use urom_testkit::{ChildGuard, TempDir, c_shared_object, cdylib, workspace_root};
 
@@ -47,7 +47,7 @@ fn run_echo(socket: &Path) {
     } else {
         WaitMode::BusyPoll
     };
-    let mut conn = ShmConnection::accept(stream, &config(wait)).expect("echo handshake");
+    let mut conn = Channel::accept(stream, &config(wait)).expect("echo handshake");
     let mut frame = [0u8; 4096];
     loop {
         let len = match conn.recv() {
@@ -68,7 +68,7 @@ fn run_echo(socket: &Path) {
 }
 
 /// A connection to an echo process, like a worker's but with nothing behind it.
-fn echo_peer(dir: &TempDir, busy_poll: bool) -> (ChildGuard, ShmConnection) {
+fn echo_peer(dir: &TempDir, busy_poll: bool) -> (ChildGuard, Channel) {
     let socket = dir.path().join(format!("echo-{busy_poll}.sock"));
     let listener = UnixListener::bind(&socket).unwrap();
     let mut command = Command::new(std::env::current_exe().unwrap());
@@ -78,11 +78,11 @@ fn echo_peer(dir: &TempDir, busy_poll: bool) -> (ChildGuard, ShmConnection) {
     }
     let child = command.spawn().expect("starting the echo process");
     let (stream, _) = listener.accept().unwrap();
-    let conn = ShmConnection::create(stream, &config(host_wait())).expect("echo handshake");
+    let conn = Channel::offer(stream, &config(host_wait())).expect("echo handshake");
     (ChildGuard(child), conn)
 }
 
-fn pipelined(conn: &mut ShmConnection, frame: &[u8], count: u64) -> Duration {
+fn pipelined(conn: &mut Channel, frame: &[u8], count: u64) -> Duration {
     let start = Instant::now();
     let (mut sent, mut done) = (0, 0);
     while done < count {

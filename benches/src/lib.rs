@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use urom_core::graph::GraphCommand;
-use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::{Channel, ChannelConfig};
 use urom_core::transport::{Transport, WaitMode};
 use urom_testkit::{ChildGuard, TempDir, binary};
 use urom_wire::MaxMsgSize;
@@ -25,10 +25,10 @@ const ROUND_TRIPS_PER_SAMPLE: u32 = 10;
 const SAMPLES_PER_BATCH: usize = 51;
 
 /// Shared-memory settings with wait mode `wait`.
-pub fn config(wait: WaitMode) -> ShmConfig {
-    ShmConfig {
+pub fn config(wait: WaitMode) -> ChannelConfig {
+    ChannelConfig {
         wait,
-        ..ShmConfig::default()
+        ..ChannelConfig::default()
     }
 }
 
@@ -38,12 +38,7 @@ pub fn host_wait() -> WaitMode {
 }
 
 /// A worker process running `plugin` as id 1 on [`PEER_CORE`], and a host connection to it.
-pub fn worker(
-    dir: &TempDir,
-    name: &str,
-    plugin: &Path,
-    busy_poll: bool,
-) -> (ChildGuard, ShmConnection) {
+pub fn worker(dir: &TempDir, name: &str, plugin: &Path, busy_poll: bool) -> (ChildGuard, Channel) {
     let socket = dir.path().join(format!("{name}.sock"));
     let mut command = Command::new(binary("urom-worker", "urom-worker"));
     command
@@ -66,7 +61,7 @@ pub fn worker(
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     };
-    let conn = ShmConnection::accept(stream, &config(host_wait())).expect("worker handshake");
+    let conn = Channel::accept(stream, &config(host_wait())).expect("worker handshake");
     (child, conn)
 }
 
@@ -82,7 +77,7 @@ pub fn loopback_frame() -> Vec<u8> {
 }
 
 /// Sends `frame` and waits for the answer, spinning.
-pub fn round_trip(conn: &mut ShmConnection, frame: &[u8]) {
+pub fn round_trip(conn: &mut Channel, frame: &[u8]) {
     while conn.send(frame).is_err() {}
     loop {
         if let Some(answer) = conn.recv().expect("the peer went away") {

@@ -10,7 +10,7 @@
 //!    sides;
 //! 2. one data connection per thread, in thread order: the orchestrator sends a 16-byte
 //!    announcement (`b"GPUOFDAT"`, thread index), the server creates the shared mapping on it
-//!    ([`ShmConnection::create`]), then sends the GPU wire's `exchange_consumer_id_request`
+//!    ([`Channel::offer`]), then sends the GPU wire's `exchange_consumer_id_request`
 //!    with its thread index and the orchestrator answers with the
 //!    `exchange_consumer_id_response` of the processor that serves that thread;
 //! 3. the control connection then carries `start_shutdown` and `shutdown_complete` (the GPU
@@ -33,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use urom_core::shm::{HugePages, ShmConfig, ShmConnectError, ShmConnection};
+use urom_core::transport::shm::HugePages;
+use urom_core::transport::{Channel, ChannelConfig, ConnectError};
 use urom_core::transport::{Transport, WaitMode};
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage};
@@ -95,14 +96,14 @@ impl ChannelParams {
     }
 
     /// The shared-memory settings of every data connection.
-    pub fn shm_config(&self) -> Result<ShmConfig, ChannelError> {
+    pub fn channel_config(&self) -> Result<ChannelConfig, ChannelError> {
         let frame = u32::try_from(self.frame_capacity())
             .ok()
             .map(|frame| frame.max(MaxMsgSize::MIN));
         let max_msg_size = frame
             .and_then(|frame| MaxMsgSize::new(frame).ok())
             .ok_or(ChannelError::MessageTooLong(self.max_message_length))?;
-        Ok(ShmConfig {
+        Ok(ChannelConfig {
             max_msg_size,
             slots: self
                 .max_concurrent
@@ -207,7 +208,7 @@ pub enum ChannelError {
     /// `--max-message-length` gives frames larger than the transport carries.
     MessageTooLong(u32),
     /// A data connection could not be set up.
-    Shm(ShmConnectError),
+    DataSetup(ConnectError),
     /// The peer broke the consumer-id exchange.
     ConsumerId(&'static str),
     /// A stop signal arrived during setup.
@@ -269,7 +270,7 @@ impl fmt::Display for ChannelError {
                  headers included",
                 MaxMsgSize::MAX
             ),
-            Self::Shm(e) => write!(f, "data channel setup failed: {e}"),
+            Self::DataSetup(e) => write!(f, "data channel setup failed: {e}"),
             Self::ConsumerId(what) => write!(f, "consumer id exchange failed: {what}"),
             Self::Stopped => f.write_str("stopped by a signal during channel setup"),
         }
@@ -406,7 +407,7 @@ impl ChannelListener {
             .write_all(&ours.hello())
             .map_err(io_error("write"))?;
         agree(ours, &theirs)?;
-        let config = ours.shm_config()?;
+        let config = ours.channel_config()?;
         let deadline = Instant::now() + STEP_TIMEOUT;
         let mut data = Vec::with_capacity(ours.threads as usize);
         for index in 0..ours.threads {
@@ -423,7 +424,7 @@ impl ChannelListener {
             {
                 return Err(ChannelError::NotAPeer);
             }
-            let mut conn = ShmConnection::create(stream, &config).map_err(ChannelError::Shm)?;
+            let mut conn = Channel::offer(stream, &config).map_err(ChannelError::DataSetup)?;
             exchange_as_server(&mut conn, index, ours.max_message_length)?;
             data.push(conn);
         }
@@ -443,7 +444,7 @@ impl Drop for ChannelListener {
 
 /// Receives one frame within [`STEP_TIMEOUT`] and hands it to `read`.
 fn recv_one<T>(
-    conn: &mut ShmConnection,
+    conn: &mut Channel,
     read: impl FnOnce(&[u8]) -> Result<T, ChannelError>,
 ) -> Result<T, ChannelError> {
     let gone = |_| ChannelError::PeerGone("during the consumer id exchange");
@@ -457,7 +458,7 @@ fn recv_one<T>(
     read(frame)
 }
 
-fn send_one(conn: &mut ShmConnection, message: GpuMessage<'_>) -> Result<(), ChannelError> {
+fn send_one(conn: &mut Channel, message: GpuMessage<'_>) -> Result<(), ChannelError> {
     let mut buf = [0u8; 16];
     let len = message
         .emit(&mut buf, 0)
@@ -466,7 +467,7 @@ fn send_one(conn: &mut ShmConnection, message: GpuMessage<'_>) -> Result<(), Cha
         .map_err(|_| ChannelError::PeerGone("during the consumer id exchange"))
 }
 
-fn exchange_as_server(conn: &mut ShmConnection, index: u32, max: u32) -> Result<(), ChannelError> {
+fn exchange_as_server(conn: &mut Channel, index: u32, max: u32) -> Result<(), ChannelError> {
     send_one(conn, GpuMessage::ConsumerIdRequest { consumer_id: index })?;
     recv_one(conn, |frame| match GpuMessage::parse(frame, max as usize) {
         Ok(GpuMessage::ConsumerIdResponse { .. }) => Ok(()),
@@ -481,7 +482,7 @@ pub struct ServerChannel {
     /// Shutdown messages and the orchestrator's liveness.
     pub control: Control,
     /// One data connection per data-path thread, in thread order.
-    pub data: Vec<ShmConnection>,
+    pub data: Vec<Channel>,
     /// What both sides agreed on.
     pub params: ChannelParams,
 }
@@ -491,7 +492,7 @@ pub struct OrchestratorChannel {
     /// Shutdown messages and the server's liveness.
     pub control: Control,
     /// One data connection per processor thread, in thread order.
-    pub data: Vec<ShmConnection>,
+    pub data: Vec<Channel>,
     /// What both sides agreed on (`max_concurrent` is the server's).
     pub params: ChannelParams,
 }
@@ -537,7 +538,7 @@ pub fn connect(
         max_concurrent: server.max_concurrent,
         ..*ours
     };
-    let config = params.shm_config()?;
+    let config = params.channel_config()?;
     let mut data = Vec::with_capacity(params.threads as usize);
     for index in 0..params.threads {
         let mut stream = connect_once()?;
@@ -545,7 +546,7 @@ pub fn connect(
         announce[..8].copy_from_slice(&DATA_MAGIC);
         announce[8..12].copy_from_slice(&index.to_be_bytes());
         stream.write_all(&announce).map_err(io_error("write"))?;
-        let mut conn = ShmConnection::accept(stream, &config).map_err(ChannelError::Shm)?;
+        let mut conn = Channel::accept(stream, &config).map_err(ChannelError::DataSetup)?;
         let max = params.max_message_length as usize;
         recv_one(&mut conn, |frame| match GpuMessage::parse(frame, max) {
             Ok(GpuMessage::ConsumerIdRequest { consumer_id }) if consumer_id == index => Ok(()),
@@ -706,7 +707,7 @@ mod tests {
             max_message_length: 0,
             max_concurrent: 100,
         };
-        let config = params.shm_config().unwrap();
+        let config = params.channel_config().unwrap();
         assert_eq!(config.slots, 128);
         assert_eq!(config.max_msg_size.as_u32() as usize, BATCH_BYTES);
         let long = ChannelParams {
@@ -714,7 +715,7 @@ mod tests {
             max_concurrent: 1,
             ..params
         };
-        let config = long.shm_config().unwrap();
+        let config = long.channel_config().unwrap();
         assert_eq!(config.slots, 2);
         assert_eq!(config.max_msg_size.as_u32(), 100_012);
         let huge = ChannelParams {
@@ -722,7 +723,7 @@ mod tests {
             ..params
         };
         assert!(matches!(
-            huge.shm_config(),
+            huge.channel_config(),
             Err(ChannelError::MessageTooLong(_))
         ));
     }

@@ -5,8 +5,9 @@
 //!
 //! * the byte formats, re-exported from [`urom_wire`];
 //! * [`transport`]: the [`transport::Transport`] trait that moves frames between processes, with
-//!   [`shm`] (shared memory on one machine) and an in-process loopback; UCX across machines
-//!   will follow;
+//!   [`transport::shm`] (shared memory on one machine) and an in-process loopback, and
+//!   [`transport::Channel`], the one type the rest of urom holds; UCX across machines will
+//!   follow;
 //! * [`task`]: the preallocated task ring of the host API;
 //! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
 //!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
@@ -14,7 +15,7 @@
 //! * the progress engine and the typestate contexts `Service`, `Worker` and `Domain` will sit on
 //!   top.
 //!
-//! Unsafe code lives only in `abi`, `shm` and `sys`; everything else is safe Rust.
+//! Unsafe code lives only in `abi`, `transport::shm` and `sys`; everything else is safe Rust.
 #![deny(unsafe_code)]
 // Under loom only the ring and its atomics are built and tested.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
@@ -29,12 +30,16 @@ pub mod graph;
 pub mod host;
 #[cfg(not(loom))]
 pub mod plugin;
-pub mod shm;
 mod sync;
 mod sys;
 #[cfg(not(loom))]
 pub mod task;
 #[cfg(not(loom))]
 pub mod transport;
+// Under loom, the ring alone, model-checked.
+#[cfg(loom)]
+#[allow(unsafe_code)]
+#[path = "transport/shm/ring.rs"]
+mod ring;
 
 pub use sys::{PinError, pin_current_thread};

@@ -5,9 +5,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
-use urom_core::shm::{ShmConfig, ShmConnection};
 use urom_core::task::{CompletedTask, TaskRing};
+use urom_core::transport::ChannelConfig;
 use urom_core::transport::loopback::LoopbackConnection;
+use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{Transport, WaitMode};
 use urom_core::wire::MaxMsgSize;
 
@@ -101,9 +102,9 @@ fn no_allocation_per_frame_or_task() {
     // Sanity check of the counter itself.
     assert!(allocations_in(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
 
-    let config = ShmConfig {
+    let config = ChannelConfig {
         slots: 64,
-        ..ShmConfig::default()
+        ..ChannelConfig::default()
     };
     let (mut a, mut b) = ShmConnection::pair(&config).unwrap();
     exchange(&mut a, &mut b, 10_000);

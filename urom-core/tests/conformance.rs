@@ -4,9 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use urom_core::shm::{ShmConfig, ShmConnection};
 use urom_core::transport::loopback::LoopbackConnection;
-use urom_core::transport::{FrameRecvError, FrameSendError, PeerGoneError, Transport, WaitMode};
+use urom_core::transport::shm::ShmConnection;
+use urom_core::transport::{Channel, ChannelConfig};
+use urom_core::transport::{
+    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
+};
 use urom_core::wire::MaxMsgSize;
 
 /// Generous bound for anything that should happen "soon"; never a performance assertion.
@@ -16,7 +19,7 @@ const SLOTS: usize = 8;
 
 /// How the suite makes connected pairs of one transport.
 trait Pair {
-    type Conn: Transport + Send + 'static;
+    type Conn: Transport<Sender: Send + 'static, Receiver: Send + 'static> + Send + 'static;
     fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn);
     /// Ends `conn` as if its process died.
     fn crash(conn: Self::Conn);
@@ -39,12 +42,26 @@ struct Shm;
 impl Pair for Shm {
     type Conn = ShmConnection;
     fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn) {
-        let config = ShmConfig {
+        let config = ChannelConfig {
             max_msg_size: max,
             slots: slots as u32,
-            ..ShmConfig::default()
+            ..ChannelConfig::default()
         };
         ShmConnection::pair(&config).expect("shared-memory pair")
+    }
+    fn crash(conn: Self::Conn) {
+        conn.simulate_crash();
+    }
+}
+
+/// Shared memory behind the [`Channel`] every part of urom holds.
+struct ChannelOverShm;
+
+impl Pair for ChannelOverShm {
+    type Conn = Channel;
+    fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn) {
+        let (a, b) = Shm::pair(max, slots);
+        (a.into(), b.into())
     }
     fn crash(conn: Self::Conn) {
         conn.simulate_crash();
@@ -317,6 +334,67 @@ fn sleeper_is_woken<P: Pair>() {
     drop(sender.join().unwrap());
 }
 
+/// The two halves of one end wait at the same time on two threads (one for a free slot, one
+/// for a frame), and each is woken by what it waits for.
+fn halves_wait_on_their_own_threads<P: Pair>() {
+    let (a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    let (mut tx, mut rx) = a.into_split();
+    for i in 0..SLOTS {
+        tx.send(&[i as u8]).unwrap();
+    }
+    assert_eq!(tx.send(b"full"), Err(FrameSendError::Full));
+    let sender = std::thread::spawn(move || {
+        let room = tx.wait_send(SOON);
+        (room, tx)
+    });
+    let receiver = std::thread::spawn(move || {
+        let frame = rx.wait_recv(SOON);
+        (frame, rx)
+    });
+    // Let both fall asleep, then give each what it waits for, one after the other.
+    std::thread::sleep(Duration::from_millis(50));
+    b.send(b"for the receiver").unwrap();
+    let (frame, mut rx) = receiver.join().unwrap();
+    assert_eq!(frame, Ok(true));
+    assert_eq!(rx.recv().unwrap(), Some(&b"for the receiver"[..]));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut out = Vec::new();
+    for i in 0..SLOTS {
+        recv_one(&mut b, &mut out).unwrap();
+        assert_eq!(out, [i as u8]);
+    }
+    // Releases the last frame received.
+    assert_eq!(b.recv().unwrap(), None);
+    let (room, mut tx) = sender.join().unwrap();
+    assert_eq!(room, Ok(true));
+    tx.send(b"more").unwrap();
+}
+
+/// Each half closes its own direction when dropped: the peer receives what was sent, then
+/// learns the end is gone, while the other direction still works.
+fn halves_close_their_own_direction<P: Pair>() {
+    let (a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
+    let (mut tx, mut rx) = a.into_split();
+    tx.send(b"last").unwrap();
+    drop(tx);
+    let mut out = Vec::new();
+    recv_one(&mut b, &mut out).unwrap();
+    assert_eq!(out, b"last");
+    assert_eq!(
+        recv_one(&mut b, &mut out),
+        Err(FrameRecvError::PeerGone(PeerGoneError::Closed))
+    );
+    b.send(b"still open").unwrap();
+    assert!(rx.wait_recv(SOON).unwrap());
+    assert_eq!(rx.recv().unwrap(), Some(&b"still open"[..]));
+    drop(rx);
+    let refused = (0..=SLOTS).find_map(|_| b.send(b"x").err());
+    assert_eq!(
+        refused,
+        Some(FrameSendError::PeerGone(PeerGoneError::Closed))
+    );
+}
+
 /// CPU time this thread has used so far.
 fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
@@ -382,6 +460,14 @@ macro_rules! conformance {
                 sleeper_is_woken::<$pair>();
             }
             #[test]
+            fn halves_wait_on_their_own_threads() {
+                super::halves_wait_on_their_own_threads::<$pair>();
+            }
+            #[test]
+            fn halves_close_their_own_direction() {
+                super::halves_close_their_own_direction::<$pair>();
+            }
+            #[test]
             fn idle_receiver_uses_no_cpu() {
                 idle_wait_sleeps::<$pair>();
             }
@@ -401,3 +487,4 @@ macro_rules! conformance {
 
 conformance!(loopback, Loopback);
 conformance!(shm, Shm);
+conformance!(channel_over_shm, ChannelOverShm);

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use urom_core::shm::{ShmConfig, ShmConnection};
+use urom_core::transport::ChannelConfig;
+use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{FrameRecvError, FrameSendError, PeerGoneError, Transport};
 use urom_core::wire::MaxMsgSize;
 
@@ -20,11 +21,11 @@ const HEAD: usize = 24;
 /// Generous bound for anything that should happen "soon"; never a performance assertion.
 const SOON: Duration = Duration::from_secs(60);
 
-fn config() -> ShmConfig {
-    ShmConfig {
+fn config() -> ChannelConfig {
+    ChannelConfig {
         max_msg_size: MaxMsgSize::DEFAULT,
         slots: 64,
-        ..ShmConfig::default()
+        ..ChannelConfig::default()
     }
 }
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-use urom_core::shm::{HugePages, ShmConfig, ShmConnectError, ShmConnection, ShmLayoutError};
+use urom_core::transport::ChannelConfig;
 use urom_core::transport::Transport;
+use urom_core::transport::shm::{HugePages, ShmConnectError, ShmConnection, ShmLayoutError};
 use urom_core::wire::MaxMsgSize;
 
 const SLOTS: u32 = 8;
@@ -49,7 +50,7 @@ fn memfd(header: &[u8], len: u64, seal: bool) -> OwnedFd {
 fn hello() -> [u8; 16] {
     let mut m = [0u8; 16];
     m[..8].copy_from_slice(b"UROMHELO");
-    m[8..12].copy_from_slice(&1u32.to_le_bytes());
+    m[8..12].copy_from_slice(&2u32.to_le_bytes());
     m
 }
 
@@ -71,17 +72,22 @@ fn eventfd() -> OwnedFd {
     nix::sys::eventfd::EventFd::new().unwrap().into()
 }
 
-fn config() -> ShmConfig {
-    ShmConfig {
+fn config() -> ChannelConfig {
+    ChannelConfig {
         handshake_timeout: Duration::from_secs(5),
-        ..ShmConfig::default()
+        ..ChannelConfig::default()
     }
 }
 
-/// Offers `file` (with two eventfds) to an acceptor; returns what it says.
+/// Offers `file` (with four eventfds) to an acceptor; returns what it says.
 fn accept_file(file: &OwnedFd) -> Result<ShmConnection, ShmConnectError> {
     let (ours, theirs) = UnixStream::pair().unwrap();
-    offer(&ours, &hello(), &[file, &eventfd(), &eventfd()]);
+    let events: Vec<OwnedFd> = (0..4).map(|_| eventfd()).collect();
+    offer(
+        &ours,
+        &hello(),
+        &[file, &events[0], &events[1], &events[2], &events[3]],
+    );
     ShmConnection::accept(theirs, &config())
 }
 
@@ -152,15 +158,11 @@ fn bad_handshakes_are_refused() {
     // Not a hello.
     let (ours, theirs) = UnixStream::pair().unwrap();
     let file = memfd(&header(), TOTAL, true);
-    offer(
-        &ours,
-        b"GET / HTTP/1.1\r\n",
-        &[&file, &eventfd(), &eventfd()],
-    );
+    offer(&ours, b"GET / HTTP/1.1\r\n", &[&file, &eventfd()]);
     handshake(theirs);
     // Too many descriptors.
     let (ours, theirs) = UnixStream::pair().unwrap();
-    let extra: Vec<OwnedFd> = (0..5).map(|_| eventfd()).collect();
+    let extra: Vec<OwnedFd> = (0..6).map(|_| eventfd()).collect();
     offer(&ours, &hello(), &extra.iter().collect::<Vec<_>>());
     handshake(theirs);
     // Hang-up before the offer.
@@ -169,7 +171,7 @@ fn bad_handshakes_are_refused() {
     handshake(theirs);
     // Silence.
     let (_ours, theirs) = UnixStream::pair().unwrap();
-    let quick = ShmConfig {
+    let quick = ChannelConfig {
         handshake_timeout: Duration::from_millis(50),
         ..config()
     };
@@ -189,7 +191,7 @@ fn bad_handshakes_are_refused() {
 fn max_msg_size_mismatch_is_refused_on_both_sides() {
     let (a, b) = UnixStream::pair().unwrap();
     let creator = std::thread::spawn(move || ShmConnection::create(a, &config()).err());
-    let big = ShmConfig {
+    let big = ChannelConfig {
         max_msg_size: MaxMsgSize::new(8192).unwrap(),
         ..config()
     };
@@ -218,12 +220,12 @@ fn hugepages_are_used_only_when_available() {
     if reserved == 0 {
         assert!(!a.on_hugepages());
     }
-    let never = ShmConfig {
+    let never = ChannelConfig {
         hugepages: HugePages::Never,
         ..config()
     };
     assert!(!ShmConnection::pair(&never).unwrap().0.on_hugepages());
-    let require = ShmConfig {
+    let require = ChannelConfig {
         hugepages: HugePages::Require,
         ..config()
     };

@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use urom_core::graph::{GraphCommand, GraphNotification};
-use urom_core::shm::{ShmConfig, ShmConnection};
 use urom_core::transport::Transport;
+use urom_core::transport::{Channel, ChannelConfig};
 use urom_testkit::control::ControlClient;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, c_shared_object, workspace_root};
@@ -50,7 +50,7 @@ fn graph_daemon() -> (TempDir, Daemon) {
 /// One graph loopback command through a worker's socket.
 fn loopback_through(socket: &Path, data: u64) {
     let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    let mut conn = ShmConnection::accept(stream, &ShmConfig::default()).unwrap();
+    let mut conn = Channel::accept(stream, &ChannelConfig::default()).unwrap();
     let mut frame = [0u8; 64];
     let len = write_command_headers(&mut frame, 1, 1, data, 16, MaxMsgSize::DEFAULT).unwrap();
     GraphCommand::Loopback { data }

@@ -1,9 +1,11 @@
 //! The worker's loop: host channels in, plugins, notifications out.
 //!
 //! Nothing here allocates, locks or makes a system call per command once a host is connected:
-//! a received frame is copied into a preallocated inbox, parsed in place, handed to its plugin,
-//! and each notification is written into a preallocated outbox and sent on its host's ring.
-//! New hosts are accepted and handshaken on a side thread and handed over through a channel.
+//! a received frame is parsed where it lies in the host's channel, handed to its plugin, and
+//! each notification is written into a preallocated outbox and sent on the sending half of its
+//! host's channel. Each host's channel is taken apart into its two halves, kept in two tables,
+//! so that a command is read from one while notifications go out on the other. New hosts are
+//! accepted and handshaken on a side thread and handed over through a queue.
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
@@ -14,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 use urom_core::abi::{LoadedPlugin, NotificationSink};
-use urom_core::shm::{ShmConfig, ShmConnection};
-use urom_core::transport::{FrameSendError, Transport, WaitMode};
+use urom_core::transport::{
+    Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver, FrameSendError,
+    FrameSender, Transport, WaitMode,
+};
 use urom_wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, write_notify_headers,
 };
@@ -37,22 +41,29 @@ const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// How many busy turns pass between two checks that the parent still runs.
 const PARENT_CHECK_TURNS: u32 = 1 << 16;
 
-/// One connected host.
-struct Host {
-    conn: ShmConnection,
+/// One half of a connected host's channel.
+struct HostHalf<H> {
+    half: H,
     /// Distinguishes this host from earlier ones in the same slot.
     generation: u32,
+}
+
+/// Where new hosts come from: the acceptor thread, and how to stop it.
+struct Arrivals {
+    hosts: mpsc::Receiver<Channel>,
+    stop: Arc<AtomicBool>,
 }
 
 /// A worker: its plugins and host channels.
 pub struct Worker {
     /// Indexed by the bit of the plugin id.
     plugins: Vec<Option<LoadedPlugin>>,
-    hosts: Vec<Option<Host>>,
+    /// The receiving halves of the hosts' channels, by slot.
+    inbound: Vec<Option<HostHalf<ChannelReceiver>>>,
+    /// The sending halves, by the same slots.
+    outbound: Vec<Option<HostHalf<ChannelSender>>>,
     next_generation: u32,
-    arrivals: mpsc::Receiver<ShmConnection>,
-    acceptor_stop: Arc<AtomicBool>,
-    inbox: Box<[u8]>,
+    arrivals: Option<Arrivals>,
     outbox: Box<[u8]>,
     max: MaxMsgSize,
     busy_poll: bool,
@@ -62,52 +73,81 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker serving `plugins` to the hosts that connect on `listener`, run by this
-    /// process's user, root or one of `allow_uids`; it stops by itself when `parent` is given
-    /// and that process ends.
+    /// A worker serving `plugins` to the hosts admitted with [`Worker::admit`] or accepted after
+    /// [`Worker::listen`]; it stops by itself when `parent` is given and that process ends.
     pub fn new(
         plugins: Vec<LoadedPlugin>,
-        listener: UnixListener,
         max: MaxMsgSize,
         busy_poll: bool,
         parent: Option<nix::unistd::Pid>,
-        allow_uids: Vec<u32>,
     ) -> Self {
         let mut table: Vec<Option<LoadedPlugin>> = (0..MAX_PLUGINS).map(|_| None).collect();
         for plugin in plugins {
             let index = plugin_index(plugin.id()).expect("plugin ids are checked when parsed");
             table[index] = Some(plugin);
         }
-        let wait = if busy_poll {
-            WaitMode::BusyPoll
-        } else {
-            WaitMode::default()
-        };
-        let config = ShmConfig {
-            max_msg_size: max,
-            wait,
-            ..ShmConfig::default()
-        };
-        let (arrive, arrivals) = mpsc::channel();
-        let acceptor_stop = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&acceptor_stop);
-        thread::Builder::new()
-            .name("urom-accept".into())
-            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &stop))
-            .expect("spawning the acceptor thread");
         Self {
             plugins: table,
-            hosts: Vec::new(),
+            inbound: Vec::new(),
+            outbound: Vec::new(),
             next_generation: 1,
-            arrivals,
-            acceptor_stop,
-            inbox: vec![0; max.get()].into_boxed_slice(),
+            arrivals: None,
             outbox: vec![0; max.get()].into_boxed_slice(),
             max,
             busy_poll,
             parent,
             seq: 0,
         }
+    }
+
+    /// Accepts hosts on `listener` from now on, on a side thread: hosts run by this process's
+    /// user, root or one of `allow_uids`.
+    pub fn listen(&mut self, listener: UnixListener, allow_uids: Vec<u32>) {
+        let config = ChannelConfig {
+            wait: self.wait_mode(),
+            ..ChannelConfig::new(self.max)
+        };
+        let (arrive, hosts) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptor_stop = Arc::clone(&stop);
+        thread::Builder::new()
+            .name("urom-accept".into())
+            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &acceptor_stop))
+            .expect("spawning the acceptor thread");
+        self.arrivals = Some(Arrivals { hosts, stop });
+    }
+
+    fn wait_mode(&self) -> WaitMode {
+        if self.busy_poll {
+            WaitMode::BusyPoll
+        } else {
+            WaitMode::default()
+        }
+    }
+
+    /// Serves a host on `channel` from the next turn on.
+    pub fn admit(&mut self, mut channel: Channel) {
+        channel.set_wait_mode(self.wait_mode());
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let (tx, rx) = channel.into_split();
+        let slot = match self.inbound.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.inbound.push(None);
+                self.outbound.push(None);
+                self.inbound.len() - 1
+            }
+        };
+        self.inbound[slot] = Some(HostHalf {
+            half: rx,
+            generation,
+        });
+        self.outbound[slot] = Some(HostHalf {
+            half: tx,
+            generation,
+        });
+        info!(slot, "host connected");
     }
 
     /// Serves hosts until `stop` is set or the parent (when watched) ends.
@@ -138,12 +178,12 @@ impl Worker {
 
     /// One pass over new hosts, every host channel and every plugin; whether anything happened.
     pub fn turn(&mut self) -> bool {
-        let mut worked = self.admit_hosts();
-        for slot in 0..self.hosts.len() {
+        let mut worked = self.admit_arrivals();
+        for slot in 0..self.inbound.len() {
             worked |= self.serve_host(slot);
         }
         let mut router = Router {
-            hosts: &mut self.hosts,
+            hosts: &mut self.outbound,
             outbox: &mut self.outbox,
             max: self.max,
             seq: &mut self.seq,
@@ -162,60 +202,48 @@ impl Worker {
 
     /// How many hosts are connected.
     pub fn host_count(&self) -> usize {
-        self.hosts.iter().flatten().count()
+        self.inbound.iter().flatten().count()
     }
 
-    fn admit_hosts(&mut self) -> bool {
+    fn admit_arrivals(&mut self) -> bool {
         let mut admitted = false;
-        while let Ok(conn) = self.arrivals.try_recv() {
-            let generation = self.next_generation;
-            self.next_generation = self.next_generation.wrapping_add(1).max(1);
-            let host = Some(Host { conn, generation });
-            let slot = match self.hosts.iter().position(Option::is_none) {
-                Some(free) => {
-                    self.hosts[free] = host;
-                    free
-                }
-                None => {
-                    self.hosts.push(host);
-                    self.hosts.len() - 1
-                }
-            };
-            info!(slot, "host connected");
+        while let Some(channel) = self
+            .arrivals
+            .as_ref()
+            .and_then(|arrivals| arrivals.hosts.try_recv().ok())
+        {
+            self.admit(channel);
             admitted = true;
         }
         admitted
     }
 
-    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel and dispatches them.
+    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel and dispatches each where it
+    /// lies in the channel.
     fn serve_host(&mut self, slot: usize) -> bool {
         let mut worked = false;
         for _ in 0..FRAMES_PER_TURN {
-            let Some(host) = self.hosts[slot].as_mut() else {
+            let Some(host) = self.inbound[slot].as_mut() else {
                 break;
             };
             let dest_id = dest_id(slot, host.generation);
-            // Copied out so the host's ring slot is free while plugins run and the notification
-            // goes back on the same connection.
-            let len = match host.conn.recv() {
-                Ok(Some(frame)) => {
-                    self.inbox[..frame.len()].copy_from_slice(frame);
-                    frame.len()
-                }
+            let frame = match host.half.recv() {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
                     info!(slot, "host left: {e}");
-                    self.hosts[slot] = None;
+                    self.inbound[slot] = None;
+                    self.outbound[slot] = None;
                     break;
                 }
             };
             let mut router = Router {
-                hosts: &mut self.hosts,
+                hosts: &mut self.outbound,
                 outbox: &mut self.outbox,
                 max: self.max,
                 seq: &mut self.seq,
             };
-            dispatch(&mut self.plugins, &mut router, dest_id, &self.inbox[..len]);
+            dispatch(&mut self.plugins, &mut router, dest_id, frame);
             worked = true;
         }
         worked
@@ -228,11 +256,11 @@ impl Worker {
             std::hint::spin_loop();
             return;
         }
-        let mut live = self.hosts.iter_mut().flatten();
+        let mut live = self.inbound.iter_mut().flatten();
         match (live.next(), live.next()) {
             (Some(only), None) => {
                 // A failure shows up at the next `recv`, which drops the host.
-                let _ = only.conn.wait_recv(NAP);
+                let _ = only.half.wait_recv(NAP);
             }
             _ => thread::sleep(NAP),
         }
@@ -241,7 +269,9 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.acceptor_stop.store(true, Ordering::Relaxed);
+        if let Some(arrivals) = &self.arrivals {
+            arrivals.stop.store(true, Ordering::Relaxed);
+        }
         // Plugins are closed (dropped) before the host channels go away.
         self.plugins.clear();
     }
@@ -326,7 +356,7 @@ fn dest_id(slot: usize, generation: u32) -> u64 {
 
 /// Sends notifications to the host connection their `dest_id` names.
 struct Router<'a> {
-    hosts: &'a mut [Option<Host>],
+    hosts: &'a mut [Option<HostHalf<ChannelSender>>],
     outbox: &'a mut [u8],
     max: MaxMsgSize,
     seq: &'a mut u64,
@@ -370,12 +400,12 @@ impl NotificationSink for Router<'_> {
                 write(Status::TooBig, &[]).expect("an empty notification always fits")
             }
         };
-        send_patiently(&mut host.conn, &self.outbox[..len])
+        send_patiently(&mut host.half, &self.outbox[..len])
     }
 }
 
 /// Sends one frame, waiting for room while the host drains its ring.
-fn send_patiently(conn: &mut ShmConnection, frame: &[u8]) -> Result<(), Status> {
+fn send_patiently(conn: &mut ChannelSender, frame: &[u8]) -> Result<(), Status> {
     let mut deadline = None;
     loop {
         match conn.send(frame) {
@@ -401,9 +431,9 @@ fn send_patiently(conn: &mut ShmConnection, frame: &[u8]) -> Result<(), Status> 
 /// Accepts hosts and sets up their channels until `stop` is set.
 fn accept_hosts(
     listener: UnixListener,
-    config: ShmConfig,
+    config: ChannelConfig,
     allow_uids: &[u32],
-    arrive: mpsc::Sender<ShmConnection>,
+    arrive: mpsc::Sender<Channel>,
     stop: &AtomicBool,
 ) {
     let own_uid = nix::unistd::geteuid().as_raw();
@@ -430,9 +460,7 @@ fn accept_hosts(
                 let connected = stream
                     .set_nonblocking(false)
                     .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        ShmConnection::create(stream, &config).map_err(|e| e.to_string())
-                    });
+                    .and_then(|()| Channel::offer(stream, &config).map_err(|e| e.to_string()));
                 match connected {
                     Ok(conn) => {
                         if arrive.send(conn).is_err() {

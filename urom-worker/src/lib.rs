@@ -117,14 +117,8 @@ pub fn run(args: Args) -> Result<(), WorkerRunError> {
     }
     info!(socket = %args.listen.display(), "accepting hosts");
     let parent = args.exit_with_parent.then(nix::unistd::getppid);
-    let mut worker = Worker::new(
-        plugins,
-        listener,
-        max,
-        args.busy_poll,
-        parent,
-        args.allow_uids.clone(),
-    );
+    let mut worker = Worker::new(plugins, max, args.busy_poll, parent);
+    worker.listen(listener, args.allow_uids.clone());
     worker.run(&stop);
     drop(worker);
     let _ = std::fs::remove_file(&args.listen);

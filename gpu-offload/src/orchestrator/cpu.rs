@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use urom_core::shm::ShmConnection;
+use urom_core::transport::Channel;
 use urom_core::transport::{FrameRecvError, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
@@ -62,7 +62,7 @@ pub enum ProcessorEnd {
 /// sleeps until the server wakes it: a busy server's next frame is taken without a wake-up, an
 /// idle one costs nothing.
 pub fn serve(
-    mut conn: ShmConnection,
+    mut conn: Channel,
     index: usize,
     max_len: usize,
     poll: Duration,
@@ -124,7 +124,7 @@ impl CpuProcessor {
     /// Starts one thread per data connection; thread `i` is pinned to `cpus[i]` when the list
     /// has that many entries.
     pub fn start(
-        conns: Vec<ShmConnection>,
+        conns: Vec<Channel>,
         max_len: usize,
         cpus: &[usize],
         poll: Duration,

@@ -36,7 +36,7 @@ use cudarc::driver::{
     CudaContext, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
 use tracing::{error, info, warn};
-use urom_core::shm::ShmConnection;
+use urom_core::transport::Channel;
 use urom_core::transport::Transport;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
@@ -297,7 +297,7 @@ impl CudaProcessor {
     /// Compiles and launches the kernel, one warp per data connection, and starts the feeders.
     pub fn start(
         gpu: Gpu,
-        conns: Vec<ShmConnection>,
+        conns: Vec<Channel>,
         params: &ChannelParams,
         cpus: &[usize],
     ) -> Result<Self, CudaError> {
@@ -415,7 +415,7 @@ impl CudaProcessor {
 /// One channel's feeder: posts each request of each frame to the kernel, and sends back one
 /// frame of responses per frame of requests, in order.
 fn feed(
-    mut conn: ShmConnection,
+    mut conn: Channel,
     index: usize,
     memory: &HostMemory,
     geometry: Geometry,

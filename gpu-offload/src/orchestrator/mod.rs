@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use tracing::{error, info, warn};
-use urom_core::shm::ShmConnection;
+use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
 use urom_wire::gpu::GpuMessage;
 
@@ -143,7 +143,7 @@ enum Processor {
 impl Processor {
     fn start(
         gpu: Option<cuda::Gpu>,
-        conns: Vec<ShmConnection>,
+        conns: Vec<Channel>,
         params: &ChannelParams,
         cpus: &[usize],
         poll: Duration,
@@ -227,7 +227,7 @@ fn spawn_pinned<T: Send + 'static>(
 
 /// Sends `frame` to the server, waiting while the ring is full (it empties as the server
 /// takes responses). `false`, with a log line, once the server is gone.
-fn send_waiting(conn: &mut ShmConnection, frame: &[u8], thread: usize) -> bool {
+fn send_waiting(conn: &mut Channel, frame: &[u8], thread: usize) -> bool {
     loop {
         match conn.send(frame) {
             Ok(()) => return true,

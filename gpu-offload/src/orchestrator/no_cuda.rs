@@ -4,7 +4,7 @@
 use core::convert::Infallible;
 use core::fmt;
 
-use urom_core::shm::ShmConnection;
+use urom_core::transport::Channel;
 
 use crate::channel::ChannelParams;
 
@@ -43,7 +43,7 @@ impl CudaProcessor {
     /// Unreachable: no [`Gpu`] exists.
     pub fn start(
         gpu: Gpu,
-        _conns: Vec<ShmConnection>,
+        _conns: Vec<Channel>,
         _params: &ChannelParams,
         _cpus: &[usize],
     ) -> Result<Self, CudaError> {

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
-use urom_core::shm::ShmConnection;
+use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
 use urom_wire::gpu::{GpuMessage, MsgId, message_length};
 
@@ -60,7 +60,7 @@ pub(crate) struct DataPathConfig {
     pub max_message_length: usize,
     pub max_concurrent: usize,
     pub frame_capacity: usize,
-    pub channel: ShmConnection,
+    pub channel: Channel,
     pub incoming: Receiver<(TcpStream, SocketAddr)>,
     pub wake: Arc<EventFd>,
     pub draining: Arc<AtomicBool>,
@@ -170,7 +170,7 @@ pub(crate) struct DataPath {
     max_message: usize,
     max_concurrent: usize,
     frame_capacity: usize,
-    channel: ShmConnection,
+    channel: Channel,
     incoming: Receiver<(TcpStream, SocketAddr)>,
     wake: Arc<EventFd>,
     draining: Arc<AtomicBool>,

@@ -37,7 +37,7 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 /// The largest `--max-message-length`: a frame must fit the transport's largest message.
 pub const MAX_MESSAGE_LENGTH: u32 = urom_wire::MaxMsgSize::MAX - 12;
 /// The largest `--max-concurrent-messages`: the transport's largest ring.
-pub const MAX_CONCURRENT: u32 = urom_core::shm::MAX_SLOTS;
+pub const MAX_CONCURRENT: u32 = urom_core::transport::shm::MAX_SLOTS;
 
 /// Receives requests from TCP clients, has the orchestrator process them, and sends the
 /// responses back.

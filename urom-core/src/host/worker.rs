@@ -3,8 +3,6 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, mpsc};
 
@@ -12,9 +10,8 @@ use super::control::{ControlError, Reply};
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
-use crate::shm::{ShmConfig, ShmConnection};
 use crate::task::{TaskCallback, TaskHandle, TaskLoan, TaskRing, TaskSubmitError, USER_DATA_LEN};
-use crate::transport::Transport;
+use crate::transport::{Channel, ChannelConfig, Transport};
 use crate::wire::control::{ControlMessage, SpawnWorker, WORKER_ID_ANY, WorkerExit};
 use crate::wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
@@ -168,7 +165,7 @@ struct Config {
 enum Phase {
     Starting(mpsc::Receiver<Reply>),
     Running {
-        conn: ShmConnection,
+        conn: Channel,
         ring: TaskRing,
         exit: mpsc::Receiver<WorkerExit>,
     },
@@ -202,18 +199,8 @@ impl Core {
             )));
         };
         self.id = result.worker_id;
-        let socket = PathBuf::from(
-            std::str::from_utf8(result.address)
-                .map_err(|_| WorkerStartError::Connect("the socket path is not UTF-8".into()))?,
-        );
         let max = self.shared.max_msg_size;
-        let stream = UnixStream::connect(&socket)
-            .map_err(|e| WorkerStartError::Connect(format!("{}: {e}", socket.display())))?;
-        let config = ShmConfig {
-            max_msg_size: max,
-            ..ShmConfig::default()
-        };
-        let conn = ShmConnection::accept(stream, &config)
+        let conn = Channel::connect(result.endpoint, result.address, &ChannelConfig::new(max))
             .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
         let ring = TaskRing::new(self.max_inflight, max.get(), max_notify_payload(max))
             .map_err(|e| WorkerStartError::Connect(e.to_string()))?;

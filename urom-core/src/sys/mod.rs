@@ -17,7 +17,7 @@ use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, s
 use nix::sys::time::TimeSpec;
 
 /// Most descriptors one message may carry that we accept.
-pub(crate) const MAX_FDS: usize = 4;
+pub(crate) const MAX_FDS: usize = 5;
 /// Most descriptors the kernel passes in one message (`SCM_MAX_FD`): room for all of them means
 /// none is ever dropped unseen (and leaked) by a truncated control buffer.
 const SCM_MAX_FD: usize = 253;

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use urom_wire::MaxMsgSize;
 
-use super::{FrameRecvError, FrameSendError, PeerGoneError, Transport, WaitMode, deadline};
+use super::{
+    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
+    deadline,
+};
 
 struct Queue {
     // INVARIANTS: `tail - head <= lens.len()`; slot `i % capacity` holds `lens[i % capacity]`
@@ -34,9 +37,20 @@ impl Direction {
 
 /// One end of an in-process connection. Create both ends with [`LoopbackConnection::pair`].
 pub struct LoopbackConnection {
-    dirs: Arc<[Direction; 2]>,
-    /// Index of the direction this end sends on; it receives on the other.
-    side: usize,
+    tx: LoopbackSender,
+    rx: LoopbackReceiver,
+}
+
+/// The sending half of a [`LoopbackConnection`].
+pub struct LoopbackSender {
+    dir: Arc<Direction>,
+    max: MaxMsgSize,
+    closed: bool,
+}
+
+/// The receiving half of a [`LoopbackConnection`].
+pub struct LoopbackReceiver {
+    dir: Arc<Direction>,
     max: MaxMsgSize,
     received: Box<[u8]>,
     closed: bool,
@@ -46,60 +60,115 @@ impl LoopbackConnection {
     /// Two connected ends, each direction holding `capacity` frames of at most `max` bytes.
     pub fn pair(max: MaxMsgSize, capacity: usize) -> (Self, Self) {
         let capacity = capacity.max(1);
-        let dir = || Direction {
-            queue: Mutex::new(Queue {
-                bytes: vec![0; capacity * max.get()].into_boxed_slice(),
-                lens: vec![0; capacity].into_boxed_slice(),
-                head: 0,
-                tail: 0,
-                writer_gone: None,
-                reader_gone: None,
-            }),
-            changed: Condvar::new(),
+        let dir = || {
+            Arc::new(Direction {
+                queue: Mutex::new(Queue {
+                    bytes: vec![0; capacity * max.get()].into_boxed_slice(),
+                    lens: vec![0; capacity].into_boxed_slice(),
+                    head: 0,
+                    tail: 0,
+                    writer_gone: None,
+                    reader_gone: None,
+                }),
+                changed: Condvar::new(),
+            })
         };
-        let dirs = Arc::new([dir(), dir()]);
-        let end = |side| LoopbackConnection {
-            dirs: dirs.clone(),
-            side,
-            max,
-            received: vec![0; max.get()].into_boxed_slice(),
-            closed: false,
+        let dirs = [dir(), dir()];
+        let end = |side: usize| LoopbackConnection {
+            tx: LoopbackSender {
+                dir: Arc::clone(&dirs[side]),
+                max,
+                closed: false,
+            },
+            rx: LoopbackReceiver {
+                dir: Arc::clone(&dirs[1 - side]),
+                max,
+                received: vec![0; max.get()].into_boxed_slice(),
+                closed: false,
+            },
         };
         (end(0), end(1))
     }
 
     /// Ends this side as if its process had died: the peer sees [`PeerGoneError::Died`].
     pub fn simulate_crash(mut self) {
-        self.end(PeerGoneError::Died);
-    }
-
-    fn tx(&self) -> &Direction {
-        &self.dirs[self.side]
-    }
-
-    fn rx(&self) -> &Direction {
-        &self.dirs[1 - self.side]
-    }
-
-    fn end(&mut self, how: PeerGoneError) {
-        if self.closed {
-            return;
-        }
-        self.closed = true;
-        for (dir, writer) in [(self.tx(), true), (self.rx(), false)] {
-            let mut q = dir.lock();
-            if writer {
-                q.writer_gone = Some(how);
-            } else {
-                q.reader_gone = Some(how);
-            }
-            drop(q);
-            dir.changed.notify_all();
-        }
+        self.tx.end(PeerGoneError::Died);
+        self.rx.end(PeerGoneError::Died);
     }
 }
 
 impl Transport for LoopbackConnection {
+    type Sender = LoopbackSender;
+    type Receiver = LoopbackReceiver;
+
+    fn split(&mut self) -> (&mut LoopbackSender, &mut LoopbackReceiver) {
+        (&mut self.tx, &mut self.rx)
+    }
+
+    fn into_split(self) -> (LoopbackSender, LoopbackReceiver) {
+        (self.tx, self.rx)
+    }
+
+    fn max_msg_size(&self) -> MaxMsgSize {
+        self.tx.max
+    }
+
+    fn set_wait_mode(&mut self, _mode: WaitMode) {
+        // Always sleeps on a condition variable: there is nothing to spin on.
+    }
+
+    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
+        self.rx.check_peer()
+    }
+
+    fn close(&mut self) {
+        self.tx.close();
+        self.rx.close();
+    }
+}
+
+impl LoopbackSender {
+    pub(crate) fn end(&mut self, how: PeerGoneError) {
+        if !self.closed {
+            self.closed = true;
+            self.dir.lock().writer_gone = Some(how);
+            self.dir.changed.notify_all();
+        }
+    }
+
+    /// Whether the peer is still there: `Err` once it closed or died.
+    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
+        self.dir.lock().reader_gone.map_or(Ok(()), Err)
+    }
+
+    /// Closes this direction: the peer receives what was sent before, then
+    /// [`PeerGoneError::Closed`].
+    pub fn close(&mut self) {
+        self.end(PeerGoneError::Closed);
+    }
+}
+
+impl LoopbackReceiver {
+    pub(crate) fn end(&mut self, how: PeerGoneError) {
+        if !self.closed {
+            self.closed = true;
+            self.dir.lock().reader_gone = Some(how);
+            self.dir.changed.notify_all();
+        }
+    }
+
+    /// Whether the peer is still there: `Err` once it closed or died.
+    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
+        self.dir.lock().writer_gone.map_or(Ok(()), Err)
+    }
+
+    /// Closes this direction: the peer's sends fail with [`PeerGoneError::Closed`].
+    pub fn close(&mut self) {
+        self.end(PeerGoneError::Closed);
+    }
+}
+
+impl FrameSender for LoopbackSender {
     fn max_msg_size(&self) -> MaxMsgSize {
         self.max
     }
@@ -115,8 +184,7 @@ impl Transport for LoopbackConnection {
                 max: self.max.as_u32(),
             });
         }
-        let dir = self.tx();
-        let mut q = dir.lock();
+        let mut q = self.dir.lock();
         if let Some(how) = q.reader_gone {
             return Err(FrameSendError::PeerGone(how));
         }
@@ -129,17 +197,29 @@ impl Transport for LoopbackConnection {
         q.lens[index] = frame.len();
         q.tail += 1;
         drop(q);
-        dir.changed.notify_all();
+        self.dir.changed.notify_all();
         Ok(())
     }
 
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        wait_until(&self.dir, timeout, |q| match q.reader_gone {
+            Some(how) => Some(Err(FrameSendError::PeerGone(how))),
+            None if q.tail - q.head < q.lens.len() => Some(Ok(())),
+            None => None,
+        })
+    }
+}
+
+impl FrameReceiver for LoopbackReceiver {
     fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
         if self.closed {
             return Err(FrameRecvError::Closed);
         }
         let slot_size = self.max.get();
-        let dir = &self.dirs[1 - self.side];
-        let mut q = dir.lock();
+        let mut q = self.dir.lock();
         if q.head == q.tail {
             return match q.writer_gone {
                 Some(how) => Err(FrameRecvError::PeerGone(how)),
@@ -151,7 +231,7 @@ impl Transport for LoopbackConnection {
         self.received[..len].copy_from_slice(&q.bytes[index * slot_size..][..len]);
         q.head += 1;
         drop(q);
-        dir.changed.notify_all();
+        self.dir.changed.notify_all();
         Ok(Some(&self.received[..len]))
     }
 
@@ -159,37 +239,11 @@ impl Transport for LoopbackConnection {
         if self.closed {
             return Err(FrameRecvError::Closed);
         }
-        wait_until(self.rx(), timeout, |q| match q.writer_gone {
+        wait_until(&self.dir, timeout, |q| match q.writer_gone {
             _ if q.head != q.tail => Some(Ok(())),
             Some(how) => Some(Err(FrameRecvError::PeerGone(how))),
             None => None,
         })
-    }
-
-    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
-        if self.closed {
-            return Err(FrameSendError::Closed);
-        }
-        wait_until(self.tx(), timeout, |q| match q.reader_gone {
-            Some(how) => Some(Err(FrameSendError::PeerGone(how))),
-            None if q.tail - q.head < q.lens.len() => Some(Ok(())),
-            None => None,
-        })
-    }
-
-    fn set_wait_mode(&mut self, _mode: WaitMode) {
-        // Always sleeps on a condition variable: there is nothing to spin on.
-    }
-
-    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
-        match self.rx().lock().writer_gone {
-            Some(how) => Err(how),
-            None => Ok(()),
-        }
-    }
-
-    fn close(&mut self) {
-        self.end(PeerGoneError::Closed);
     }
 }
 
@@ -222,7 +276,13 @@ fn wait_until<E>(
     }
 }
 
-impl Drop for LoopbackConnection {
+impl Drop for LoopbackSender {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Drop for LoopbackReceiver {
     fn drop(&mut self) {
         self.close();
     }

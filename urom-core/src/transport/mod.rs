@@ -1,10 +1,18 @@
 //! Transports: how frames move between a host and a worker.
 //!
-//! A [`Transport`] is one connection to one peer. Frames are opaque byte strings of at most the
-//! connection's [`MaxMsgSize`]; the transport neither parses nor allocates them. Two
-//! implementations exist: [`crate::shm::ShmConnection`] (two processes on one machine) and
-//! [`loopback::LoopbackConnection`] (both ends in one process, for tests); a UCX transport will
-//! follow. The same conformance suite (`tests/conformance.rs`) runs against each.
+//! A [`Transport`] is one connection to one peer, made of two halves: a [`FrameSender`] and a
+//! [`FrameReceiver`]. Frames are opaque byte strings of at most the connection's [`MaxMsgSize`];
+//! the transport neither parses nor allocates them. The halves can be borrowed together
+//! ([`Transport::split`]) so that a received frame is processed in place while answers go out
+//! on the other half, or taken apart for good ([`Transport::into_split`]).
+//!
+//! Implementations:
+//! * [`shm`]: two processes on one machine, rings in a shared mapping;
+//! * [`loopback`]: both ends in one process, for tests;
+//! * [`Channel`]: whichever of them reaches the peer; the host, the worker and the GPU offload
+//!   programs hold channels and never name a transport. UCX across machines will join here.
+//!
+//! The same conformance suite (`tests/conformance.rs`) runs against each.
 //!
 //! Every call is non-blocking except the two `wait_*` methods, which take a timeout. A peer
 //! that closes or dies is reported as [`PeerGoneError`], after every frame it sent before has
@@ -15,19 +23,30 @@ use std::time::Duration;
 
 use urom_wire::MaxMsgSize;
 
+mod channel;
 pub mod loopback;
+#[allow(unsafe_code)]
+pub mod shm;
 
-/// One connection to one peer.
-pub trait Transport {
+pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};
+
+/// The sending half of a connection.
+pub trait FrameSender {
     /// The largest frame this connection carries, agreed with the peer at connect time.
     fn max_msg_size(&self) -> MaxMsgSize;
 
     /// Queues one frame for the peer without blocking.
     ///
     /// When every slot is taken the frame is refused with [`FrameSendError::Full`] and stays
-    /// the caller's: send it again after [`Transport::wait_send`] or after doing other work.
+    /// the caller's: send it again after [`FrameSender::wait_send`] or after doing other work.
     fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError>;
 
+    /// Waits until a frame can be sent (`Ok(true)`) or `timeout` passes (`Ok(false)`).
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError>;
+}
+
+/// The receiving half of a connection.
+pub trait FrameReceiver {
     /// The next received frame, if one is there, without blocking.
     ///
     /// The frame stays valid until the next call to `recv` or `wait_recv`, which hand its
@@ -41,9 +60,29 @@ pub trait Transport {
     /// Releases the frame returned by the last `recv`, like `recv` does. How it waits (spin or
     /// sleep) follows [`Transport::set_wait_mode`].
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError>;
+}
 
-    /// Waits until a frame can be sent (`Ok(true)`) or `timeout` passes (`Ok(false)`).
-    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError>;
+/// One connection to one peer: a sending and a receiving half.
+///
+/// The frame-moving methods here borrow the matching half; use [`Transport::split`] to hold a
+/// received frame while sending.
+pub trait Transport {
+    /// The sending half.
+    type Sender: FrameSender;
+    /// The receiving half.
+    type Receiver: FrameReceiver;
+
+    /// Both halves at once, e.g. to answer a received frame without copying it first.
+    fn split(&mut self) -> (&mut Self::Sender, &mut Self::Receiver);
+
+    /// Takes the connection apart. Each half closes its direction when dropped; the peer learns
+    /// that this end is gone once both are.
+    fn into_split(self) -> (Self::Sender, Self::Receiver)
+    where
+        Self: Sized;
+
+    /// The largest frame this connection carries, agreed with the peer at connect time.
+    fn max_msg_size(&self) -> MaxMsgSize;
 
     /// Chooses how the `wait_*` methods wait.
     fn set_wait_mode(&mut self, mode: WaitMode);
@@ -55,6 +94,28 @@ pub trait Transport {
     /// Closes this end: the peer receives what was sent before, then [`PeerGoneError::Closed`].
     /// Later calls on this end fail with `Closed`. Dropping a connection closes it.
     fn close(&mut self);
+
+    /// [`FrameSender::send`] on the sending half.
+    #[inline]
+    fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError> {
+        self.split().0.send(frame)
+    }
+
+    /// [`FrameReceiver::recv`] on the receiving half.
+    #[inline]
+    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.split().1.recv()
+    }
+
+    /// [`FrameReceiver::wait_recv`] on the receiving half.
+    fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
+        self.split().1.wait_recv(timeout)
+    }
+
+    /// [`FrameSender::wait_send`] on the sending half.
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
+        self.split().0.wait_send(timeout)
+    }
 }
 
 /// How a connection waits for frames or free slots.

@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use urom_core::graph::{GraphCommand, GraphNotification};
-use urom_core::shm::{ShmConfig, ShmConnection};
 use urom_core::transport::Transport;
+use urom_core::transport::{Channel, ChannelConfig};
 use urom_testkit::{ChildGuard, TempDir, cdylib};
 
 use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, DataMessage, Notification, write_command_headers};
@@ -66,18 +66,18 @@ pub fn graph_and_faulty() -> Vec<String> {
 }
 
 /// Connects a host to the worker's socket, waiting for the worker to come up.
-pub fn connect(socket: &Path) -> ShmConnection {
+pub fn connect(socket: &Path) -> Channel {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         match UnixStream::connect(socket) {
-            Ok(stream) => return ShmConnection::accept(stream, &ShmConfig::default()).unwrap(),
+            Ok(stream) => return Channel::accept(stream, &ChannelConfig::default()).unwrap(),
             Err(e) if Instant::now() > deadline => panic!("worker socket never came up: {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }
 
-pub fn send_command(conn: &mut ShmConnection, seq: u64, plugin: u64, context: u64, payload: &[u8]) {
+pub fn send_command(conn: &mut Channel, seq: u64, plugin: u64, context: u64, payload: &[u8]) {
     let mut frame = [0u8; 4096];
     let len = write_command_headers(
         &mut frame,
@@ -100,7 +100,7 @@ pub fn send_command(conn: &mut ShmConnection, seq: u64, plugin: u64, context: u6
 }
 
 /// The next notification: (plugin, context, status, payload).
-pub fn next_notification(conn: &mut ShmConnection) -> (u64, u64, Status, Vec<u8>) {
+pub fn next_notification(conn: &mut Channel) -> (u64, u64, Status, Vec<u8>) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         if let Some(frame) = conn.recv().unwrap() {
@@ -131,7 +131,7 @@ pub fn loopback(data: u64) -> [u8; 16] {
 }
 
 /// Runs `count` pipelined loopback commands on one host connection and checks every answer.
-pub fn pipelined_loopbacks(mut conn: ShmConnection, host: u64, count: u64) {
+pub fn pipelined_loopbacks(mut conn: Channel, host: u64, count: u64) {
     const IN_FLIGHT: u64 = 32;
     let mut sent = 0;
     let mut received = 0;

@@ -62,6 +62,11 @@ pub(crate) struct Mapping {
 // its bytes goes through the ring protocol or `&mut self`.
 unsafe impl Send for Mapping {}
 
+// SAFETY: `&Mapping` only reads the pointer, length and hugepage flag, which never change; the
+// mapped bytes are reached through the ring protocol (atomics and owned slots), never through a
+// shared reference to the mapping.
+unsafe impl Sync for Mapping {}
+
 impl Mapping {
     /// Maps `len` bytes of `fd` read-write and shared, prefaulted.
     ///

@@ -4,23 +4,21 @@
 //! * `ring`: the ring of fixed-size slots and its index protocol;
 //! * `layout`: where the header, control blocks and slots sit in the mapping;
 //! * `mapping`: the sealed memfd, hugepages, the one `mmap`;
-//! * `conn`: the handshake over a Unix socket, waiting, peer liveness, and
-//!   [`ShmConnection`], the [`crate::transport::Transport`] built from all of it.
+//! * `handshake`: how the two sides agree on a mapping over a Unix socket;
+//! * `wait`: waiting for the peer (spinning, then sleeping on an eventfd) and waking it;
+//! * `conn`: [`ShmConnection`] and its two halves, [`ShmSender`] and [`ShmReceiver`].
 //!
-//! This module and `sys` are the only places in the crate with unsafe code.
-#![allow(unsafe_code)]
+//! This module, `sys` and `abi` are the only places in the crate with unsafe code.
 
-#[cfg(not(loom))]
 mod conn;
-#[cfg(not(loom))]
+mod handshake;
 mod layout;
-#[cfg(not(loom))]
 mod mapping;
 pub(crate) mod ring;
+mod wait;
 
-#[cfg(not(loom))]
-pub use conn::{FIRST_NAP, ShmConfig, ShmConnectError, ShmConnection};
-#[cfg(not(loom))]
+pub use conn::{ShmConnection, ShmReceiver, ShmSender};
+pub use handshake::ShmConnectError;
 pub use layout::{MAX_MAPPING_LEN, MAX_SLOTS, MIN_SLOTS, ShmLayoutError};
-#[cfg(not(loom))]
 pub use mapping::HugePages;
+pub use wait::FIRST_NAP;

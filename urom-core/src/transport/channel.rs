@@ -1,0 +1,312 @@
+//! The one place that chooses a transport: [`Channel`], a connection over whichever transport
+//! reaches the peer.
+//!
+//! The host, the worker and the GPU offload programs hold channels; they never name a transport.
+//! Dispatch is a `match` per call, which the branch predictor makes free on a hot path that always
+//! takes the same arm.
+
+use core::fmt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use urom_wire::MaxMsgSize;
+use urom_wire::control::EndpointKind;
+
+use super::loopback::{LoopbackConnection, LoopbackReceiver, LoopbackSender};
+use super::shm::{HugePages, ShmConnectError, ShmConnection, ShmReceiver, ShmSender};
+use super::{
+    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
+};
+
+/// Settings of a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelConfig {
+    /// Largest frame; both sides must agree (the accepting side refuses a different one).
+    pub max_msg_size: MaxMsgSize,
+    /// Slots per direction, a power of two in `shm::MIN_SLOTS..=shm::MAX_SLOTS` (the offering
+    /// side's choice).
+    pub slots: u32,
+    /// How `wait_*` waits; can be changed later with [`Transport::set_wait_mode`].
+    pub wait: WaitMode,
+    /// Whether the offering side puts a shared mapping on hugepages.
+    pub hugepages: HugePages,
+    /// How long the setup may take.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self {
+            max_msg_size: MaxMsgSize::DEFAULT,
+            slots: 256,
+            wait: WaitMode::default(),
+            hugepages: HugePages::Auto,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ChannelConfig {
+    /// The default settings for frames of at most `max_msg_size` bytes.
+    pub fn new(max_msg_size: MaxMsgSize) -> Self {
+        Self {
+            max_msg_size,
+            ..Self::default()
+        }
+    }
+}
+
+/// Why a channel could not be set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectError {
+    /// The peer's address could not be reached.
+    Unreachable {
+        /// The address, as text.
+        address: String,
+        /// What the OS said.
+        errno: nix::errno::Errno,
+    },
+    /// The peer's address is not one this build can use.
+    BadAddress(&'static str),
+    /// The peer offered a kind of endpoint this build does not speak.
+    Unsupported(EndpointKind),
+    /// The shared-memory setup failed.
+    Shm(ShmConnectError),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unreachable { address, errno } => write!(
+                f,
+                "{address}: {}",
+                std::io::Error::from_raw_os_error(*errno as i32)
+            ),
+            Self::BadAddress(what) => write!(f, "unusable address: {what}"),
+            Self::Unsupported(kind) => {
+                write!(
+                    f,
+                    "the peer offers a {kind:?} endpoint, which this build does not speak"
+                )
+            }
+            Self::Shm(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for ConnectError {}
+
+impl From<ShmConnectError> for ConnectError {
+    fn from(e: ShmConnectError) -> Self {
+        Self::Shm(e)
+    }
+}
+
+/// A connection over whichever transport reaches the peer.
+pub struct Channel {
+    tx: ChannelSender,
+    rx: ChannelReceiver,
+}
+
+/// The sending half of a [`Channel`].
+pub enum ChannelSender {
+    /// Over shared memory.
+    Shm(ShmSender),
+    /// Within this process.
+    Loopback(LoopbackSender),
+}
+
+/// The receiving half of a [`Channel`].
+pub enum ChannelReceiver {
+    /// Over shared memory.
+    Shm(ShmReceiver),
+    /// Within this process.
+    Loopback(LoopbackReceiver),
+}
+
+/// Runs `$body` with `$half` bound to the transport's own half, whichever it is.
+macro_rules! each_half {
+    ($value:expr, $half:ident => $body:expr) => {
+        match $value {
+            Self::Shm($half) => $body,
+            Self::Loopback($half) => $body,
+        }
+    };
+}
+
+impl Channel {
+    /// Sets up a channel on a connected Unix socket as the offering side (which creates the
+    /// shared memory: the worker, the GPU offload server).
+    pub fn offer(stream: UnixStream, config: &ChannelConfig) -> Result<Self, ConnectError> {
+        Ok(ShmConnection::create(stream, config)?.into())
+    }
+
+    /// Sets up a channel on a connected Unix socket as the accepting side.
+    pub fn accept(stream: UnixStream, config: &ChannelConfig) -> Result<Self, ConnectError> {
+        Ok(ShmConnection::accept(stream, config)?.into())
+    }
+
+    /// Connects to the endpoint a peer announced (a worker's spawn result) and accepts its
+    /// offer.
+    pub fn connect(
+        endpoint: EndpointKind,
+        address: &[u8],
+        config: &ChannelConfig,
+    ) -> Result<Self, ConnectError> {
+        match endpoint {
+            EndpointKind::UnixSocket => {
+                let path = std::str::from_utf8(address)
+                    .map_err(|_| ConnectError::BadAddress("the socket path is not UTF-8"))?;
+                let stream = connect_unix(Path::new(path))?;
+                Self::accept(stream, config)
+            }
+            other => Err(ConnectError::Unsupported(other)),
+        }
+    }
+}
+
+impl Channel {
+    /// Ends this side as if its process had died: the peer sees [`PeerGoneError::Died`]. For
+    /// tests.
+    pub fn simulate_crash(mut self) {
+        match &mut self.tx {
+            ChannelSender::Shm(half) => half.crash(),
+            ChannelSender::Loopback(half) => half.end(PeerGoneError::Died),
+        }
+        match &mut self.rx {
+            ChannelReceiver::Shm(half) => half.crash(),
+            ChannelReceiver::Loopback(half) => half.end(PeerGoneError::Died),
+        }
+    }
+}
+
+fn connect_unix(path: &Path) -> Result<UnixStream, ConnectError> {
+    UnixStream::connect(path).map_err(|e| ConnectError::Unreachable {
+        address: path.display().to_string(),
+        errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+    })
+}
+
+impl From<ShmConnection> for Channel {
+    fn from(conn: ShmConnection) -> Self {
+        let (tx, rx) = conn.into_split();
+        Self {
+            tx: ChannelSender::Shm(tx),
+            rx: ChannelReceiver::Shm(rx),
+        }
+    }
+}
+
+impl From<LoopbackConnection> for Channel {
+    fn from(conn: LoopbackConnection) -> Self {
+        let (tx, rx) = conn.into_split();
+        Self {
+            tx: ChannelSender::Loopback(tx),
+            rx: ChannelReceiver::Loopback(rx),
+        }
+    }
+}
+
+impl Transport for Channel {
+    type Sender = ChannelSender;
+    type Receiver = ChannelReceiver;
+
+    #[inline]
+    fn split(&mut self) -> (&mut ChannelSender, &mut ChannelReceiver) {
+        (&mut self.tx, &mut self.rx)
+    }
+
+    fn into_split(self) -> (ChannelSender, ChannelReceiver) {
+        (self.tx, self.rx)
+    }
+
+    fn max_msg_size(&self) -> MaxMsgSize {
+        self.tx.max_msg_size()
+    }
+
+    fn set_wait_mode(&mut self, mode: WaitMode) {
+        self.tx.set_wait_mode(mode);
+        self.rx.set_wait_mode(mode);
+    }
+
+    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
+        self.tx.check_peer()
+    }
+
+    fn close(&mut self) {
+        self.tx.close();
+        self.rx.close();
+    }
+}
+
+impl ChannelSender {
+    /// Whether the peer is still there: `Err` once it closed or died.
+    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
+        each_half!(self, half => half.check_peer())
+    }
+
+    /// Chooses how [`FrameSender::wait_send`] waits.
+    pub fn set_wait_mode(&mut self, mode: WaitMode) {
+        match self {
+            Self::Shm(half) => half.set_wait_mode(mode),
+            // Sleeps on a condition variable whatever the mode.
+            Self::Loopback(_) => {}
+        }
+    }
+
+    /// Closes this direction: the peer receives what was sent before, then
+    /// [`PeerGoneError::Closed`]. Dropping the half closes it.
+    pub fn close(&mut self) {
+        each_half!(self, half => half.close())
+    }
+}
+
+impl ChannelReceiver {
+    /// Whether the peer is still there: `Err` once it closed or died.
+    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
+        each_half!(self, half => half.check_peer())
+    }
+
+    /// Chooses how [`FrameReceiver::wait_recv`] waits.
+    pub fn set_wait_mode(&mut self, mode: WaitMode) {
+        match self {
+            Self::Shm(half) => half.set_wait_mode(mode),
+            // Sleeps on a condition variable whatever the mode.
+            Self::Loopback(_) => {}
+        }
+    }
+
+    /// Closes this direction: the peer's sends fail with [`PeerGoneError::Closed`]. Dropping
+    /// the half closes it.
+    pub fn close(&mut self) {
+        each_half!(self, half => half.close())
+    }
+}
+
+impl FrameSender for ChannelSender {
+    #[inline]
+    fn max_msg_size(&self) -> MaxMsgSize {
+        each_half!(self, half => half.max_msg_size())
+    }
+
+    #[inline]
+    fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError> {
+        each_half!(self, half => half.send(frame))
+    }
+
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
+        each_half!(self, half => half.wait_send(timeout))
+    }
+}
+
+impl FrameReceiver for ChannelReceiver {
+    #[inline]
+    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        each_half!(self, half => half.recv())
+    }
+
+    fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
+        each_half!(self, half => half.wait_recv(timeout))
+    }
+}
