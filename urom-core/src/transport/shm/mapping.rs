@@ -6,14 +6,13 @@
 //! F_SEAL_SEAL`) so that no one can cut the file short under a mapping (which would turn a later
 //! access into `SIGBUS`). The acceptor checks the seals and the size before it maps anything.
 
-use core::num::NonZeroUsize;
 use core::ptr::NonNull;
 use std::os::fd::{AsFd, OwnedFd};
 
+use memmap2::{Advice, MmapOptions, MmapRaw};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap, munmap};
 use nix::sys::stat::{SFlag, fstat};
 
 use super::layout::{HEADER_LEN, Layout, ShmLayoutError};
@@ -51,48 +50,37 @@ fn sys<T>(op: &'static str, r: nix::Result<T>) -> Result<T, SysError> {
 
 /// A shared mapping, unmapped on drop.
 pub(crate) struct Mapping {
-    // INVARIANTS: `ptr..ptr + len` is a live `MAP_SHARED` read-write mapping of a file sealed
-    // against shrinking and at least `len` bytes long; this value owns it.
-    ptr: NonNull<u8>,
-    len: usize,
+    // INVARIANTS: a live `MAP_SHARED` read-write mapping of a file sealed against shrinking and
+    // at least as long as the mapping; this value owns it.
+    map: MmapRaw,
     huge: bool,
 }
-
-// SAFETY: a `Mapping` is an owned range of address space with no thread affinity; all access to
-// its bytes goes through the ring protocol or `&mut self`.
-unsafe impl Send for Mapping {}
-
-// SAFETY: `&Mapping` only reads the pointer, length and hugepage flag, which never change; the
-// mapped bytes are reached through the ring protocol (atomics and owned slots), never through a
-// shared reference to the mapping.
-unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Maps `len` bytes of `fd` read-write and shared, prefaulted.
     ///
-    /// # Safety
-    ///
-    /// `fd` is a regular file of at least `len` bytes that cannot shrink (sealed with
-    /// `F_SEAL_SHRINK`), so that no access inside the mapping can fault; the returned mapping is
-    /// only accessed as described in `layout` (header bytes, ring control blocks through
-    /// atomics, slots through `shm::ring`).
-    unsafe fn map(fd: &OwnedFd, len: usize, huge: bool) -> Result<Self, SysError> {
-        let size = NonZeroUsize::new(len).ok_or(SysError {
-            op: "mmap",
-            errno: Errno::EINVAL,
-        })?;
+    /// `fd` must be a regular file of at least `len` bytes that cannot shrink (sealed with
+    /// `F_SEAL_SHRINK`), so that no access inside the mapping can fault; the mapping is only
+    /// accessed as described in `layout` (ring control blocks through atomics, slots through
+    /// `shm::ring`).
+    fn map(fd: &OwnedFd, len: usize, huge: bool) -> Result<Self, SysError> {
+        if len == 0 {
+            return Err(SysError {
+                op: "mmap",
+                errno: Errno::EINVAL,
+            });
+        }
         // A memfd made with `MFD_HUGETLB` lives on hugetlbfs: its mapping uses hugepages
         // without `MAP_HUGETLB` and fails at once with `ENOMEM` when none are free.
-        let flags = MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE;
-        let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
-        // SAFETY: we ask for a fresh mapping at an address of the kernel's choosing, so nothing
-        // existing is replaced; the file is long enough and cannot shrink (caller's contract).
-        let ptr = sys("mmap", unsafe { mmap(None, size, prot, flags, fd, 0) })?;
-        Ok(Self {
-            ptr: ptr.cast(),
-            len,
-            huge,
-        })
+        let map = MmapOptions::new()
+            .len(len)
+            .populate()
+            .map_raw(fd)
+            .map_err(|e| SysError {
+                op: "mmap",
+                errno: Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+            })?;
+        Ok(Self { map, huge })
     }
 
     /// Whether the mapping sits on hugepages.
@@ -104,9 +92,12 @@ impl Mapping {
     ///
     /// `layout` must have been checked against this mapping's file (by `create` or `open`).
     pub(crate) fn rings(&self, layout: &Layout) -> [RingMem; 2] {
-        assert!(layout.total <= self.len, "layout larger than its mapping");
+        assert!(
+            layout.total <= self.map.len(),
+            "layout larger than its mapping"
+        );
         [0, 1].map(|ring| {
-            let at = |offset: usize| self.ptr.as_ptr().wrapping_add(offset);
+            let at = |offset: usize| self.map.as_mut_ptr().wrapping_add(offset);
             let ctl = NonNull::new(at(layout.ctl[ring]).cast::<RingCtl>());
             let slots = NonNull::new(at(layout.slots[ring]));
             let (Some(ctl), Some(slots)) = (ctl, slots) else {
@@ -133,18 +124,12 @@ impl Mapping {
 
     /// Writes the header (creator only, before the mapping is shared).
     fn write_header(&mut self, header: &[u8; HEADER_LEN]) {
-        assert!(self.len >= HEADER_LEN);
+        assert!(self.map.len() >= HEADER_LEN);
         // SAFETY: the first `HEADER_LEN <= len` bytes are inside the mapping; nobody else has
         // the file yet, and `&mut self` excludes every other access in this process.
-        unsafe { core::ptr::copy_nonoverlapping(header.as_ptr(), self.ptr.as_ptr(), HEADER_LEN) };
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: we own the mapping (invariant); every ring view into it belongs to the same
-        // connection and is dropped or unused by now.
-        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+        unsafe {
+            core::ptr::copy_nonoverlapping(header.as_ptr(), self.map.as_mut_ptr(), HEADER_LEN)
+        };
     }
 }
 
@@ -174,14 +159,13 @@ fn create_with(layout: &Layout, huge: bool) -> Result<(OwnedFd, Mapping), SysErr
         "fcntl(F_ADD_SEALS)",
         fcntl(&fd, FcntlArg::F_ADD_SEALS(SEALS | SealFlag::F_SEAL_SEAL)),
     )?;
-    // SAFETY: `fd` is the memfd we just made, `len` bytes long and sealed against shrinking.
-    let mut mapping = unsafe { Mapping::map(&fd, len, huge)? };
+    // `fd` is the memfd we just made, `len` bytes long and sealed against shrinking.
+    let mut mapping = Mapping::map(&fd, len, huge)?;
+    mapping.write_header(&layout.encode());
     if !huge {
         // Transparent hugepages for shared memory when the system allows it; harmless if not.
-        // SAFETY: advice only; the range is our live mapping.
-        let _ = unsafe { madvise(mapping.ptr.cast(), len, MmapAdvise::MADV_HUGEPAGE) };
+        let _ = mapping.map.advise(Advice::HugePage);
     }
-    mapping.write_header(&layout.encode());
     Ok((fd, mapping))
 }
 
@@ -227,8 +211,8 @@ pub(crate) fn open(fd: &OwnedFd) -> Result<(Layout, Mapping), OpenError> {
     let layout = Layout::decode(&header, file_len)?;
     // A hugetlbfs file reports its hugepage block size; map the whole file in either case.
     let huge = stat.st_blksize as usize >= HUGEPAGE;
-    // SAFETY: `fd` is a regular file sealed against shrinking (checked above) of `file_len`
-    // bytes, at least `layout.total` (checked by `decode`) and at most `MAX_MAPPING_LEN`.
-    let mapping = unsafe { Mapping::map(fd, file_len as usize, huge)? };
+    // `fd` is a regular file sealed against shrinking (checked above) of `file_len` bytes, at
+    // least `layout.total` (checked by `decode`) and at most `MAX_MAPPING_LEN`.
+    let mapping = Mapping::map(fd, file_len as usize, huge)?;
     Ok((layout, mapping))
 }
