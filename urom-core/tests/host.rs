@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{TIMEOUT, run_worker, start_daemon, start_service};
 use urom_core::graph::{GraphHost, loopback_result};
+use urom_core::host::CompletedTask;
 use urom_core::host::{ProgressEngine, Worker, WorkerState};
-use urom_core::task::CompletedTask;
 use urom_core::wire::Status;
 
 thread_local! {

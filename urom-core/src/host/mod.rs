@@ -27,6 +27,7 @@ mod control;
 mod engine;
 mod service;
 mod service_file;
+mod task;
 mod worker;
 
 pub use control::ControlError;
@@ -35,6 +36,10 @@ pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
 };
 pub use service_file::{SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service};
+pub use task::{
+    CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,
+    TaskSlotsNewError, TaskSubmitError, TaskWriteError, USER_DATA_LEN,
+};
 pub use worker::{CommandError, CommandTask, StartProgress, Worker, WorkerStartError, WorkerState};
 
 mod sealed {

@@ -1,4 +1,4 @@
-//! The worker context: a worker process and the channel to it, with its task ring.
+//! The worker context: a worker process and the channel to it, with its task slots.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -11,9 +11,9 @@ use std::sync::{Arc, mpsc};
 use super::control::{ControlError, Reply};
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
+use super::task::{TaskCallback, TaskHandle, TaskLoan, TaskSlots, TaskSubmitError, USER_DATA_LEN};
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::shm::{ShmConfig, ShmConnection};
-use crate::task::{TaskCallback, TaskHandle, TaskLoan, TaskRing, TaskSubmitError, USER_DATA_LEN};
 use crate::transport::Transport;
 use crate::wire::control::{ControlMessage, SpawnWorker, WORKER_ID_ANY, WorkerExit};
 use crate::wire::data::{
@@ -169,7 +169,7 @@ enum Phase {
     Starting(mpsc::Receiver<Reply>),
     Running {
         conn: ShmConnection,
-        ring: TaskRing,
+        tasks: TaskSlots,
         exit: mpsc::Receiver<WorkerExit>,
     },
     Failed(WorkerStartError),
@@ -188,8 +188,8 @@ struct Core {
 impl Core {
     /// Fails every in-flight task and moves to `Failed`.
     fn fail(&mut self, error: WorkerStartError) {
-        if let Phase::Running { ring, .. } = &mut self.phase {
-            ring.fail_in_flight(Status::NotConnected.raw());
+        if let Phase::Running { tasks, .. } = &mut self.phase {
+            tasks.fail_in_flight(Status::NotConnected.raw());
         }
         self.phase = Phase::Failed(error);
     }
@@ -215,10 +215,10 @@ impl Core {
         };
         let conn = ShmConnection::accept(stream, &config)
             .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
-        let ring = TaskRing::new(self.max_inflight, max.get(), max_notify_payload(max))
+        let tasks = TaskSlots::new(self.max_inflight, max.get(), max_notify_payload(max))
             .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
         let exit = self.shared.channel.watch_exit(self.id);
-        Ok(Phase::Running { conn, ring, exit })
+        Ok(Phase::Running { conn, tasks, exit })
     }
 }
 
@@ -236,7 +236,7 @@ impl Poll for Core {
                 self.phase = phase;
                 1
             }
-            Phase::Running { conn, ring, exit } => {
+            Phase::Running { conn, tasks, exit } => {
                 let mut completed = 0;
                 let max = self.shared.max_msg_size;
                 loop {
@@ -248,7 +248,7 @@ impl Poll for Core {
                             }) = FrameRepr::<DataMessage>::parse(frame, max)
                             {
                                 let handle = TaskHandle::from_u64(notify.urom_context);
-                                if ring
+                                if tasks
                                     .complete(handle, notify.status.raw(), notify.payload)
                                     .is_ok()
                                 {
@@ -496,11 +496,11 @@ impl Worker<Running> {
         let Core {
             phase, shared, seq, ..
         } = &mut *core;
-        let Phase::Running { conn, ring, .. } = phase else {
+        let Phase::Running { conn, tasks, .. } = phase else {
             return Err(CommandError::NotRunning);
         };
         let max = shared.max_msg_size;
-        let mut loan = ring.loan().map_err(|_| CommandError::Exhausted)?;
+        let mut loan = tasks.loan().map_err(|_| CommandError::Exhausted)?;
         let handle = loan.handle();
         let payload_len = fill(&mut CommandTask { loan: &mut loan });
         *seq += 1;
@@ -532,8 +532,8 @@ impl Worker<Running> {
     pub fn stop(self) -> Result<Worker<Idle>, (Worker<Idle>, ControlError)> {
         let (id, shared) = {
             let mut core = self.core().borrow_mut();
-            if let Phase::Running { ring, .. } = &mut core.phase {
-                ring.fail_in_flight(Status::Shutdown.raw());
+            if let Phase::Running { tasks, .. } = &mut core.phase {
+                tasks.fail_in_flight(Status::Shutdown.raw());
             }
             core.phase = Phase::Failed(WorkerStartError::Control(ControlError::Closed));
             (core.id, Arc::clone(&core.shared))
