@@ -244,7 +244,7 @@ impl GraphHost {
 
 /// The outcome of a loopback task: the data and cookie, or the status it failed with.
 pub fn loopback_result(task: &crate::host::CompletedTask<'_>) -> Result<LoopbackResult, Status> {
-    Status::from_raw(task.status).into_result()?;
+    task.status.into_result()?;
     let cookie = u64::from_le_bytes(task.user_data[..8].try_into().expect("8 bytes"));
     match GraphNotification::unpack(task.response) {
         Ok(GraphNotification::Loopback { data }) => Ok(LoopbackResult { data, cookie }),

@@ -9,7 +9,7 @@ use urom_core::host::{CompletedTask, TaskSlots};
 use urom_core::shm::{ShmConfig, ShmConnection};
 use urom_core::transport::loopback::LoopbackConnection;
 use urom_core::transport::{Transport, WaitMode};
-use urom_core::wire::MaxMsgSize;
+use urom_core::wire::{MaxMsgSize, Status};
 
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
@@ -83,7 +83,9 @@ fn exchange<C: Transport>(a: &mut C, b: &mut C, rounds: u32) {
             let handle = task.submit(a).unwrap();
             let received = b.recv().unwrap().unwrap();
             assert_eq!(received.len(), len);
-            slots.complete(handle, 0, &frame[..len.min(64)]).unwrap();
+            slots
+                .complete(handle, Status::Success, &frame[..len.min(64)])
+                .unwrap();
             // A dropped loan goes back.
             drop(slots.loan().unwrap());
         }

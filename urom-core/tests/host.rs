@@ -36,7 +36,7 @@ fn wait_for(engine: &mut ProgressEngine, count: usize) -> Vec<(Status, u64, u64)
 
 fn echo(task: &CompletedTask<'_>) {
     let text = String::from_utf8_lossy(task.response).into_owned();
-    ECHO.with(|echo| *echo.borrow_mut() = Some((Status::from_raw(task.status), text)));
+    ECHO.with(|echo| *echo.borrow_mut() = Some((task.status, text)));
 }
 
 thread_local! {

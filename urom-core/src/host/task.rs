@@ -8,7 +8,7 @@
 //! ```
 //! use urom_core::host::{CompletedTask, TaskSlots};
 //! use urom_core::transport::{Transport, loopback::LoopbackConnection};
-//! use urom_core::wire::MaxMsgSize;
+//! use urom_core::wire::{MaxMsgSize, Status};
 //!
 //! fn done(task: &CompletedTask<'_>) {
 //!     assert_eq!(task.response, b"pong");
@@ -22,7 +22,7 @@
 //! task.set_callback(done);
 //! let handle = task.submit(&mut host).unwrap();
 //! assert_eq!(worker.recv().unwrap(), Some(&b"ping"[..]));
-//! slots.complete(handle, 0, b"pong").unwrap();
+//! slots.complete(handle, Status::Success, b"pong").unwrap();
 //! assert_eq!(slots.in_flight(), 0);
 //! ```
 //!
@@ -34,6 +34,7 @@
 use core::fmt;
 
 use crate::transport::{FrameSendError, Transport};
+use crate::wire::Status;
 
 /// Bytes of user data carried by every task.
 pub const USER_DATA_LEN: usize = 32;
@@ -46,8 +47,9 @@ pub type TaskCallback = fn(&CompletedTask<'_>);
 pub struct CompletedTask<'a> {
     /// The task's handle (already free for reuse once the callback returns).
     pub handle: TaskHandle,
-    /// The completion status (0 for success, a urom status code otherwise).
-    pub status: i32,
+    /// How it ended: the worker's status, or the host's when the task failed without an
+    /// answer (the worker's channel failed, or the worker was stopped).
+    pub status: Status,
     /// The response bytes.
     pub response: &'a [u8],
     /// The user data written before submission.
@@ -78,6 +80,12 @@ impl TaskHandle {
     /// The slot index.
     pub fn index(self) -> usize {
         self.index as usize
+    }
+}
+
+impl fmt::Display for TaskHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task {} (generation {})", self.index, self.generation)
     }
 }
 
@@ -221,11 +229,9 @@ pub enum TaskCompleteError {
 impl fmt::Display for TaskCompleteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskCompleteError::NotInFlight(h) => write!(
-                f,
-                "completion for task {} (generation {}) which is not in flight",
-                h.index, h.generation
-            ),
+            TaskCompleteError::NotInFlight(h) => {
+                write!(f, "completion for {h} which is not in flight")
+            }
             TaskCompleteError::ResponseTooLarge { len, capacity } => write!(
                 f,
                 "response of {len} bytes exceeds the task's response space of {capacity} bytes"
@@ -298,7 +304,7 @@ impl TaskSlots {
     pub fn complete(
         &mut self,
         handle: TaskHandle,
-        status: i32,
+        status: Status,
         response: &[u8],
     ) -> Result<(), TaskCompleteError> {
         let index = handle.index as usize;
@@ -334,7 +340,7 @@ impl TaskSlots {
 
     /// Completes every in-flight task with `status` and an empty response (the worker is
     /// gone); returns how many there were. Each callback runs once.
-    pub fn fail_in_flight(&mut self, status: i32) -> usize {
+    pub fn fail_in_flight(&mut self, status: Status) -> usize {
         let mut failed = 0;
         for index in 0..self.meta.len() {
             if self.meta[index].state == State::InFlight {
@@ -472,12 +478,12 @@ mod tests {
         let handle = loan.submit(&mut host).unwrap();
         assert_eq!(slots.in_flight(), 1);
         assert_eq!(worker.recv().unwrap(), Some(&b"abc"[..]));
-        slots.complete(handle, 0, b"hello").unwrap();
+        slots.complete(handle, Status::Success, b"hello").unwrap();
         assert_eq!(LAST.load(Ordering::Relaxed), 1005);
         assert_eq!(slots.in_flight(), 0);
         // A second completion of the same handle is refused.
         assert_eq!(
-            slots.complete(handle, 0, b""),
+            slots.complete(handle, Status::Success, b""),
             Err(TaskCompleteError::NotInFlight(handle))
         );
     }
@@ -500,7 +506,7 @@ mod tests {
             slots.loan().err(),
             Some(TaskLoanError::Exhausted { capacity: 2 })
         );
-        slots.complete(a, 0, b"").unwrap();
+        slots.complete(a, Status::Success, b"").unwrap();
         assert!(slots.loan().is_ok());
     }
 
@@ -535,9 +541,9 @@ mod tests {
         );
         let h = loan.submit(&mut host).unwrap();
         assert!(matches!(
-            slots.complete(h, 0, b"abc"),
+            slots.complete(h, Status::Success, b"abc"),
             Err(TaskCompleteError::ResponseTooLarge { .. })
         ));
-        slots.complete(h, 0, b"ab").unwrap();
+        slots.complete(h, Status::Success, b"ab").unwrap();
     }
 }

@@ -189,7 +189,7 @@ impl Core {
     /// Fails every in-flight task and moves to `Failed`.
     fn fail(&mut self, error: WorkerStartError) {
         if let Phase::Running { tasks, .. } = &mut self.phase {
-            tasks.fail_in_flight(Status::NotConnected.raw());
+            tasks.fail_in_flight(Status::NotConnected);
         }
         self.phase = Phase::Failed(error);
     }
@@ -249,7 +249,7 @@ impl Poll for Core {
                             {
                                 let handle = TaskHandle::from_u64(notify.urom_context);
                                 if tasks
-                                    .complete(handle, notify.status.raw(), notify.payload)
+                                    .complete(handle, notify.status, notify.payload)
                                     .is_ok()
                                 {
                                     completed += 1;
@@ -533,7 +533,7 @@ impl Worker<Running> {
         let (id, shared) = {
             let mut core = self.core().borrow_mut();
             if let Phase::Running { tasks, .. } = &mut core.phase {
-                tasks.fail_in_flight(Status::Shutdown.raw());
+                tasks.fail_in_flight(Status::Shutdown);
             }
             core.phase = Phase::Failed(WorkerStartError::Control(ControlError::Closed));
             (core.id, Arc::clone(&core.shared))
