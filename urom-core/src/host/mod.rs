@@ -9,7 +9,13 @@
 //!   tasks) -> `start()` -> `Worker<Starting>`, progressed until it is running ->
 //!   `Worker<Running>` (command tasks) -> `stop()`.
 //!
-//! Methods that are wrong in a state do not exist in that state.
+//! Methods that are wrong in a state do not exist in that state, and a context holds in each
+//! state only what is true of it (an idle worker has no channel, a running one always has).
+//!
+//! A running worker's commands are tasks from [`TaskSlots`] allocated when it starts. It fails
+//! ([`WorkerState::Failed`] with a [`WorkerFailure`]) when its process ends, its channel breaks
+//! or it is stopped; every task it had in flight then completes exactly once, with
+//! [`WorkerFailure::status`].
 //!
 //! ```compile_fail
 //! use urom_core::host::{Idle, Worker};
@@ -40,10 +46,19 @@ pub use task::{
     CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,
     TaskSlotsNewError, TaskSubmitError, TaskWriteError, USER_DATA_LEN,
 };
-pub use worker::{CommandError, CommandTask, StartProgress, Worker, WorkerStartError, WorkerState};
+pub use worker::{
+    CommandError, CommandTask, StartProgress, Worker, WorkerFailure, WorkerStartError, WorkerState,
+};
 
 mod sealed {
-    pub trait Sealed {}
+    /// Seals [`State`](super::State) and says what each context holds in each state, so that
+    /// a context in one state carries only what is true of it.
+    pub trait Sealed {
+        /// What a [`Service`](super::Service) holds in this state besides its settings.
+        type Service;
+        /// What a [`Worker`](super::Worker) holds in this state besides its settings.
+        type Worker;
+    }
 }
 
 /// A context's lifecycle state.
@@ -59,9 +74,19 @@ pub struct Starting;
 #[derive(Debug)]
 pub struct Running;
 
-impl sealed::Sealed for Idle {}
-impl sealed::Sealed for Starting {}
-impl sealed::Sealed for Running {}
+impl sealed::Sealed for Idle {
+    type Service = ();
+    type Worker = worker::Unstarted;
+}
+impl sealed::Sealed for Starting {
+    // A service starts in one call: there is no starting service.
+    type Service = core::convert::Infallible;
+    type Worker = worker::Started;
+}
+impl sealed::Sealed for Running {
+    type Service = service::Connected;
+    type Worker = worker::Started;
+}
 impl State for Idle {}
 impl State for Starting {}
 impl State for Running {}
