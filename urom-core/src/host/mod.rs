@@ -13,9 +13,11 @@
 //! state only what is true of it (an idle worker has no channel, a running one always has).
 //!
 //! A running worker's commands are tasks from [`TaskSlots`] allocated when it starts. It fails
-//! ([`WorkerState::Failed`] with a [`WorkerFailure`]) when its process ends, its channel breaks
-//! or it is stopped; every task it had in flight then completes exactly once, with
-//! [`WorkerFailure::status`].
+//! ([`WorkerState::Failed`] with a [`WorkerFailure`]) when its process ends, its channel breaks,
+//! it is stopped, or it sends anything but a notification for a task in flight (a frame that
+//! does not parse, a command, a notification for a task already completed or never submitted:
+//! [`WorkerProtocolError`]). The host then closes the channel and completes every task in
+//! flight exactly once, with [`WorkerFailure::status`].
 //!
 //! ```compile_fail
 //! use urom_core::host::{Idle, Worker};
@@ -47,7 +49,8 @@ pub use task::{
     TaskSlotsNewError, TaskSubmitError, TaskWriteError, USER_DATA_LEN,
 };
 pub use worker::{
-    CommandError, CommandTask, StartProgress, Worker, WorkerFailure, WorkerStartError, WorkerState,
+    CommandError, CommandTask, StartProgress, Worker, WorkerFailure, WorkerProtocolError,
+    WorkerStartError, WorkerState,
 };
 
 mod sealed {

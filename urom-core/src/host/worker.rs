@@ -10,7 +10,10 @@ use std::sync::{Arc, mpsc};
 use super::control::{ControlError, Reply};
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
-use super::task::{TaskCallback, TaskHandle, TaskLoan, TaskSlots, TaskSubmitError, USER_DATA_LEN};
+use super::task::{
+    TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskSlots, TaskSubmitError,
+    USER_DATA_LEN,
+};
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::shm::{ShmConfig, ShmConnection};
 use crate::transport::{FrameRecvError, FrameSendError, Transport};
@@ -19,7 +22,7 @@ use crate::wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
     write_command_headers,
 };
-use crate::wire::{CpuSet, FrameRepr, List, MaxMsgSize, Status};
+use crate::wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
 
 /// Why a worker did not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +74,9 @@ pub enum WorkerFailure {
     Exited(WorkerExit),
     /// The channel to the worker broke (the worker closed it, died, or corrupted it).
     Lost(FrameRecvError),
+    /// The worker sent something the data protocol does not allow; the host closed the
+    /// channel.
+    Protocol(WorkerProtocolError),
     /// [`Worker::stop`] stopped it.
     Stopped,
 }
@@ -81,7 +87,7 @@ impl WorkerFailure {
     pub fn status(&self) -> Status {
         match self {
             Self::Stopped => Status::Shutdown,
-            Self::Exited(_) | Self::Lost(_) => Status::NotConnected,
+            Self::Exited(_) | Self::Lost(_) | Self::Protocol(_) => Status::NotConnected,
         }
     }
 }
@@ -100,12 +106,53 @@ impl fmt::Display for WorkerFailure {
                 exit.worker_id, exit.exit_code
             ),
             Self::Lost(e) => write!(f, "the channel to the worker broke: {e}"),
+            Self::Protocol(e) => write!(f, "the worker broke the data protocol: {e}"),
             Self::Stopped => f.write_str("the worker was stopped"),
         }
     }
 }
 
 impl std::error::Error for WorkerFailure {}
+
+/// What a worker sent that the host cannot accept. Each one fails the channel
+/// ([`WorkerFailure::Protocol`]): a worker sends a host nothing but notifications, one per
+/// command, so anything else means the two no longer agree on which tasks are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerProtocolError {
+    /// A frame that does not parse.
+    Malformed(DecodeError),
+    /// A command: workers do not send hosts commands.
+    Command,
+    /// A notification for a task that is not in flight: already completed, or never
+    /// submitted.
+    NotInFlight(TaskHandle),
+    /// A notification whose payload exceeds the task's response space.
+    ResponseTooLarge {
+        /// Bytes offered.
+        len: usize,
+        /// Bytes of response space.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for WorkerProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed(e) => write!(f, "a frame from the worker does not parse: {e}"),
+            Self::Command => f.write_str("the worker sent a command; workers send notifications"),
+            Self::NotInFlight(handle) => write!(
+                f,
+                "a notification for a task that is not in flight: {handle}"
+            ),
+            Self::ResponseTooLarge { len, capacity } => write!(
+                f,
+                "a notification of {len} bytes exceeds the task's response space of {capacity} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WorkerProtocolError {}
 
 /// Where a worker context is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,8 +306,8 @@ impl Link {
 }
 
 /// Completes the task of every notification waiting on `conn`; returns how many completed, or
-/// that count and why the channel must be failed. Frames that are not a notification for a
-/// task in flight are skipped.
+/// that count and why the channel must be failed: it broke, or the worker sent a frame that is
+/// not a notification for a task in flight ([`WorkerProtocolError`]).
 fn receive(
     conn: &mut (impl Transport + ?Sized),
     tasks: &mut TaskSlots,
@@ -269,30 +316,42 @@ fn receive(
     let mut completed = 0;
     loop {
         match conn.recv() {
-            Ok(Some(frame)) => {
-                if complete(tasks, frame, max) {
-                    completed += 1;
-                }
-            }
+            Ok(Some(frame)) => match complete(tasks, frame, max) {
+                Ok(()) => completed += 1,
+                Err(e) => return Err((completed, WorkerFailure::Protocol(e))),
+            },
             Ok(None) => return Ok(completed),
             Err(e) => return Err((completed, WorkerFailure::Lost(e))),
         }
     }
 }
 
-/// Completes the task `frame` answers, running its callback; `false` when it answers none.
-fn complete(tasks: &mut TaskSlots, frame: &[u8], max: MaxMsgSize) -> bool {
-    let Ok(FrameRepr {
-        body: DataMessage::Notify(notify),
-        ..
-    }) = FrameRepr::<DataMessage>::parse(frame, max)
-    else {
-        return false;
+/// Completes the task `frame` answers, running its callback.
+fn complete(
+    tasks: &mut TaskSlots,
+    frame: &[u8],
+    max: MaxMsgSize,
+) -> Result<(), WorkerProtocolError> {
+    let notify = match FrameRepr::<DataMessage>::parse(frame, max) {
+        Ok(FrameRepr {
+            body: DataMessage::Notify(notify),
+            ..
+        }) => notify,
+        Ok(FrameRepr {
+            body: DataMessage::Command(_),
+            ..
+        }) => return Err(WorkerProtocolError::Command),
+        Err(e) => return Err(WorkerProtocolError::Malformed(e)),
     };
     let handle = TaskHandle::from_u64(notify.urom_context);
     tasks
         .complete(handle, notify.status, notify.payload)
-        .is_ok()
+        .map_err(|e| match e {
+            TaskCompleteError::NotInFlight(handle) => WorkerProtocolError::NotInFlight(handle),
+            TaskCompleteError::ResponseTooLarge { len, capacity } => {
+                WorkerProtocolError::ResponseTooLarge { len, capacity }
+            }
+        })
 }
 
 impl Core {
@@ -556,6 +615,7 @@ impl Worker<Running> {
     /// an error.
     pub fn state(&self) -> WorkerState {
         match &self.data.core.borrow().phase {
+            // Not seen: a worker is handed out running once its phase is, which never goes back.
             Phase::Starting(_) => WorkerState::Starting,
             Phase::Running(_) => WorkerState::Running,
             Phase::Failed(failure) => WorkerState::Failed(*failure),
@@ -629,5 +689,141 @@ impl Worker<Running> {
             }) => Ok(idle),
             Err(error) => Err((idle, error)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::CompletedTask;
+    use crate::transport::loopback::LoopbackConnection;
+    use crate::wire::data::{Command, Notification};
+
+    thread_local! {
+        static DONE: RefCell<Vec<(u8, Status)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn record(task: &CompletedTask<'_>) {
+        DONE.with(|done| done.borrow_mut().push((task.user_data[0], task.status)));
+    }
+
+    /// A host end with tasks 0 and 1 in flight, the worker end, and the tasks' handles.
+    fn two_in_flight() -> (
+        LoopbackConnection,
+        LoopbackConnection,
+        TaskSlots,
+        [TaskHandle; 2],
+    ) {
+        let max = MaxMsgSize::DEFAULT;
+        let (mut host, mut worker) = LoopbackConnection::pair(max, 8);
+        let mut tasks = TaskSlots::new(4, max.get(), max_notify_payload(max)).unwrap();
+        let handles = [0u8, 1].map(|n| {
+            let mut loan = tasks.loan().unwrap();
+            loan.user_data_mut()[0] = n;
+            loan.set_callback(record);
+            loan.write(b"command").unwrap();
+            let handle = loan.submit(&mut host).unwrap();
+            assert!(worker.recv().unwrap().is_some());
+            handle
+        });
+        (host, worker, tasks, handles)
+    }
+
+    fn send(conn: &mut LoopbackConnection, body: DataMessage<'_>) {
+        let frame = FrameRepr { seq: 1, body };
+        let mut bytes = vec![0; frame.buffer_len()];
+        frame.emit(&mut bytes, MaxMsgSize::DEFAULT).unwrap();
+        conn.send(&bytes).unwrap();
+    }
+
+    fn notify(handle: TaskHandle) -> DataMessage<'static> {
+        DataMessage::Notify(Notification {
+            plugin: 1,
+            urom_context: handle.to_u64(),
+            status: Status::Success,
+            payload: b"answer",
+        })
+    }
+
+    #[test]
+    fn a_notification_completes_its_task() {
+        let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
+        send(&mut worker, notify(first));
+        assert_eq!(receive(&mut host, &mut tasks), Ok(1));
+        assert_eq!(DONE.with(|d| d.take()), [(0, Status::Success)]);
+        assert_eq!(receive(&mut host, &mut tasks), Ok(0));
+        assert_eq!(tasks.in_flight(), 1);
+    }
+
+    #[test]
+    fn a_frame_that_does_not_parse_fails_the_channel() {
+        let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
+        send(&mut worker, notify(first));
+        worker.send(&[0xa5; 40]).unwrap();
+        let error = FrameRepr::<DataMessage>::parse(&[0xa5; 40], MaxMsgSize::DEFAULT).unwrap_err();
+        assert_eq!(
+            receive(&mut host, &mut tasks),
+            Err((
+                1,
+                WorkerFailure::Protocol(WorkerProtocolError::Malformed(error))
+            ))
+        );
+    }
+
+    #[test]
+    fn a_command_from_the_worker_fails_the_channel() {
+        let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
+        let command = Command {
+            plugin: 1,
+            urom_context: first.to_u64(),
+            payload: b"",
+        };
+        send(&mut worker, DataMessage::Command(command));
+        assert_eq!(
+            receive(&mut host, &mut tasks),
+            Err((0, WorkerFailure::Protocol(WorkerProtocolError::Command)))
+        );
+        assert_eq!(tasks.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_notification_for_a_task_not_in_flight_fails_the_channel() {
+        let (mut host, mut worker, mut tasks, [first, second]) = two_in_flight();
+        // The same task answered twice.
+        send(&mut worker, notify(first));
+        send(&mut worker, notify(first));
+        let failure = WorkerFailure::Protocol(WorkerProtocolError::NotInFlight(first));
+        assert_eq!(receive(&mut host, &mut tasks), Err((1, failure)));
+        assert_eq!(
+            failure.to_string(),
+            "the worker broke the data protocol: a notification for a task that is not in \
+             flight: task 0 (generation 0)"
+        );
+        // A task never submitted.
+        let never = TaskHandle::from_u64(second.to_u64() + 2);
+        send(&mut worker, notify(never));
+        assert_eq!(
+            receive(&mut host, &mut tasks),
+            Err((
+                0,
+                WorkerFailure::Protocol(WorkerProtocolError::NotInFlight(never))
+            ))
+        );
+        // Failing the channel completes what is left once, with the failure's status.
+        assert_eq!(tasks.fail_in_flight(failure.status()), 1);
+        assert_eq!(
+            DONE.with(|d| d.take()),
+            [(0, Status::Success), (1, Status::NotConnected)]
+        );
+    }
+
+    #[test]
+    fn a_broken_channel_is_lost() {
+        let (mut host, worker, mut tasks, _) = two_in_flight();
+        worker.simulate_crash();
+        assert!(matches!(
+            receive(&mut host, &mut tasks),
+            Err((0, WorkerFailure::Lost(FrameRecvError::PeerGone(_))))
+        ));
     }
 }
