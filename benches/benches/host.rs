@@ -2,7 +2,7 @@
 //!
 //! * `host/worker_round_trip_64B`: a 64-byte loopback command frame written by hand to a worker
 //!   process started directly, and its notification back (the worker bench's native path);
-//! * `host/api_round_trip_64B`: the same loopback through the host API (task from the ring,
+//! * `host/api_round_trip_64B`: the same loopback through the host API (task from its slots,
 //!   graph pack, submit, progress, completion callback) to a worker the daemon spawned.
 //!
 //! Both workers run on core 1 and nap when not served; this process runs on core 0. After the
@@ -16,8 +16,8 @@ use urom_benches::{
     HOST_CORE, PEER_CORE, batch_median, loopback_frame, median, round_trip, worker,
 };
 use urom_core::graph::GraphHost;
+use urom_core::host::CompletedTask;
 use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
-use urom_core::task::CompletedTask;
 use urom_testkit::daemon::{plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, cdylib};
 

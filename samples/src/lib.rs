@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use urom_core::graph::{GraphHost, loopback_result};
+use urom_core::host::CompletedTask;
 use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
-use urom_core::task::CompletedTask;
 
 /// Workers the bootstrap starts.
 pub const WORKERS: u64 = 4;

@@ -230,8 +230,8 @@ impl GraphHost {
         worker: &crate::host::Worker<crate::host::Running>,
         cookie: u64,
         data: u64,
-        callback: crate::task::TaskCallback,
-    ) -> Result<crate::task::TaskHandle, crate::host::CommandError> {
+        callback: crate::host::TaskCallback,
+    ) -> Result<crate::host::TaskHandle, crate::host::CommandError> {
         worker.submit(self.id, |task| {
             task.user_data_mut()[..8].copy_from_slice(&cookie.to_le_bytes());
             task.set_callback(callback);
@@ -243,8 +243,8 @@ impl GraphHost {
 }
 
 /// The outcome of a loopback task: the data and cookie, or the status it failed with.
-pub fn loopback_result(task: &crate::task::CompletedTask<'_>) -> Result<LoopbackResult, Status> {
-    Status::from_raw(task.status).into_result()?;
+pub fn loopback_result(task: &crate::host::CompletedTask<'_>) -> Result<LoopbackResult, Status> {
+    task.status.into_result()?;
     let cookie = u64::from_le_bytes(task.user_data[..8].try_into().expect("8 bytes"));
     match GraphNotification::unpack(task.response) {
         Ok(GraphNotification::Loopback { data }) => Ok(LoopbackResult { data, cookie }),

@@ -8,12 +8,11 @@
 //!   [`transport::shm`] (shared memory on one machine) and an in-process loopback, and
 //!   [`transport::Channel`], the one type the rest of urom holds; UCX across machines will
 //!   follow;
-//! * [`task`]: the preallocated task ring of the host API;
 //! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
 //!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
 //!   sample plugin's messages;
-//! * the progress engine and the typestate contexts `Service`, `Worker` and `Domain` will sit on
-//!   top.
+//! * [`host`]: the progress engine and the typestate contexts `Service` and `Worker`, whose
+//!   commands are tasks from preallocated task slots; `Domain` will follow.
 //!
 //! Unsafe code lives only in `abi`, `transport::shm` and `sys`; everything else is safe Rust.
 #![deny(unsafe_code)]
@@ -32,8 +31,6 @@ pub mod host;
 pub mod plugin;
 mod sync;
 mod sys;
-#[cfg(not(loom))]
-pub mod task;
 #[cfg(not(loom))]
 pub mod transport;
 // Under loom, the ring alone, model-checked.

@@ -1,16 +1,16 @@
-//! After setup, sending, receiving and the task ring allocate nothing: a counting global
+//! After setup, sending, receiving and the task slots allocate nothing: a counting global
 //! allocator watches this test's thread while it moves frames and tasks.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
-use urom_core::task::{CompletedTask, TaskRing};
+use urom_core::host::{CompletedTask, TaskSlots};
 use urom_core::transport::ChannelConfig;
 use urom_core::transport::loopback::LoopbackConnection;
 use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{Transport, WaitMode};
-use urom_core::wire::MaxMsgSize;
+use urom_core::wire::{MaxMsgSize, Status};
 
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
@@ -66,7 +66,7 @@ fn done(task: &CompletedTask<'_>) {
 
 fn exchange<C: Transport>(a: &mut C, b: &mut C, rounds: u32) {
     let mut frame = [0u8; 256];
-    let mut ring = TaskRing::new(16, 256, 64).unwrap();
+    let mut slots = TaskSlots::new(16, 256, 64).unwrap();
     let mut run = |a: &mut C, b: &mut C, rounds: u32| {
         for i in 0..rounds {
             let len = 1 + (i as usize * 37) % frame.len();
@@ -77,16 +77,18 @@ fn exchange<C: Transport>(a: &mut C, b: &mut C, rounds: u32) {
             b.send(&frame[..len]).unwrap();
             assert!(a.recv().unwrap().is_some());
             // A task: loan, write, submit over the connection, receive it, complete it.
-            let mut task = ring.loan().unwrap();
+            let mut task = slots.loan().unwrap();
             task.write(&frame[..len]).unwrap();
             task.user_data_mut()[0] = 7;
             task.set_callback(done);
             let handle = task.submit(a).unwrap();
             let received = b.recv().unwrap().unwrap();
             assert_eq!(received.len(), len);
-            ring.complete(handle, 0, &frame[..len.min(64)]).unwrap();
+            slots
+                .complete(handle, Status::Success, &frame[..len.min(64)])
+                .unwrap();
             // A dropped loan goes back.
-            drop(ring.loan().unwrap());
+            drop(slots.loan().unwrap());
         }
         assert_eq!(a.recv().unwrap(), None);
         assert_eq!(b.recv().unwrap(), None);

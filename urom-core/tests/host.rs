@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{TIMEOUT, run_worker, start_daemon, start_service};
 use urom_core::graph::{GraphHost, loopback_result};
+use urom_core::host::CompletedTask;
 use urom_core::host::{ProgressEngine, Worker, WorkerState};
-use urom_core::task::CompletedTask;
 use urom_core::wire::Status;
 
 thread_local! {
@@ -36,7 +36,7 @@ fn wait_for(engine: &mut ProgressEngine, count: usize) -> Vec<(Status, u64, u64)
 
 fn echo(task: &CompletedTask<'_>) {
     let text = String::from_utf8_lossy(task.response).into_owned();
-    ECHO.with(|echo| *echo.borrow_mut() = Some((Status::from_raw(task.status), text)));
+    ECHO.with(|echo| *echo.borrow_mut() = Some((task.status, text)));
 }
 
 thread_local! {

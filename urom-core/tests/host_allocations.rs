@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use common::{run_worker, start_daemon, start_service};
 use urom_core::graph::{GraphHost, loopback_result};
+use urom_core::host::CompletedTask;
 use urom_core::host::{ProgressEngine, Worker};
-use urom_core::task::CompletedTask;
 
 struct Counting;
 

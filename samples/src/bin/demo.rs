@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use urom_core::graph::loopback_result;
+use urom_core::host::CompletedTask;
 use urom_core::host::{Idle, ProgressEngine, Service, Worker};
-use urom_core::task::CompletedTask;
 use urom_core::wire::CpuSet;
 use urom_samples::{bootstrap, graph_host, loopback_once, run_worker};
 

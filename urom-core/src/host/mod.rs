@@ -9,7 +9,15 @@
 //!   tasks) -> `start()` -> `Worker<Starting>`, progressed until it is running ->
 //!   `Worker<Running>` (command tasks) -> `stop()`.
 //!
-//! Methods that are wrong in a state do not exist in that state.
+//! Methods that are wrong in a state do not exist in that state, and a context holds in each
+//! state only what is true of it (an idle worker has no channel, a running one always has).
+//!
+//! A running worker's commands are tasks from [`TaskSlots`] allocated when it starts. It fails
+//! ([`WorkerState::Failed`] with a [`WorkerFailure`]) when its process ends, its channel breaks,
+//! it is stopped, or it sends anything but a notification for a task in flight (a frame that
+//! does not parse, a command, a notification for a task already completed or never submitted:
+//! [`WorkerProtocolError`]). The host then closes the channel and completes every task in
+//! flight exactly once, with [`WorkerFailure::status`].
 //!
 //! ```compile_fail
 //! use urom_core::host::{Idle, Worker};
@@ -27,6 +35,7 @@ mod control;
 mod engine;
 mod service;
 mod service_file;
+mod task;
 mod worker;
 
 pub use control::ControlError;
@@ -35,10 +44,24 @@ pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
 };
 pub use service_file::{SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service};
-pub use worker::{CommandError, CommandTask, StartProgress, Worker, WorkerStartError, WorkerState};
+pub use task::{
+    CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,
+    TaskSlotsNewError, TaskSubmitError, TaskWriteError, USER_DATA_LEN,
+};
+pub use worker::{
+    CommandError, CommandTask, StartProgress, Worker, WorkerFailure, WorkerProtocolError,
+    WorkerStartError, WorkerState,
+};
 
 mod sealed {
-    pub trait Sealed {}
+    /// Seals [`State`](super::State) and says what each context holds in each state, so that
+    /// a context in one state carries only what is true of it.
+    pub trait Sealed {
+        /// What a [`Service`](super::Service) holds in this state besides its settings.
+        type Service;
+        /// What a [`Worker`](super::Worker) holds in this state besides its settings.
+        type Worker;
+    }
 }
 
 /// A context's lifecycle state.
@@ -54,9 +77,19 @@ pub struct Starting;
 #[derive(Debug)]
 pub struct Running;
 
-impl sealed::Sealed for Idle {}
-impl sealed::Sealed for Starting {}
-impl sealed::Sealed for Running {}
+impl sealed::Sealed for Idle {
+    type Service = ();
+    type Worker = worker::Unstarted;
+}
+impl sealed::Sealed for Starting {
+    // A service starts in one call: there is no starting service.
+    type Service = core::convert::Infallible;
+    type Worker = worker::Started;
+}
+impl sealed::Sealed for Running {
+    type Service = service::Connected;
+    type Worker = worker::Started;
+}
 impl State for Idle {}
 impl State for Starting {}
 impl State for Running {}

@@ -1,7 +1,6 @@
 //! The service context: the connection to the daemon.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -130,11 +129,17 @@ impl Drop for WorkerSlot {
     }
 }
 
+/// What a running service holds besides its settings.
+pub struct Connected {
+    /// The connection and what the daemon said, shared with the service's workers.
+    shared: Arc<Shared>,
+}
+
 /// The connection to the urom service.
 pub struct Service<S: State> {
     config: Box<Config>,
-    shared: Option<Arc<Shared>>,
-    _state: PhantomData<S>,
+    /// Nothing when idle; the connection when running.
+    data: S::Service,
 }
 
 /// Called when a workers-by-gid query completes: the ids, or why it failed.
@@ -159,8 +164,7 @@ impl Service<Idle> {
                 device_pci: None,
                 identity: format!("pid {}", std::process::id()),
             }),
-            shared: None,
-            _state: PhantomData,
+            data: (),
         }
     }
 
@@ -212,8 +216,9 @@ impl Service<Idle> {
         match self.connect() {
             Ok(shared) => Ok(Service {
                 config: self.config,
-                shared: Some(Arc::new(shared)),
-                _state: PhantomData,
+                data: Connected {
+                    shared: Arc::new(shared),
+                },
             }),
             Err(error) => Err((self, error)),
         }
@@ -283,14 +288,12 @@ impl Service<Idle> {
 }
 
 impl Service<Running> {
-    fn shared(&self) -> &Arc<Shared> {
-        self.shared
-            .as_ref()
-            .expect("a running service is connected")
+    fn shared(&self) -> &Shared {
+        &self.data.shared
     }
 
     pub(crate) fn shared_handle(&self) -> Arc<Shared> {
-        Arc::clone(self.shared())
+        Arc::clone(&self.data.shared)
     }
 
     /// The plugins the service offers.
@@ -344,13 +347,10 @@ impl Service<Running> {
 
     /// Disconnects; the daemon tears down the workers only this host used.
     pub fn stop(self) -> Service<Idle> {
-        if let Some(shared) = &self.shared {
-            shared.channel.close();
-        }
+        self.data.shared.channel.close();
         Service {
             config: self.config,
-            shared: None,
-            _state: PhantomData,
+            data: (),
         }
     }
 }

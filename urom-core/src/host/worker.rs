@@ -1,30 +1,32 @@
-//! The worker context: a worker process and the channel to it, with its task ring.
+//! The worker context: a worker process and the channel to it, with its task slots.
 
 use std::cell::RefCell;
 use std::fmt;
-use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::{Arc, mpsc};
 
 use super::control::{ControlError, Reply};
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
+use super::task::{
+    TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskSlots, TaskSubmitError,
+    USER_DATA_LEN,
+};
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
-use crate::task::{TaskCallback, TaskHandle, TaskLoan, TaskRing, TaskSubmitError, USER_DATA_LEN};
-use crate::transport::{Channel, ChannelConfig, Transport};
+use crate::transport::{Channel, ChannelConfig, FrameRecvError, FrameSendError, Transport};
 use crate::wire::control::{ControlMessage, SpawnWorker, WORKER_ID_ANY, WorkerExit};
 use crate::wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
     write_command_headers,
 };
-use crate::wire::{CpuSet, FrameRepr, List, Status};
+use crate::wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
 
-/// Why a worker did not start or stopped working.
+/// Why a worker did not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkerStartError {
     /// No running service was set.
     NoService,
-    /// The in-flight task limit is not a power of two.
+    /// The in-flight task limit is not a power of two (or above 2^31).
     MaxInflight(usize),
     /// The service already runs its `set_max_workers` worker contexts.
     TooManyWorkers(usize),
@@ -34,17 +36,19 @@ pub enum WorkerStartError {
     Control(ControlError),
     /// The worker's channel could not be set up.
     Connect(String),
-    /// The worker ended.
-    Exited(WorkerExit),
-    /// The channel to the worker broke.
-    Lost(String),
+    /// The worker was reached, then failed before [`Worker::try_running`] saw it running (it
+    /// exited at once, for example).
+    Failed(WorkerFailure),
 }
 
 impl fmt::Display for WorkerStartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoService => f.write_str("no running service was given to the worker"),
-            Self::MaxInflight(n) => write!(f, "max in-flight tasks {n} is not a power of two"),
+            Self::MaxInflight(n) => write!(
+                f,
+                "max in-flight tasks {n} is not a power of two between 1 and 2^31"
+            ),
             Self::TooManyWorkers(n) => write!(
                 f,
                 "the service already runs its {n} workers (its max workers); stop one first"
@@ -52,26 +56,100 @@ impl fmt::Display for WorkerStartError {
             Self::Env(entry) => write!(f, "environment entry `{entry}` is not NAME=value"),
             Self::Control(e) => write!(f, "{e}"),
             Self::Connect(e) => write!(f, "cannot reach the worker: {e}"),
-            Self::Exited(exit) if exit.signal != 0 => {
-                write!(
-                    f,
-                    "worker {} was killed by signal {}",
-                    exit.worker_id, exit.signal
-                )
-            }
-            Self::Exited(exit) => {
-                write!(
-                    f,
-                    "worker {} exited with code {}",
-                    exit.worker_id, exit.exit_code
-                )
-            }
-            Self::Lost(e) => write!(f, "the channel to the worker broke: {e}"),
+            Self::Failed(failure) => write!(f, "the worker failed as it started: {failure}"),
         }
     }
 }
 
 impl std::error::Error for WorkerStartError {}
+
+/// Why a running worker stopped working. By then every task it had in flight has completed
+/// once, with [`WorkerFailure::status`]. Never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerFailure {
+    /// The worker process ended.
+    Exited(WorkerExit),
+    /// The channel to the worker broke (the worker closed it, died, or corrupted it).
+    Lost(FrameRecvError),
+    /// The worker sent something the data protocol does not allow; the host closed the
+    /// channel.
+    Protocol(WorkerProtocolError),
+    /// [`Worker::stop`] stopped it.
+    Stopped,
+}
+
+impl WorkerFailure {
+    /// The status the worker's tasks in flight completed with: `DOCA_ERROR_SHUTDOWN` when it
+    /// was stopped, `DOCA_ERROR_NOT_CONNECTED` otherwise.
+    pub fn status(&self) -> Status {
+        match self {
+            Self::Stopped => Status::Shutdown,
+            Self::Exited(_) | Self::Lost(_) | Self::Protocol(_) => Status::NotConnected,
+        }
+    }
+}
+
+impl fmt::Display for WorkerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exited(exit) if exit.signal != 0 => write!(
+                f,
+                "worker {} was killed by signal {}",
+                exit.worker_id, exit.signal
+            ),
+            Self::Exited(exit) => write!(
+                f,
+                "worker {} exited with code {}",
+                exit.worker_id, exit.exit_code
+            ),
+            Self::Lost(e) => write!(f, "the channel to the worker broke: {e}"),
+            Self::Protocol(e) => write!(f, "the worker broke the data protocol: {e}"),
+            Self::Stopped => f.write_str("the worker was stopped"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerFailure {}
+
+/// What a worker sent that the host cannot accept. Each one fails the channel
+/// ([`WorkerFailure::Protocol`]): a worker sends a host nothing but notifications, one per
+/// command, so anything else means the two no longer agree on which tasks are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerProtocolError {
+    /// A frame that does not parse.
+    Malformed(DecodeError),
+    /// A command: workers do not send hosts commands.
+    Command,
+    /// A notification for a task that is not in flight: already completed, or never
+    /// submitted.
+    NotInFlight(TaskHandle),
+    /// A notification whose payload exceeds the task's response space.
+    ResponseTooLarge {
+        /// Bytes offered.
+        len: usize,
+        /// Bytes of response space.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for WorkerProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed(e) => write!(f, "a frame from the worker does not parse: {e}"),
+            Self::Command => f.write_str("the worker sent a command; workers send notifications"),
+            Self::NotInFlight(handle) => write!(
+                f,
+                "a notification for a task that is not in flight: {handle}"
+            ),
+            Self::ResponseTooLarge { len, capacity } => write!(
+                f,
+                "a notification of {len} bytes exceeds the task's response space of {capacity} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WorkerProtocolError {}
 
 /// Where a worker context is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,11 +159,11 @@ pub enum WorkerState {
     /// Accepting command tasks.
     Running,
     /// Failed; every task it had in flight completed with an error.
-    Failed(WorkerStartError),
+    Failed(WorkerFailure),
 }
 
-/// Why a command task was not submitted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a command task was not submitted. Never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandError {
     /// The worker is not running (it failed, or stopped).
     NotRunning,
@@ -101,7 +179,7 @@ pub enum CommandError {
         capacity: usize,
     },
     /// The channel failed.
-    Send(String),
+    Send(FrameSendError),
 }
 
 impl fmt::Display for CommandError {
@@ -160,18 +238,19 @@ struct Config {
     max_inflight: usize,
 }
 
-// One per worker, held in place: the running variant's size costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Phase {
-    Starting(mpsc::Receiver<Reply>),
-    Running {
-        conn: Channel,
-        ring: TaskRing,
-        exit: mpsc::Receiver<WorkerExit>,
-    },
-    Failed(WorkerStartError),
+/// What an idle worker holds besides its settings.
+pub struct Unstarted {
+    /// The service it will run on, once set.
+    service: Option<Arc<Shared>>,
 }
 
+/// What a starting or running worker holds besides its settings.
+pub struct Started {
+    /// Its core, which the engine polls.
+    core: Rc<RefCell<Core>>,
+}
+
+/// A started worker: its phase and what it shares with the service.
 struct Core {
     phase: Phase,
     id: u64,
@@ -182,16 +261,104 @@ struct Core {
     seq: u64,
 }
 
-impl Core {
-    /// Fails every in-flight task and moves to `Failed`.
-    fn fail(&mut self, error: WorkerStartError) {
-        if let Phase::Running { ring, .. } = &mut self.phase {
-            ring.fail_in_flight(Status::NotConnected.raw());
+// One per worker, held in place: the running variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Phase {
+    /// Asked the service for the worker.
+    Starting(Spawn),
+    /// Reached: commands go out, notifications come back.
+    Running(Link),
+    /// It failed once reached; every task it had in flight has completed.
+    Failed(WorkerFailure),
+}
+
+/// A spawn request to the service.
+enum Spawn {
+    /// Sent; the service's answer arrives here.
+    Asked(mpsc::Receiver<Reply>),
+    /// The service refused or went away, or the worker could not be reached.
+    Failed(WorkerStartError),
+}
+
+/// A reached worker: the channel, the tasks in flight on it and the watch on its process.
+struct Link {
+    conn: Channel,
+    tasks: TaskSlots,
+    exit: mpsc::Receiver<WorkerExit>,
+}
+
+impl Link {
+    /// Completes the tasks answered so far, then checks that the worker still runs. Returns
+    /// how many tasks completed, or that and why the link must be failed.
+    fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
+        let completed = receive(&mut self.conn, &mut self.tasks)?;
+        match self.exit.try_recv() {
+            Ok(exit) => Err((completed, WorkerFailure::Exited(exit))),
+            Err(_) => Ok(completed),
         }
-        self.phase = Phase::Failed(error);
+    }
+}
+
+/// Completes the task of every notification waiting on `conn`; returns how many completed, or
+/// that count and why the channel must be failed: it broke, or the worker sent a frame that is
+/// not a notification for a task in flight ([`WorkerProtocolError`]).
+fn receive(
+    conn: &mut (impl Transport + ?Sized),
+    tasks: &mut TaskSlots,
+) -> Result<usize, (usize, WorkerFailure)> {
+    let max = conn.max_msg_size();
+    let mut completed = 0;
+    loop {
+        match conn.recv() {
+            Ok(Some(frame)) => match complete(tasks, frame, max) {
+                Ok(()) => completed += 1,
+                Err(e) => return Err((completed, WorkerFailure::Protocol(e))),
+            },
+            Ok(None) => return Ok(completed),
+            Err(e) => return Err((completed, WorkerFailure::Lost(e))),
+        }
+    }
+}
+
+/// Completes the task `frame` answers, running its callback.
+fn complete(
+    tasks: &mut TaskSlots,
+    frame: &[u8],
+    max: MaxMsgSize,
+) -> Result<(), WorkerProtocolError> {
+    let notify = match FrameRepr::<DataMessage>::parse(frame, max) {
+        Ok(FrameRepr {
+            body: DataMessage::Notify(notify),
+            ..
+        }) => notify,
+        Ok(FrameRepr {
+            body: DataMessage::Command(_),
+            ..
+        }) => return Err(WorkerProtocolError::Command),
+        Err(e) => return Err(WorkerProtocolError::Malformed(e)),
+    };
+    let handle = TaskHandle::from_u64(notify.urom_context);
+    tasks
+        .complete(handle, notify.status, notify.payload)
+        .map_err(|e| match e {
+            TaskCompleteError::NotInFlight(handle) => WorkerProtocolError::NotInFlight(handle),
+            TaskCompleteError::ResponseTooLarge { len, capacity } => {
+                WorkerProtocolError::ResponseTooLarge { len, capacity }
+            }
+        })
+}
+
+impl Core {
+    /// Completes every task in flight with the failure's status and moves to `Failed`; the
+    /// channel closes.
+    fn fail(&mut self, failure: WorkerFailure) {
+        if let Phase::Running(link) = &mut self.phase {
+            link.tasks.fail_in_flight(failure.status());
+        }
+        self.phase = Phase::Failed(failure);
     }
 
-    fn connect(&mut self, reply: &Reply) -> Result<Phase, WorkerStartError> {
+    fn connect(&mut self, reply: &Reply) -> Result<Link, WorkerStartError> {
         reply.refusal().map_err(WorkerStartError::Control)?;
         let ControlMessage::SpawnResult(result) = reply.message() else {
             return Err(WorkerStartError::Control(ControlError::Protocol(
@@ -202,62 +369,37 @@ impl Core {
         let max = self.shared.max_msg_size;
         let conn = Channel::connect(result.endpoint, result.address, &ChannelConfig::new(max))
             .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
-        let ring = TaskRing::new(self.max_inflight, max.get(), max_notify_payload(max))
-            .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+        let tasks = TaskSlots::new(self.max_inflight, max.get(), max_notify_payload(max))
+            .map_err(|_| WorkerStartError::MaxInflight(self.max_inflight))?;
         let exit = self.shared.channel.watch_exit(self.id);
-        Ok(Phase::Running { conn, ring, exit })
+        Ok(Link { conn, tasks, exit })
     }
 }
 
 impl Poll for Core {
     fn poll(&mut self) -> usize {
         match &mut self.phase {
-            Phase::Starting(reply) => {
-                let phase = match reply.try_recv() {
-                    Ok(reply) => self.connect(&reply).unwrap_or_else(Phase::Failed),
+            Phase::Starting(Spawn::Asked(reply)) => {
+                self.phase = match reply.try_recv() {
+                    Ok(reply) => match self.connect(&reply) {
+                        Ok(link) => Phase::Running(link),
+                        Err(error) => Phase::Starting(Spawn::Failed(error)),
+                    },
                     Err(mpsc::TryRecvError::Empty) => return 0,
-                    Err(mpsc::TryRecvError::Disconnected) => {
-                        Phase::Failed(WorkerStartError::Control(ControlError::Closed))
-                    }
+                    Err(mpsc::TryRecvError::Disconnected) => Phase::Starting(Spawn::Failed(
+                        WorkerStartError::Control(ControlError::Closed),
+                    )),
                 };
-                self.phase = phase;
                 1
             }
-            Phase::Running { conn, ring, exit } => {
-                let mut completed = 0;
-                let max = self.shared.max_msg_size;
-                loop {
-                    match conn.recv() {
-                        Ok(Some(frame)) => {
-                            if let Ok(FrameRepr {
-                                body: DataMessage::Notify(notify),
-                                ..
-                            }) = FrameRepr::<DataMessage>::parse(frame, max)
-                            {
-                                let handle = TaskHandle::from_u64(notify.urom_context);
-                                if ring
-                                    .complete(handle, notify.status.raw(), notify.payload)
-                                    .is_ok()
-                                {
-                                    completed += 1;
-                                }
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            let error = WorkerStartError::Lost(e.to_string());
-                            self.fail(error);
-                            return completed + 1;
-                        }
-                    }
+            Phase::Running(link) => match link.poll() {
+                Ok(completed) => completed,
+                Err((completed, failure)) => {
+                    self.fail(failure);
+                    completed + 1
                 }
-                if let Ok(exited) = exit.try_recv() {
-                    self.fail(WorkerStartError::Exited(exited));
-                    return completed + 1;
-                }
-                completed
-            }
-            Phase::Failed(_) => 0,
+            },
+            Phase::Starting(Spawn::Failed(_)) | Phase::Failed(_) => 0,
         }
     }
 }
@@ -265,9 +407,8 @@ impl Poll for Core {
 /// A worker: a process the service runs plugins in, and the channel to it.
 pub struct Worker<S: State> {
     config: Box<Config>,
-    service: Option<Arc<Shared>>,
-    core: Option<Rc<RefCell<Core>>>,
-    _state: PhantomData<S>,
+    /// When idle, the service, once set; once started, the core.
+    data: S::Worker,
 }
 
 impl Default for Worker<Idle> {
@@ -289,15 +430,13 @@ impl Worker<Idle> {
                 env: Vec::new(),
                 max_inflight: 64,
             }),
-            service: None,
-            core: None,
-            _state: PhantomData,
+            data: Unstarted { service: None },
         }
     }
 
     /// The service that runs it.
     pub fn set_service(mut self, service: &Service<Running>) -> Self {
-        self.service = Some(service.shared_handle());
+        self.data.service = Some(service.shared_handle());
         self
     }
 
@@ -343,7 +482,7 @@ impl Worker<Idle> {
         self,
         engine: &mut ProgressEngine,
     ) -> Result<Worker<Starting>, (Self, WorkerStartError)> {
-        let Some(shared) = self.service.clone() else {
+        let Some(shared) = self.data.service.clone() else {
             return Err((self, WorkerStartError::NoService));
         };
         if !self.config.max_inflight.is_power_of_two() {
@@ -377,7 +516,7 @@ impl Worker<Idle> {
             Err(error) => return Err((self, WorkerStartError::Control(error))),
         };
         let core = Rc::new(RefCell::new(Core {
-            phase: Phase::Starting(reply),
+            phase: Phase::Starting(Spawn::Asked(reply)),
             id: self.config.id,
             shared,
             _slot: slot,
@@ -388,25 +527,20 @@ impl Worker<Idle> {
         engine.connect(&poll);
         Ok(Worker {
             config: self.config,
-            service: self.service,
-            core: Some(core),
-            _state: PhantomData,
+            data: Started { core },
         })
     }
 }
 
-impl<S: State> Worker<S> {
-    fn core(&self) -> &Rc<RefCell<Core>> {
-        self.core.as_ref().expect("a started worker has a core")
-    }
-
-    fn into_state<T: State>(self) -> Worker<T> {
-        Worker {
-            config: self.config,
-            service: self.service,
-            core: self.core,
-            _state: PhantomData,
-        }
+/// A started worker's settings as an idle worker on the same service; the core goes (the
+/// engine forgets it).
+fn idle_again(config: Box<Config>, started: Started) -> Worker<Idle> {
+    let service = Arc::clone(&started.core.borrow().shared);
+    Worker {
+        config,
+        data: Unstarted {
+            service: Some(service),
+        },
     }
 }
 
@@ -430,19 +564,22 @@ impl fmt::Debug for StartProgress {
 impl Worker<Starting> {
     /// The running worker once the engine's progress has set it up.
     pub fn try_running(self) -> Result<Worker<Running>, StartProgress> {
-        let phase = match &self.core().borrow().phase {
-            Phase::Starting(_) => Ok(false),
-            Phase::Running { .. } => Ok(true),
-            Phase::Failed(error) => Err(error.clone()),
+        let outcome = match &self.data.core.borrow().phase {
+            Phase::Starting(Spawn::Asked(_)) => None,
+            Phase::Running(_) => Some(Ok(())),
+            Phase::Starting(Spawn::Failed(error)) => Some(Err(error.clone())),
+            Phase::Failed(failure) => Some(Err(WorkerStartError::Failed(*failure))),
         };
-        match phase {
-            Ok(true) => Ok(self.into_state()),
-            Ok(false) => Err(StartProgress::Starting(self)),
-            Err(error) => {
-                let mut idle: Worker<Idle> = self.into_state();
-                idle.core = None;
-                Err(StartProgress::Failed(idle, error))
-            }
+        match outcome {
+            Some(Ok(())) => Ok(Worker {
+                config: self.config,
+                data: self.data,
+            }),
+            None => Err(StartProgress::Starting(self)),
+            Some(Err(error)) => Err(StartProgress::Failed(
+                idle_again(self.config, self.data),
+                error,
+            )),
         }
     }
 }
@@ -450,7 +587,7 @@ impl Worker<Starting> {
 impl Worker<Running> {
     /// Its id (the fresh one when it was started with `WORKER_ID_ANY`).
     pub fn id(&self) -> u64 {
-        self.core().borrow().id
+        self.data.core.borrow().id
     }
 
     /// Its group.
@@ -461,16 +598,17 @@ impl Worker<Running> {
     /// Whether it still runs; after a failure every task it had in flight has completed with
     /// an error.
     pub fn state(&self) -> WorkerState {
-        match &self.core().borrow().phase {
+        match &self.data.core.borrow().phase {
+            // Not seen: a worker is handed out running once its phase is, which never goes back.
             Phase::Starting(_) => WorkerState::Starting,
-            Phase::Running { .. } => WorkerState::Running,
-            Phase::Failed(error) => WorkerState::Failed(error.clone()),
+            Phase::Running(_) => WorkerState::Running,
+            Phase::Failed(failure) => WorkerState::Failed(*failure),
         }
     }
 
     /// The most a command's payload carries.
     pub fn max_command_payload(&self) -> usize {
-        max_command_payload(self.core().borrow().shared.max_msg_size)
+        max_command_payload(self.data.core.borrow().shared.max_msg_size)
     }
 
     /// Submits a command for `plugin`: `fill` writes the payload (returning its length), the
@@ -479,15 +617,15 @@ impl Worker<Running> {
     where
         F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
     {
-        let mut core = self.core().borrow_mut();
+        let mut core = self.data.core.borrow_mut();
         let Core {
             phase, shared, seq, ..
         } = &mut *core;
-        let Phase::Running { conn, ring, .. } = phase else {
+        let Phase::Running(Link { conn, tasks, .. }) = phase else {
             return Err(CommandError::NotRunning);
         };
         let max = shared.max_msg_size;
-        let mut loan = ring.loan().map_err(|_| CommandError::Exhausted)?;
+        let mut loan = tasks.loan().map_err(|_| CommandError::Exhausted)?;
         let handle = loan.handle();
         let payload_len = fill(&mut CommandTask { loan: &mut loan });
         *seq += 1;
@@ -510,7 +648,7 @@ impl Worker<Running> {
         match loan.submit(conn) {
             Ok(handle) => Ok(handle),
             Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
-            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e.to_string())),
+            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e)),
         }
     }
 
@@ -518,15 +656,11 @@ impl Worker<Running> {
     /// the worker and waits for that; returns the idle context.
     pub fn stop(self) -> Result<Worker<Idle>, (Worker<Idle>, ControlError)> {
         let (id, shared) = {
-            let mut core = self.core().borrow_mut();
-            if let Phase::Running { ring, .. } = &mut core.phase {
-                ring.fail_in_flight(Status::Shutdown.raw());
-            }
-            core.phase = Phase::Failed(WorkerStartError::Control(ControlError::Closed));
+            let mut core = self.data.core.borrow_mut();
+            core.fail(WorkerFailure::Stopped);
             (core.id, Arc::clone(&core.shared))
         };
-        let mut idle: Worker<Idle> = self.into_state();
-        idle.core = None;
+        let idle = idle_again(self.config, self.data);
         match shared
             .channel
             .call(ControlMessage::DestroyWorker { worker_id: id })
@@ -539,5 +673,141 @@ impl Worker<Running> {
             }) => Ok(idle),
             Err(error) => Err((idle, error)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::CompletedTask;
+    use crate::transport::loopback::LoopbackConnection;
+    use crate::wire::data::{Command, Notification};
+
+    thread_local! {
+        static DONE: RefCell<Vec<(u8, Status)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn record(task: &CompletedTask<'_>) {
+        DONE.with(|done| done.borrow_mut().push((task.user_data[0], task.status)));
+    }
+
+    /// A host end with tasks 0 and 1 in flight, the worker end, and the tasks' handles.
+    fn two_in_flight() -> (
+        LoopbackConnection,
+        LoopbackConnection,
+        TaskSlots,
+        [TaskHandle; 2],
+    ) {
+        let max = MaxMsgSize::DEFAULT;
+        let (mut host, mut worker) = LoopbackConnection::pair(max, 8);
+        let mut tasks = TaskSlots::new(4, max.get(), max_notify_payload(max)).unwrap();
+        let handles = [0u8, 1].map(|n| {
+            let mut loan = tasks.loan().unwrap();
+            loan.user_data_mut()[0] = n;
+            loan.set_callback(record);
+            loan.write(b"command").unwrap();
+            let handle = loan.submit(&mut host).unwrap();
+            assert!(worker.recv().unwrap().is_some());
+            handle
+        });
+        (host, worker, tasks, handles)
+    }
+
+    fn send(conn: &mut LoopbackConnection, body: DataMessage<'_>) {
+        let frame = FrameRepr { seq: 1, body };
+        let mut bytes = vec![0; frame.buffer_len()];
+        frame.emit(&mut bytes, MaxMsgSize::DEFAULT).unwrap();
+        conn.send(&bytes).unwrap();
+    }
+
+    fn notify(handle: TaskHandle) -> DataMessage<'static> {
+        DataMessage::Notify(Notification {
+            plugin: 1,
+            urom_context: handle.to_u64(),
+            status: Status::Success,
+            payload: b"answer",
+        })
+    }
+
+    #[test]
+    fn a_notification_completes_its_task() {
+        let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
+        send(&mut worker, notify(first));
+        assert_eq!(receive(&mut host, &mut tasks), Ok(1));
+        assert_eq!(DONE.with(|d| d.take()), [(0, Status::Success)]);
+        assert_eq!(receive(&mut host, &mut tasks), Ok(0));
+        assert_eq!(tasks.in_flight(), 1);
+    }
+
+    #[test]
+    fn a_frame_that_does_not_parse_fails_the_channel() {
+        let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
+        send(&mut worker, notify(first));
+        worker.send(&[0xa5; 40]).unwrap();
+        let error = FrameRepr::<DataMessage>::parse(&[0xa5; 40], MaxMsgSize::DEFAULT).unwrap_err();
+        assert_eq!(
+            receive(&mut host, &mut tasks),
+            Err((
+                1,
+                WorkerFailure::Protocol(WorkerProtocolError::Malformed(error))
+            ))
+        );
+    }
+
+    #[test]
+    fn a_command_from_the_worker_fails_the_channel() {
+        let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
+        let command = Command {
+            plugin: 1,
+            urom_context: first.to_u64(),
+            payload: b"",
+        };
+        send(&mut worker, DataMessage::Command(command));
+        assert_eq!(
+            receive(&mut host, &mut tasks),
+            Err((0, WorkerFailure::Protocol(WorkerProtocolError::Command)))
+        );
+        assert_eq!(tasks.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_notification_for_a_task_not_in_flight_fails_the_channel() {
+        let (mut host, mut worker, mut tasks, [first, second]) = two_in_flight();
+        // The same task answered twice.
+        send(&mut worker, notify(first));
+        send(&mut worker, notify(first));
+        let failure = WorkerFailure::Protocol(WorkerProtocolError::NotInFlight(first));
+        assert_eq!(receive(&mut host, &mut tasks), Err((1, failure)));
+        assert_eq!(
+            failure.to_string(),
+            "the worker broke the data protocol: a notification for a task that is not in \
+             flight: task 0 (generation 0)"
+        );
+        // A task never submitted.
+        let never = TaskHandle::from_u64(second.to_u64() + 2);
+        send(&mut worker, notify(never));
+        assert_eq!(
+            receive(&mut host, &mut tasks),
+            Err((
+                0,
+                WorkerFailure::Protocol(WorkerProtocolError::NotInFlight(never))
+            ))
+        );
+        // Failing the channel completes what is left once, with the failure's status.
+        assert_eq!(tasks.fail_in_flight(failure.status()), 1);
+        assert_eq!(
+            DONE.with(|d| d.take()),
+            [(0, Status::Success), (1, Status::NotConnected)]
+        );
+    }
+
+    #[test]
+    fn a_broken_channel_is_lost() {
+        let (mut host, worker, mut tasks, _) = two_in_flight();
+        worker.simulate_crash();
+        assert!(matches!(
+            receive(&mut host, &mut tasks),
+            Err((0, WorkerFailure::Lost(FrameRecvError::PeerGone(_))))
+        ));
     }
 }

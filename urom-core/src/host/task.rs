@@ -1,38 +1,40 @@
-//! The preallocated task ring of the host API.
+//! The task slots of a worker context: a free list of preallocated tasks.
 //!
-//! A [`TaskRing`] allocates every task slot once: a payload buffer (the frame sent to the
-//! worker), response space, 32 bytes of user data and a completion callback. A task goes
-//! loan -> write -> submit -> complete:
+//! [`TaskSlots`] allocates every task once: a payload buffer (the frame sent to the worker),
+//! response space, 32 bytes of user data and a completion callback. Free slots sit on a stack
+//! (the last freed is loaned next, while its memory is warm); tasks complete in any order. A
+//! task goes loan -> write -> submit -> complete:
 //!
 //! ```
-//! use urom_core::task::{CompletedTask, TaskRing};
+//! use urom_core::host::{CompletedTask, TaskSlots};
 //! use urom_core::transport::{Transport, loopback::LoopbackConnection};
-//! use urom_core::wire::MaxMsgSize;
+//! use urom_core::wire::{MaxMsgSize, Status};
 //!
 //! fn done(task: &CompletedTask<'_>) {
 //!     assert_eq!(task.response, b"pong");
 //! }
 //!
 //! let (mut host, mut worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 8);
-//! let mut ring = TaskRing::new(4, 4096, 256).unwrap();
-//! let mut task = ring.loan().unwrap();
+//! let mut slots = TaskSlots::new(4, 4096, 256).unwrap();
+//! let mut task = slots.loan().unwrap();
 //! task.write(b"ping").unwrap();
 //! task.user_data_mut()[0] = 42;
 //! task.set_callback(done);
 //! let handle = task.submit(&mut host).unwrap();
 //! assert_eq!(worker.recv().unwrap(), Some(&b"ping"[..]));
-//! ring.complete(handle, 0, b"pong").unwrap();
-//! assert_eq!(ring.in_flight(), 0);
+//! slots.complete(handle, Status::Success, b"pong").unwrap();
+//! assert_eq!(slots.in_flight(), 0);
 //! ```
 //!
 //! Dropping a loan without submitting returns its slot; submitting into a full connection hands
 //! the loan back ([`TaskSubmitError::Full`]). Handles are `Copy` indices with a generation, so a
 //! late or duplicate completion is refused instead of completing the wrong task. Nothing here
-//! allocates after [`TaskRing::new`].
+//! allocates after [`TaskSlots::new`].
 
 use core::fmt;
 
 use crate::transport::{FrameSendError, Transport};
+use crate::wire::Status;
 
 /// Bytes of user data carried by every task.
 pub const USER_DATA_LEN: usize = 32;
@@ -45,8 +47,9 @@ pub type TaskCallback = fn(&CompletedTask<'_>);
 pub struct CompletedTask<'a> {
     /// The task's handle (already free for reuse once the callback returns).
     pub handle: TaskHandle,
-    /// The completion status (0 for success, a urom status code otherwise).
-    pub status: i32,
+    /// How it ended: the worker's status, or the host's when the task failed without an
+    /// answer (the worker's channel failed, or the worker was stopped).
+    pub status: Status,
     /// The response bytes.
     pub response: &'a [u8],
     /// The user data written before submission.
@@ -80,6 +83,12 @@ impl TaskHandle {
     }
 }
 
+impl fmt::Display for TaskHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task {} (generation {})", self.index, self.generation)
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
     Free,
@@ -97,7 +106,7 @@ struct Meta {
 }
 
 /// A fixed set of task slots, allocated once.
-pub struct TaskRing {
+pub struct TaskSlots {
     // INVARIANTS: `free[..free_len]` lists exactly the slots in state `Free`; every buffer has
     // `meta.len()` slices of its size.
     meta: Box<[Meta]>,
@@ -110,32 +119,31 @@ pub struct TaskRing {
     in_flight: usize,
 }
 
-/// Why a task ring could not be built.
+/// Why task slots could not be built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskRingNewError {
+pub enum TaskSlotsNewError {
     /// The capacity is zero, not a power of two, or above 2^31.
     Capacity(usize),
 }
 
-impl fmt::Display for TaskRingNewError {
+impl fmt::Display for TaskSlotsNewError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskRingNewError::Capacity(n) => write!(
-                f,
-                "task ring capacity {n} is not a power of two between 1 and 2^31"
-            ),
+            TaskSlotsNewError::Capacity(n) => {
+                write!(f, "{n} task slots is not a power of two between 1 and 2^31")
+            }
         }
     }
 }
 
-impl core::error::Error for TaskRingNewError {}
+impl core::error::Error for TaskSlotsNewError {}
 
 /// No task slot is free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskLoanError {
     /// Every slot is loaned or in flight; complete some tasks first.
     Exhausted {
-        /// The ring's capacity.
+        /// The number of slots.
         capacity: usize,
     },
 }
@@ -178,7 +186,7 @@ impl core::error::Error for TaskWriteError {}
 pub enum TaskSubmitError<'r> {
     /// The connection is full: here is the task back, unchanged; submit it again later.
     Full(TaskLoan<'r>),
-    /// The connection failed; the task's slot went back to the ring.
+    /// The connection failed; the task's slot is free again.
     Send(FrameSendError),
 }
 
@@ -221,11 +229,9 @@ pub enum TaskCompleteError {
 impl fmt::Display for TaskCompleteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskCompleteError::NotInFlight(h) => write!(
-                f,
-                "completion for task {} (generation {}) which is not in flight",
-                h.index, h.generation
-            ),
+            TaskCompleteError::NotInFlight(h) => {
+                write!(f, "completion for {h} which is not in flight")
+            }
             TaskCompleteError::ResponseTooLarge { len, capacity } => write!(
                 f,
                 "response of {len} bytes exceeds the task's response space of {capacity} bytes"
@@ -236,16 +242,16 @@ impl fmt::Display for TaskCompleteError {
 
 impl core::error::Error for TaskCompleteError {}
 
-impl TaskRing {
-    /// A ring of `capacity` tasks (a power of two), each with `payload_size` bytes of payload
-    /// and `response_size` bytes of response space. The only allocation the ring ever makes.
+impl TaskSlots {
+    /// `capacity` task slots (a power of two), each with `payload_size` bytes of payload and
+    /// `response_size` bytes of response space. The only allocation they ever make.
     pub fn new(
         capacity: usize,
         payload_size: usize,
         response_size: usize,
-    ) -> Result<Self, TaskRingNewError> {
+    ) -> Result<Self, TaskSlotsNewError> {
         if !capacity.is_power_of_two() || capacity > 1 << 31 {
-            return Err(TaskRingNewError::Capacity(capacity));
+            return Err(TaskSlotsNewError::Capacity(capacity));
         }
         let meta = Meta {
             state: State::Free,
@@ -291,14 +297,14 @@ impl TaskRing {
         meta.len = 0;
         meta.user_data = [0; USER_DATA_LEN];
         meta.callback = None;
-        Ok(TaskLoan { ring: self, index })
+        Ok(TaskLoan { slots: self, index })
     }
 
     /// Completes the in-flight task `handle`: stores `response`, runs its callback, frees it.
     pub fn complete(
         &mut self,
         handle: TaskHandle,
-        status: i32,
+        status: Status,
         response: &[u8],
     ) -> Result<(), TaskCompleteError> {
         let index = handle.index as usize;
@@ -334,7 +340,7 @@ impl TaskRing {
 
     /// Completes every in-flight task with `status` and an empty response (the worker is
     /// gone); returns how many there were. Each callback runs once.
-    pub fn fail_in_flight(&mut self, status: i32) -> usize {
+    pub fn fail_in_flight(&mut self, status: Status) -> usize {
         let mut failed = 0;
         for index in 0..self.meta.len() {
             if self.meta[index].state == State::InFlight {
@@ -359,7 +365,7 @@ impl TaskRing {
 
 /// A loaned task slot: fill it in, then [`TaskLoan::submit`]. Dropping it returns the slot.
 pub struct TaskLoan<'r> {
-    ring: &'r mut TaskRing,
+    slots: &'r mut TaskSlots,
     index: usize,
 }
 
@@ -368,25 +374,25 @@ impl<'r> TaskLoan<'r> {
     pub fn handle(&self) -> TaskHandle {
         TaskHandle {
             index: self.index as u32,
-            generation: self.ring.meta[self.index].generation,
+            generation: self.slots.meta[self.index].generation,
         }
     }
 
     /// The whole payload buffer; say how much of it to send with [`TaskLoan::set_len`].
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let size = self.ring.payload_size;
-        &mut self.ring.payloads[self.index * size..][..size]
+        let size = self.slots.payload_size;
+        &mut self.slots.payloads[self.index * size..][..size]
     }
 
     /// Sets how many payload bytes to send (at most the buffer's size).
     pub fn set_len(&mut self, len: usize) -> Result<(), TaskWriteError> {
-        if len > self.ring.payload_size {
+        if len > self.slots.payload_size {
             return Err(TaskWriteError {
                 len,
-                capacity: self.ring.payload_size,
+                capacity: self.slots.payload_size,
             });
         }
-        self.ring.meta[self.index].len = len;
+        self.slots.meta[self.index].len = len;
         Ok(())
     }
 
@@ -399,12 +405,12 @@ impl<'r> TaskLoan<'r> {
 
     /// The task's 32 bytes of user data (zero when loaned).
     pub fn user_data_mut(&mut self) -> &mut [u8; USER_DATA_LEN] {
-        &mut self.ring.meta[self.index].user_data
+        &mut self.slots.meta[self.index].user_data
     }
 
     /// The function to call when the task completes.
     pub fn set_callback(&mut self, callback: TaskCallback) {
-        self.ring.meta[self.index].callback = Some(callback);
+        self.slots.meta[self.index].callback = Some(callback);
     }
 
     /// Sends the payload on `conn` and puts the task in flight.
@@ -413,14 +419,14 @@ impl<'r> TaskLoan<'r> {
         conn: &mut (impl Transport + ?Sized),
     ) -> Result<TaskHandle, TaskSubmitError<'r>> {
         let loan = self;
-        let size = loan.ring.payload_size;
+        let size = loan.slots.payload_size;
         let index = loan.index;
-        let len = loan.ring.meta[index].len;
-        match conn.send(&loan.ring.payloads[index * size..][..len]) {
+        let len = loan.slots.meta[index].len;
+        match conn.send(&loan.slots.payloads[index * size..][..len]) {
             Ok(()) => {
                 let handle = loan.handle();
-                loan.ring.meta[index].state = State::InFlight;
-                loan.ring.in_flight += 1;
+                loan.slots.meta[index].state = State::InFlight;
+                loan.slots.in_flight += 1;
                 core::mem::forget(loan);
                 Ok(handle)
             }
@@ -432,7 +438,7 @@ impl<'r> TaskLoan<'r> {
 
 impl Drop for TaskLoan<'_> {
     fn drop(&mut self) {
-        self.ring.give_back(self.index);
+        self.slots.give_back(self.index);
     }
 }
 
@@ -456,60 +462,60 @@ mod tests {
 
     #[test]
     fn capacity_must_be_a_power_of_two() {
-        assert!(TaskRing::new(0, 8, 8).is_err());
-        assert!(TaskRing::new(3, 8, 8).is_err());
-        assert!(TaskRing::new(4, 8, 8).is_ok());
+        assert!(TaskSlots::new(0, 8, 8).is_err());
+        assert!(TaskSlots::new(3, 8, 8).is_err());
+        assert!(TaskSlots::new(4, 8, 8).is_ok());
     }
 
     #[test]
     fn loan_write_submit_complete() {
         let (mut host, mut worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 8);
-        let mut ring = TaskRing::new(2, 64, 16).unwrap();
-        let mut loan = ring.loan().unwrap();
+        let mut slots = TaskSlots::new(2, 64, 16).unwrap();
+        let mut loan = slots.loan().unwrap();
         loan.write(b"abc").unwrap();
         loan.user_data_mut()[..8].copy_from_slice(&1000u64.to_le_bytes());
         loan.set_callback(record);
         let handle = loan.submit(&mut host).unwrap();
-        assert_eq!(ring.in_flight(), 1);
+        assert_eq!(slots.in_flight(), 1);
         assert_eq!(worker.recv().unwrap(), Some(&b"abc"[..]));
-        ring.complete(handle, 0, b"hello").unwrap();
+        slots.complete(handle, Status::Success, b"hello").unwrap();
         assert_eq!(LAST.load(Ordering::Relaxed), 1005);
-        assert_eq!(ring.in_flight(), 0);
+        assert_eq!(slots.in_flight(), 0);
         // A second completion of the same handle is refused.
         assert_eq!(
-            ring.complete(handle, 0, b""),
+            slots.complete(handle, Status::Success, b""),
             Err(TaskCompleteError::NotInFlight(handle))
         );
     }
 
     #[test]
     fn dropped_loan_returns_its_slot() {
-        let mut ring = TaskRing::new(1, 8, 8).unwrap();
-        drop(ring.loan().unwrap());
-        let loan = ring.loan().unwrap();
+        let mut slots = TaskSlots::new(1, 8, 8).unwrap();
+        drop(slots.loan().unwrap());
+        let loan = slots.loan().unwrap();
         assert_eq!(loan.handle().index(), 0);
     }
 
     #[test]
-    fn exhausted_ring_refuses_a_loan() {
+    fn exhausted_slots_refuse_a_loan() {
         let (mut host, _worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 8);
-        let mut ring = TaskRing::new(2, 8, 8).unwrap();
-        let a = ring.loan().unwrap().submit(&mut host).unwrap();
-        ring.loan().unwrap().submit(&mut host).unwrap();
+        let mut slots = TaskSlots::new(2, 8, 8).unwrap();
+        let a = slots.loan().unwrap().submit(&mut host).unwrap();
+        slots.loan().unwrap().submit(&mut host).unwrap();
         assert_eq!(
-            ring.loan().err(),
+            slots.loan().err(),
             Some(TaskLoanError::Exhausted { capacity: 2 })
         );
-        ring.complete(a, 0, b"").unwrap();
-        assert!(ring.loan().is_ok());
+        slots.complete(a, Status::Success, b"").unwrap();
+        assert!(slots.loan().is_ok());
     }
 
     #[test]
     fn full_connection_hands_the_task_back() {
         let (mut host, mut worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 1);
-        let mut ring = TaskRing::new(4, 8, 8).unwrap();
-        ring.loan().unwrap().submit(&mut host).unwrap();
-        let mut loan = ring.loan().unwrap();
+        let mut slots = TaskSlots::new(4, 8, 8).unwrap();
+        slots.loan().unwrap().submit(&mut host).unwrap();
+        let mut loan = slots.loan().unwrap();
         loan.write(b"second").unwrap();
         let loan = match loan.submit(&mut host) {
             Err(TaskSubmitError::Full(loan)) => loan,
@@ -518,14 +524,14 @@ mod tests {
         worker.recv().unwrap();
         loan.submit(&mut host).unwrap();
         assert_eq!(worker.recv().unwrap(), Some(&b"second"[..]));
-        assert_eq!(ring.in_flight(), 2);
+        assert_eq!(slots.in_flight(), 2);
     }
 
     #[test]
     fn oversized_payload_and_response_are_refused() {
         let (mut host, _worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 1);
-        let mut ring = TaskRing::new(1, 4, 2).unwrap();
-        let mut loan = ring.loan().unwrap();
+        let mut slots = TaskSlots::new(1, 4, 2).unwrap();
+        let mut loan = slots.loan().unwrap();
         assert_eq!(
             loan.write(b"12345"),
             Err(TaskWriteError {
@@ -535,9 +541,9 @@ mod tests {
         );
         let h = loan.submit(&mut host).unwrap();
         assert!(matches!(
-            ring.complete(h, 0, b"abc"),
+            slots.complete(h, Status::Success, b"abc"),
             Err(TaskCompleteError::ResponseTooLarge { .. })
         ));
-        ring.complete(h, 0, b"ab").unwrap();
+        slots.complete(h, Status::Success, b"ab").unwrap();
     }
 }
