@@ -12,7 +12,9 @@
 //!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
 //!   sample plugin's messages;
 //! * the progress engine and the typestate contexts `Service`, `Worker` and `Domain` will sit on
-//!   top.
+//!   top;
+//! * beside them, the rules the daemon and the worker share: [`plugin_id`] (plugin ids are
+//!   single bits, at most 62 plugins) and [`worker_command`] (the worker's command line).
 //!
 //! Unsafe code lives only in `abi`, `shm` and `sys`; everything else is safe Rust.
 #![deny(unsafe_code)]
@@ -29,6 +31,8 @@ pub mod graph;
 pub mod host;
 #[cfg(not(loom))]
 pub mod plugin;
+#[cfg(not(loom))]
+pub mod plugin_id;
 pub mod shm;
 mod sync;
 mod sys;
@@ -36,5 +40,7 @@ mod sys;
 pub mod task;
 #[cfg(not(loom))]
 pub mod transport;
+#[cfg(not(loom))]
+pub mod worker_command;
 
 pub use sys::{PinError, pin_current_thread};
