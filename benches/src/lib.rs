@@ -10,8 +10,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use urom_core::graph::GraphCommand;
+use urom_core::plugin_id::PluginId;
 use urom_core::transport::{Channel, ChannelConfig};
 use urom_core::transport::{Transport, WaitMode};
+use urom_core::worker_command::{PluginSpec, WorkerCommand};
 use urom_testkit::{ChildGuard, TempDir, binary};
 use urom_wire::MaxMsgSize;
 use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
@@ -40,18 +42,19 @@ pub fn host_wait() -> WaitMode {
 /// A worker process running `plugin` as id 1 on [`PEER_CORE`], and a host connection to it.
 pub fn worker(dir: &TempDir, name: &str, plugin: &Path, busy_poll: bool) -> (ChildGuard, Channel) {
     let socket = dir.path().join(format!("{name}.sock"));
-    let mut command = Command::new(binary("urom-worker", "urom-worker"));
-    command
-        .arg("--plugin")
-        .arg(format!("{}:1", plugin.display()))
-        .arg("--listen")
-        .arg(&socket)
-        .args(["--cpuset", &PEER_CORE.to_string(), "--log-level", "30"])
-        .stdout(Stdio::null());
-    if busy_poll {
-        command.arg("--busy-poll");
-    }
-    let child = command.spawn().expect("starting urom-worker");
+    let plugin = PluginSpec {
+        path: plugin.to_owned(),
+        id: PluginId::from_index(0).expect("index 0 is a plugin id"),
+    };
+    let mut worker = WorkerCommand::new(vec![plugin], socket.clone());
+    worker.cpuset = Some([PEER_CORE].into_iter().collect());
+    worker.log_level = 30;
+    worker.busy_poll = busy_poll;
+    let child = Command::new(binary("urom-worker", "urom-worker"))
+        .args(worker.to_args())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting urom-worker");
     let child = ChildGuard(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     let stream = loop {

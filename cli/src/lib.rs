@@ -236,15 +236,18 @@ pub fn parse_cpuset(text: &str) -> Result<CpuSet, String> {
     Ok(set)
 }
 
-/// Value parser for a maximum message size in bytes.
-pub fn parse_max_msg_size(text: &str) -> Result<u32, String> {
+/// Value parser for a maximum message size in bytes (`-m/--max-msg-size`): a number within
+/// [`MaxMsgSize::MIN`]`..=`[`MaxMsgSize::MAX`].
+pub fn parse_max_msg_size(text: &str) -> Result<MaxMsgSize, String> {
     let bytes: u32 = text
         .parse()
         .map_err(|_| format!("`{text}` is not a number of bytes"))?;
-    MaxMsgSize::new(bytes)
-        .map(MaxMsgSize::as_u32)
-        .map_err(|e| e.to_string())
+    MaxMsgSize::new(bytes).map_err(|e| e.to_string())
 }
+
+/// [`MaxMsgSize::DEFAULT`] as a command-line default (`default_value`): clap shows it in the
+/// help and hands it to [`parse_max_msg_size`] when the option is absent.
+pub const DEFAULT_MAX_MSG_SIZE: &str = "4096";
 
 /// Listens on the Unix socket `path`, with permissions `mode` when given (`0o666`: every local
 /// user may connect; who did is checked after). The socket is bound and set up under a
@@ -307,7 +310,11 @@ mod tests {
     fn value_parsers_explain_refusals() {
         assert_eq!(parse_cpuset("0-1").unwrap().len(), 2);
         assert!(parse_cpuset("").unwrap_err().contains("empty"));
-        assert_eq!(parse_max_msg_size("8192"), Ok(8192));
+        assert_eq!(parse_max_msg_size("8192").map(MaxMsgSize::get), Ok(8192));
+        assert_eq!(
+            parse_max_msg_size(DEFAULT_MAX_MSG_SIZE),
+            Ok(MaxMsgSize::DEFAULT)
+        );
         assert!(
             parse_max_msg_size("10")
                 .unwrap_err()

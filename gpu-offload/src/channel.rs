@@ -39,6 +39,8 @@ use urom_core::transport::{Transport, WaitMode};
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage};
 
+use crate::limits::{BATCH_BYTES, MAX_CHANNEL_SLOTS};
+
 /// The channel name used when `-c/--comch-channel-name` is not given.
 pub const DEFAULT_CHANNEL_NAME: &str = "dpu_gpu_remote_offload";
 
@@ -49,12 +51,6 @@ const HELLO_LEN: usize = 24;
 const DATA_HELLO_LEN: usize = 16;
 /// How long one step of the setup may take once the peer is there.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes of requests (or responses) one data frame carries at most, unless one message is
-/// longer.
-pub const BATCH_BYTES: usize = 16 * 1024;
-/// Most frame slots per direction of a data connection (frames hold many messages, so a ring
-/// of this many holds far more messages than any sane `--max-concurrent-messages`).
-const MAX_CHANNEL_SLOTS: u32 = 1024;
 /// How often a wait checks the stop flag.
 pub const TICK: Duration = Duration::from_millis(50);
 

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use clap::ArgAction;
 pub use urom_cli::{ArgsError, JsonArgs};
 
+use crate::limits;
+
 /// The DOCA general flags every program takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
@@ -39,11 +41,11 @@ pub struct ChannelArgs {
     pub comch_channel_name: String,
 
     /// Requests in flight per data-path thread (the server's value wins).
-    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::server::MAX_CONCURRENT)))]
+    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = limits::DEFAULT_MAX_CONCURRENT, value_parser = clap::value_parser!(u32).range(1..=i64::from(limits::MAX_CONCURRENT)))]
     pub max_concurrent_messages: u32,
 
     /// Largest payload of a message, headers excluded; the same on server and orchestrator.
-    #[arg(long, value_name = "LENGTH", default_value_t = urom_wire::gpu::DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::server::MAX_MESSAGE_LENGTH)))]
+    #[arg(long, value_name = "LENGTH", default_value_t = urom_wire::gpu::DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(limits::MAX_MESSAGE_LENGTH)))]
     pub max_message_length: u32,
 }
 

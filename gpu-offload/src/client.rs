@@ -21,6 +21,7 @@ use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length};
 
 use crate::cli::JsonArgs;
+use crate::limits::{self, MIN_READ_BUFFER};
 
 /// Sends requests to a gpu-offload server, checks every response and prints throughput.
 #[derive(Parser, Debug, Clone)]
@@ -44,7 +45,7 @@ pub struct ClientArgs {
     pub server_ip_port: u16,
 
     /// Threads, each with its own connection.
-    #[arg(short = 't', long, value_name = "THREAD_COUNT", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(short = 't', long, value_name = "THREAD_COUNT", value_parser = clap::value_parser!(u32).range(1..=i64::from(limits::MAX_CLIENT_THREADS)))]
     pub thread_count: u32,
 
     /// Requests each thread sends.
@@ -66,7 +67,7 @@ pub struct ClientArgs {
     pub expected_response: String,
 
     /// Requests each thread keeps in flight.
-    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, value_name = "NUM_MESSAGES", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(limits::MAX_CLIENT_CONCURRENT)))]
     pub max_concurrent_messages: u32,
 
     /// Give up when no response arrives for this long, in seconds.
@@ -374,7 +375,7 @@ fn run_thread(
         .cycle()
         .take(request.len() * pipeline)
         .collect();
-    let mut rbuf = vec![0u8; (64 * 1024).max(2 * expected.len())];
+    let mut rbuf = vec![0u8; MIN_READ_BUFFER.max(2 * expected.len())];
     let (mut rstart, mut rend) = (0usize, 0usize);
     let (mut sent, mut received) = (0u64, 0u64);
     let start = Instant::now();

@@ -6,6 +6,8 @@
 //! through a channel, to the orchestrator, whose processor reverses the payload's bytes; the
 //! response goes back the same way. Read from the bottom up:
 //!
+//! * [`limits`]: every limit of the three programs (message lengths, requests in flight,
+//!   threads, batching, buffers);
 //! * [`channel`]: the server <-> orchestrator channel (a Unix socket for control, one urom
 //!   shared-memory connection per server data-path thread), its setup and shutdown messages;
 //! * [`server`]: `gpu-offload-server`, the TCP front end with one pinned data-path thread per
@@ -23,6 +25,7 @@
 pub mod channel;
 pub mod cli;
 pub mod client;
+pub mod limits;
 pub mod orchestrator;
 pub mod server;
 

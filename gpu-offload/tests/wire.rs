@@ -7,6 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::*;
+use urom_wire::gpu::CLIENT_HEADER_LEN;
 
 #[test]
 fn hand_built_frames_get_byte_exact_replies() {
@@ -25,7 +26,7 @@ fn hand_built_frames_get_byte_exact_replies() {
         .write_all(&[0, 0, 0, 12, 0, 0, 0, 4, 0, 0, 0, 0])
         .unwrap();
     assert_eq!(
-        read_exactly(&mut stream, 12),
+        read_exactly(&mut stream, CLIENT_HEADER_LEN),
         [0, 0, 0, 12, 0, 0, 0, 5, 0, 0, 0, 0]
     );
 
@@ -37,7 +38,7 @@ fn hand_built_frames_get_byte_exact_replies() {
     stream.write_all(&batch).unwrap();
     for payload in [&b"eno"[..], b"!owt", b"eerht"] {
         assert_eq!(
-            read_exactly(&mut stream, 12 + payload.len()),
+            read_exactly(&mut stream, CLIENT_HEADER_LEN + payload.len()),
             frame(5, payload)
         );
     }
@@ -56,9 +57,10 @@ fn hand_built_frames_get_byte_exact_replies() {
     // The longest payload the server allows (default 256), every byte value.
     let payload: Vec<u8> = (0..=255u8).collect();
     stream.write_all(&request_frame(&payload)).unwrap();
-    let reply = read_exactly(&mut stream, 12 + 256);
-    assert_eq!(&reply[..12], &[0, 0, 1, 12, 0, 0, 0, 5, 0, 0, 1, 0]);
-    assert!(reply[12..].iter().copied().eq((0..=255u8).rev()));
+    let reply = read_exactly(&mut stream, CLIENT_HEADER_LEN + 256);
+    let (header, payload) = reply.split_at(CLIENT_HEADER_LEN);
+    assert_eq!(header, &[0, 0, 1, 12, 0, 0, 0, 5, 0, 0, 1, 0]);
+    assert!(payload.iter().copied().eq((0..=255u8).rev()));
 
     drop(stream);
     stack.stop_with(SIGINT, true);

@@ -12,7 +12,9 @@
 //!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
 //!   sample plugin's messages;
 //! * [`host`]: the progress engine and the typestate contexts `Service` and `Worker`, whose
-//!   commands are tasks from preallocated task slots; `Domain` will follow.
+//!   commands are tasks from preallocated task slots; `Domain` will follow;
+//! * beside them, the rules the daemon and the worker share: [`plugin_id`] (plugin ids are
+//!   single bits, at most 62 plugins) and [`worker_command`] (the worker's command line).
 //!
 //! Unsafe code lives only in `abi`, `transport::shm` and `sys`; everything else is safe Rust.
 #![deny(unsafe_code)]
@@ -29,6 +31,8 @@ pub mod graph;
 pub mod host;
 #[cfg(not(loom))]
 pub mod plugin;
+#[cfg(not(loom))]
+pub mod plugin_id;
 mod sync;
 mod sys;
 #[cfg(not(loom))]
@@ -38,5 +42,7 @@ pub mod transport;
 #[allow(unsafe_code)]
 #[path = "transport/shm/ring.rs"]
 mod ring;
+#[cfg(not(loom))]
+pub mod worker_command;
 
 pub use sys::{PinError, pin_current_thread};

@@ -30,8 +30,8 @@ pub struct Args {
     pub sdk_log_level: u8,
 
     /// Largest message on every channel, header included; hosts must use the same value.
-    #[arg(short = 'm', long, value_name = "BYTES", default_value_t = MaxMsgSize::DEFAULT.as_u32(), value_parser = urom_cli::parse_max_msg_size)]
-    pub max_msg_size: u32,
+    #[arg(short = 'm', long, value_name = "BYTES", default_value = urom_cli::DEFAULT_MAX_MSG_SIZE, value_parser = urom_cli::parse_max_msg_size)]
+    pub max_msg_size: MaxMsgSize,
 
     /// Read options from a JSON object whose keys are the long option names, e.g.
     /// {"log-level": 60, "max-workers": 8}; options on the command line win.
@@ -76,13 +76,6 @@ pub struct Args {
 }
 
 impl urom_cli::JsonArgs for Args {}
-
-impl Args {
-    /// The maximum message size (checked when parsed).
-    pub fn max_msg_size(&self) -> MaxMsgSize {
-        MaxMsgSize::new(self.max_msg_size).expect("checked by the parser")
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -16,20 +16,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{info, warn};
 use urom_core::abi::PluginLibrary;
+use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
 use urom_wire::control::PLUGIN_NAME_MAX_LEN;
 
 /// The flag that runs the daemon as a plugin probe.
 pub const PROBE_FLAG: &str = "--probe-plugin";
-/// The most plugins a service offers: ids are bits 0 to 61.
-pub const MAX_PLUGINS: usize = urom_worker::MAX_PLUGINS as usize;
 /// How long a probe may take before it is killed.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A plugin the service offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginEntry {
-    /// Its id: `1 << index`.
-    pub id: u64,
+    /// Its id: `1 << index`, the index counting the plugins found before it.
+    pub id: PluginId,
     /// What `urom_plugin_get_version` reported.
     pub version: u64,
     /// The file name without `.so`.
@@ -89,12 +88,12 @@ impl Discovery {
                     warn!(path = %path.display(), "a plugin named {name} was found earlier in UROM_PLUGIN_PATH; skipped");
                     continue;
                 }
-                if plugins.len() == MAX_PLUGINS {
+                let Some(id) = PluginId::from_index(plugins.len()) else {
                     warn!(path = %path.display(), "more than {MAX_PLUGINS} plugins: left out");
                     continue;
-                }
+                };
                 plugins.push(PluginEntry {
-                    id: 1 << plugins.len(),
+                    id,
                     version,
                     name,
                     path,

@@ -152,13 +152,13 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonRunError::Signals)?;
     }
     let service = Arc::new(Service {
-        max_msg_size: args.max_msg_size(),
+        max_msg_size: args.max_msg_size,
         cpuset,
         allowed_uids,
         discovery: Discovery::new(std::env::current_exe().unwrap_or_else(|_| "urom-daemon".into())),
         registry: Arc::new(Registry::new(WorkerConfig {
             worker_bin: worker_bin.clone(),
-            max_msg_size: args.max_msg_size(),
+            max_msg_size: args.max_msg_size,
             log_dir: log_dir.clone(),
             log_level: args.sdk_log_level,
             socket_dir,
@@ -174,7 +174,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         log_dir = %log_dir.display(),
         %cpuset,
         max_workers = args.max_workers,
-        max_msg_size = args.max_msg_size,
+        max_msg_size = args.max_msg_size.as_u32(),
         worker = %worker_bin.display(),
         "urom daemon started"
     );

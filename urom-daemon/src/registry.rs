@@ -16,9 +16,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 use tracing::{error, info, warn};
+use urom_core::plugin_id::PluginMask;
+use urom_core::worker_command::{PluginSpec, WorkerCommand};
 use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
 use urom_wire::{CpuSet, MaxMsgSize, Status};
-use urom_worker::PluginSpec;
 
 use crate::discovery::PluginEntry;
 
@@ -82,8 +83,9 @@ pub struct WorkerConfig {
 pub struct SpawnRequest {
     /// A worker id, or [`WORKER_ID_ANY`].
     pub worker_id: u64,
-    /// The plugins, as an OR of ids.
-    pub plugins: u64,
+    /// The plugins, as an OR of ids (as the host sent them: bits that are no plugin id
+    /// included, to be refused).
+    pub plugins: PluginMask,
     /// The group.
     pub gid: u32,
     /// The CPUs; empty for all the service's.
@@ -96,7 +98,7 @@ struct Worker {
     pid: Pid,
     gid: u32,
     owner: u32,
-    plugins: u64,
+    plugins: PluginMask,
     socket: PathBuf,
     hosts: HashSet<HostId>,
 }
@@ -231,13 +233,12 @@ impl Registry {
             .socket_dir
             .join(format!("urom-worker-{id}-{}.sock", inner.spawned));
         let _ = std::fs::remove_file(&socket);
-        let args = urom_worker::Args {
-            version: (),
+        let worker = WorkerCommand {
             plugins,
             id,
             gid: request.gid,
             cpuset: Some(cpuset),
-            max_msg_size: self.config.max_msg_size.as_u32(),
+            max_msg_size: self.config.max_msg_size,
             log_level: self.config.log_level,
             log_dir: Some(self.config.log_dir.clone()),
             listen: socket.clone(),
@@ -247,7 +248,7 @@ impl Registry {
         };
         let mut command = Command::new(&self.config.worker_bin);
         command
-            .args(args.command_line())
+            .args(worker.to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         for entry in &request.env {
@@ -454,7 +455,7 @@ fn attach(request: &SpawnRequest, worker: &Worker, uid: u32) -> Result<(), Servi
             format!("worker {id} already runs: environment entries apply only to a new worker"),
         ));
     }
-    if request.plugins & !worker.plugins != 0 {
+    if !worker.plugins.contains(request.plugins) {
         return Err(ServiceError::new(
             Status::InvalidValue,
             format!(
@@ -467,16 +468,24 @@ fn attach(request: &SpawnRequest, worker: &Worker, uid: u32) -> Result<(), Servi
 }
 
 /// The libraries of the plugins in `mask`.
-fn plugin_specs(mask: u64, offered: &[PluginEntry]) -> Result<Vec<PluginSpec>, ServiceError> {
-    if mask == 0 {
+fn plugin_specs(
+    mask: PluginMask,
+    offered: &[PluginEntry],
+) -> Result<Vec<PluginSpec>, ServiceError> {
+    if mask.is_empty() {
         return Err(ServiceError::new(
             Status::InvalidValue,
             "no plugin was asked for",
         ));
     }
-    (0..64)
-        .map(|bit| 1u64 << bit)
-        .filter(|id| mask & id != 0)
+    let not_offered = |id: u64| {
+        ServiceError::new(
+            Status::NotFound,
+            format!("plugin id {id:#x} is not offered by this service"),
+        )
+    };
+    let specs = mask
+        .ids()
         .map(|id| {
             offered
                 .iter()
@@ -485,12 +494,49 @@ fn plugin_specs(mask: u64, offered: &[PluginEntry]) -> Result<Vec<PluginSpec>, S
                     path: plugin.path.clone(),
                     id,
                 })
-                .ok_or_else(|| {
-                    ServiceError::new(
-                        Status::NotFound,
-                        format!("plugin id {id:#x} is not offered by this service"),
-                    )
-                })
+                .ok_or_else(|| not_offered(id.get()))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    // Bits above the plugin ids are refused like ids nobody offers (after them: they are
+    // higher, and the lowest bad bit is the one named).
+    match mask.stray_bits() {
+        0 => Ok(specs),
+        stray => Err(not_offered(stray & stray.wrapping_neg())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use urom_core::plugin_id::PluginId;
+
+    #[test]
+    fn a_mask_names_offered_plugins_and_the_lowest_bit_nobody_offers() {
+        let offered: Vec<PluginEntry> = (0..2)
+            .map(|index| PluginEntry {
+                id: PluginId::from_index(index).unwrap(),
+                version: 1,
+                name: format!("p{index}"),
+                path: format!("/p/p{index}.so").into(),
+            })
+            .collect();
+        let specs = plugin_specs(PluginMask::from_bits_retain(0b11), &offered).unwrap();
+        let specs: Vec<String> = specs
+            .iter()
+            .map(|spec| spec.to_arg().into_string().unwrap())
+            .collect();
+        assert_eq!(specs, ["/p/p0.so:0x1", "/p/p1.so:0x2"]);
+        for (mask, reason) in [
+            (0, "no plugin was asked for"),
+            (0b101, "plugin id 0x4 is not offered"),
+            (1 | 1 << 63, "plugin id 0x8000000000000000 is not offered"),
+            (
+                1 << 62 | 1 << 63,
+                "plugin id 0x4000000000000000 is not offered",
+            ),
+        ] {
+            let error = plugin_specs(PluginMask::from_bits_retain(mask), &offered).unwrap_err();
+            assert!(error.reason.contains(reason), "{mask:#x}: {}", error.reason);
+        }
+    }
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use tracing::{debug, info, warn};
+use urom_core::plugin_id::PluginMask;
 use urom_wire::control::{
     AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo, SpawnResult,
     WorkerExit,
@@ -284,7 +285,7 @@ impl Session<'_> {
                     .plugins
                     .iter()
                     .map(|p| PluginInfo {
-                        id: p.id,
+                        id: p.id.get(),
                         version: p.version,
                         name: &p.name,
                     })
@@ -297,7 +298,7 @@ impl Session<'_> {
             (State::Ready, ControlMessage::SpawnWorker(spawn)) => {
                 let request = SpawnRequest {
                     worker_id: spawn.worker_id,
-                    plugins: spawn.plugins,
+                    plugins: PluginMask::from_bits_retain(spawn.plugins),
                     gid: spawn.gid,
                     cpuset: spawn.cpuset,
                     env: spawn.env.iter().map(str::to_owned).collect(),

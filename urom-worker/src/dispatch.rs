@@ -25,7 +25,7 @@ use urom_wire::data::{
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
-use crate::args::MAX_PLUGINS;
+use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
@@ -83,8 +83,8 @@ impl Worker {
     ) -> Self {
         let mut table: Vec<Option<LoadedPlugin>> = (0..MAX_PLUGINS).map(|_| None).collect();
         for plugin in plugins {
-            let index = plugin_index(plugin.id()).expect("plugin ids are checked when parsed");
-            table[index] = Some(plugin);
+            let id = PluginId::new(plugin.id()).expect("plugin ids are checked when parsed");
+            table[id.index()] = Some(plugin);
         }
         Self {
             plugins: table,
@@ -291,8 +291,9 @@ fn dispatch(
             body: DataMessage::Command(command),
             ..
         }) => {
-            let plugin = plugin_index(command.plugin)
-                .and_then(|index| plugins.get_mut(index))
+            let plugin = PluginId::new(command.plugin)
+                .ok()
+                .and_then(|id| plugins.get_mut(id.index()))
                 .and_then(Option::as_mut);
             let status = match plugin {
                 Some(plugin) => plugin.command(dest_id, &command, router),
@@ -342,12 +343,6 @@ fn command_identity(frame: &[u8]) -> (u64, u64) {
     };
     let header = COMMAND_PAYLOAD_OFFSET - 24;
     (word(header), word(header + 8))
-}
-
-/// The table index of a plugin id, when it is one this worker can hold.
-fn plugin_index(id: u64) -> Option<usize> {
-    (id.count_ones() == 1 && id.trailing_zeros() < MAX_PLUGINS)
-        .then(|| id.trailing_zeros() as usize)
 }
 
 fn dest_id(slot: usize, generation: u32) -> u64 {
@@ -501,15 +496,6 @@ mod tests {
         assert!(may_serve(1001, 1000, &[1001, 1002]));
         assert!(!may_serve(1003, 1000, &[1001, 1002]));
         assert!(!may_serve(1001, 1000, &[]));
-    }
-
-    #[test]
-    fn plugin_ids_map_to_table_slots() {
-        assert_eq!(plugin_index(1), Some(0));
-        assert_eq!(plugin_index(1 << 61), Some(61));
-        assert_eq!(plugin_index(1 << 62), None);
-        assert_eq!(plugin_index(3), None);
-        assert_eq!(plugin_index(0), None);
     }
 
     #[test]

@@ -23,9 +23,10 @@ use std::sync::atomic::AtomicBool;
 
 use tracing::{error, info, warn};
 use urom_core::abi::{LoadedPlugin, PluginLibrary};
+use urom_core::worker_command::{PluginSpec, WorkerCommand};
 use urom_wire::{CpuSet, MaxMsgSize};
 
-pub use args::{Args, MAX_PLUGINS, PluginSpec};
+pub use args::Args;
 pub use dispatch::Worker;
 pub use urom_cli::{LogInitError, init_logging};
 
@@ -79,8 +80,9 @@ impl fmt::Display for WorkerRunError {
 
 impl std::error::Error for WorkerRunError {}
 
-/// Runs a worker until SIGTERM or SIGINT.
-pub fn run(args: Args) -> Result<(), WorkerRunError> {
+/// Runs a worker as `args` tell it (its parsed command line, [`Args`], converts into a
+/// [`WorkerCommand`]) until SIGTERM or SIGINT.
+pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     init_logging(
         args.log_level,
         args.log_dir.as_deref(),
@@ -98,7 +100,7 @@ pub fn run(args: Args) -> Result<(), WorkerRunError> {
         pin(cpuset)?;
         info!(%cpuset, "pinned");
     }
-    let max = args.max_msg_size();
+    let max = args.max_msg_size;
     let plugins = load_plugins(&args.plugins, max);
     if plugins.is_empty() {
         error!("no plugin could be loaded");
@@ -148,25 +150,26 @@ fn pin(cpuset: &CpuSet) -> Result<(), WorkerRunError> {
 fn load_plugins(specs: &[PluginSpec], max: MaxMsgSize) -> Vec<LoadedPlugin> {
     let mut plugins: Vec<LoadedPlugin> = Vec::new();
     for spec in specs {
-        if plugins.iter().any(|p| p.id() == spec.id) {
-            warn!(path = %spec.path.display(), id = spec.id, "plugin id given twice; left out");
+        let id = spec.id.get();
+        if plugins.iter().any(|p| p.id() == id) {
+            warn!(path = %spec.path.display(), id, "plugin id given twice; left out");
             continue;
         }
         let opened = PluginLibrary::load(&spec.path)
             .map_err(|e| e.to_string())
-            .and_then(|library| library.open(spec.id, max).map_err(|e| e.to_string()));
+            .and_then(|library| library.open(id, max).map_err(|e| e.to_string()));
         match opened {
             Ok(plugin) => {
                 info!(
                     path = %spec.path.display(),
-                    id = spec.id,
+                    id,
                     version = plugin.library().version(),
                     native = plugin.library().has_native_path(),
                     "plugin loaded"
                 );
                 plugins.push(plugin);
             }
-            Err(reason) => error!(id = spec.id, "{reason}; plugin left out"),
+            Err(reason) => error!(id, "{reason}; plugin left out"),
         }
     }
     plugins

@@ -6,7 +6,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = urom_worker::Args::parse();
-    match urom_worker::run(args) {
+    match urom_worker::run(args.into()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("urom-worker: {e}");

@@ -177,7 +177,10 @@ mod tests {
         let empty = GpuMessage::ClientRequest(b"")
             .emit(&mut request, 256)
             .unwrap();
-        assert_eq!(reverse_into(&request[..empty], &mut out, 256), Some(12));
+        assert_eq!(
+            reverse_into(&request[..empty], &mut out, 256),
+            Some(CLIENT_HEADER_LEN)
+        );
         let other = GpuMessage::ClientResponse(b"AB")
             .emit(&mut request, 256)
             .unwrap();

@@ -30,6 +30,7 @@ use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelParams, ControlEvent};
 use crate::cli::JsonArgs;
+use crate::limits;
 pub use cuda::CudaError;
 
 /// How long the orchestrator waits for the server's `shutdown_complete` (the server drains
@@ -75,7 +76,7 @@ pub struct OrchestratorArgs {
     pub channel: crate::cli::ChannelArgs,
 
     /// Processor threads (GPU threads for CUDA); must equal the server's --cpu count.
-    #[arg(short = 't', long, value_name = "NUM", required = true, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(short = 't', long, value_name = "NUM", required = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(limits::MAX_PROCESSOR_THREADS)))]
     pub num_gpu_threads: u32,
 
     /// CPU to pin processor thread i to (the CPU processor's threads, the CUDA processor's

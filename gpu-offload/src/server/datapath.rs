@@ -29,15 +29,17 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use crossbeam_queue::ArrayQueue;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
 use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
 use urom_wire::gpu::{GpuMessage, MsgId, message_length};
+
+use crate::limits::MIN_READ_BUFFER;
 
 /// The epoll token of the thread's wake-up eventfd.
 const WAKE_TOKEN: u64 = u64::MAX;
@@ -51,8 +53,6 @@ const IDLE_WAIT: u16 = 50;
 const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
-/// Read buffer of a client: at least this, and at least two largest messages.
-const MIN_READ_BUFFER: usize = 64 * 1024;
 
 /// What a data-path thread needs, built by the server before it starts the thread.
 pub(crate) struct DataPathConfig {
@@ -61,7 +61,7 @@ pub(crate) struct DataPathConfig {
     pub max_concurrent: usize,
     pub frame_capacity: usize,
     pub channel: Channel,
-    pub incoming: Receiver<(TcpStream, SocketAddr)>,
+    pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     pub wake: Arc<EventFd>,
     pub draining: Arc<AtomicBool>,
 }
@@ -171,7 +171,7 @@ pub(crate) struct DataPath {
     max_concurrent: usize,
     frame_capacity: usize,
     channel: Channel,
-    incoming: Receiver<(TcpStream, SocketAddr)>,
+    incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     wake: Arc<EventFd>,
     draining: Arc<AtomicBool>,
     epoll: Epoll,
@@ -318,7 +318,7 @@ impl DataPath {
 
     /// Takes the clients the acceptor assigned to this thread.
     fn adopt_new_clients(&mut self) {
-        while let Ok((stream, peer)) = self.incoming.try_recv() {
+        while let Some((stream, peer)) = self.incoming.pop() {
             if let Err(e) = self.adopt(stream, peer) {
                 warn!(thread = self.index, %peer, "cannot serve client: {e}");
             }
@@ -663,7 +663,7 @@ impl DataPath {
             lingering.push(client.stream);
         }
         // Clients assigned but not yet adopted get a clean close too.
-        while let Ok((stream, _)) = self.incoming.try_recv() {
+        while let Some((stream, _)) = self.incoming.pop() {
             let _ = stream.shutdown(Shutdown::Write);
             let _ = stream.set_nonblocking(true);
             lingering.push(stream);

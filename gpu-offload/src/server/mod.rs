@@ -18,26 +18,23 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use crossbeam_queue::ArrayQueue;
 use nix::sys::eventfd::EventFd;
 use tracing::{error, info, warn};
+use urom_cli::JsonArgs;
 use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelListener, ChannelParams, ControlEvent};
-use crate::cli::JsonArgs;
+use crate::limits::MAX_WAITING_CLIENTS;
 use datapath::{DataPath, DataPathConfig, DataPathEnd};
 
 /// How long the server waits for the orchestrator's `shutdown_complete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
-
-/// The largest `--max-message-length`: a frame must fit the transport's largest message.
-pub const MAX_MESSAGE_LENGTH: u32 = urom_wire::MaxMsgSize::MAX - 12;
-/// The largest `--max-concurrent-messages`: the transport's largest ring.
-pub const MAX_CONCURRENT: u32 = urom_core::transport::shm::MAX_SLOTS;
 
 /// Receives requests from TCP clients, has the orchestrator process them, and sends the
 /// responses back.
@@ -141,7 +138,8 @@ pub struct PendingServer {
 
 /// A data-path thread as the main thread sees it.
 struct ThreadHandle {
-    incoming: Sender<(TcpStream, SocketAddr)>,
+    /// Clients handed to the thread, which takes them when woken.
+    incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     wake: Arc<EventFd>,
     join: JoinHandle<DataPathEnd>,
 }
@@ -196,7 +194,7 @@ impl PendingServer {
         let mut threads = Vec::with_capacity(self.args.cpus.len());
         let (ready_tx, ready_rx) = mpsc::channel();
         for (index, (cpu, conn)) in self.args.cpus.iter().zip(channel.data).enumerate() {
-            let (incoming_tx, incoming) = mpsc::channel();
+            let incoming = Arc::new(ArrayQueue::new(MAX_WAITING_CLIENTS));
             let wake = Arc::new(EventFd::new().map_err(|e| ServerError::Thread(e.into()))?);
             let config = DataPathConfig {
                 index,
@@ -204,7 +202,7 @@ impl PendingServer {
                 max_concurrent: params.max_concurrent as usize,
                 frame_capacity: params.frame_capacity(),
                 channel: conn,
-                incoming,
+                incoming: Arc::clone(&incoming),
                 wake: Arc::clone(&wake),
                 draining: Arc::clone(&draining),
             };
@@ -231,7 +229,7 @@ impl PendingServer {
                 .map_err(ServerError::Thread)?;
             info!(thread = index, cpu, "data-path thread started");
             threads.push(ThreadHandle {
-                incoming: incoming_tx,
+                incoming,
                 wake,
                 join,
             });
@@ -376,10 +374,19 @@ impl Server {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
-                    let thread = &self.threads[*next % self.threads.len()];
+                    let index = *next % self.threads.len();
+                    let thread = &self.threads[index];
                     *next = next.wrapping_add(1);
-                    if thread.incoming.send((stream, peer)).is_ok() {
-                        let _ = thread.wake.write(1);
+                    match thread.incoming.push((stream, peer)) {
+                        Ok(()) => {
+                            let _ = thread.wake.write(1);
+                        }
+                        // Dropping the stream closes it.
+                        Err((_, peer)) => warn!(
+                            %peer,
+                            thread = index,
+                            "{MAX_WAITING_CLIENTS} clients already wait for this data-path thread; client refused"
+                        ),
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,

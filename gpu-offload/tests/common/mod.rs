@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use urom_testkit::{ChildGuard, TempDir};
+use urom_wire::gpu::CLIENT_HEADER_LEN;
 
 pub const SIGINT: i32 = 2;
 pub const SIGTERM: i32 = 15;
@@ -249,7 +250,7 @@ pub fn request_frame(payload: &[u8]) -> Vec<u8> {
 /// A big-endian frame with `msg_id`, its length word and `payload`.
 pub fn frame(msg_id: u32, payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::new();
-    frame.extend_from_slice(&(12 + payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&((CLIENT_HEADER_LEN + payload.len()) as u32).to_be_bytes());
     frame.extend_from_slice(&msg_id.to_be_bytes());
     frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
     frame.extend_from_slice(payload);

@@ -179,8 +179,56 @@ impl core::error::Error for PinError {}
 
 /// Pins the calling thread to one CPU core.
 pub fn pin_current_thread(core: usize) -> Result<(), PinError> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(core).map_err(|errno| PinError { core, errno })?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|errno| PinError { core, errno })
+    // `core_affinity` indexes a fixed-size CPU set: a core past its end is refused here, as
+    // the kernel refuses a core that does not exist.
+    if core >= nix::sched::CpuSet::count() {
+        return Err(PinError {
+            core,
+            errno: Errno::EINVAL,
+        });
+    }
+    if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        Ok(())
+    } else {
+        // It returns right after `sched_setaffinity` failed, so errno is that call's.
+        Err(PinError {
+            core,
+            errno: Errno::last(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sched::{CpuSet, sched_getaffinity};
+    use nix::unistd::Pid;
+
+    #[test]
+    fn a_thread_pins_to_one_allowed_core_and_an_impossible_core_is_an_error() {
+        let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let is_allowed = |core: usize| allowed.is_set(core).unwrap_or(false);
+        let core = (0..CpuSet::count()).find(|&core| is_allowed(core)).unwrap();
+        let missing = (0..CpuSet::count()).rev().find(|&core| !is_allowed(core));
+        std::thread::spawn(move || {
+            pin_current_thread(core).unwrap();
+            let now = sched_getaffinity(Pid::from_raw(0)).unwrap();
+            let pinned: Vec<usize> = (0..CpuSet::count())
+                .filter(|&cpu| now.is_set(cpu).unwrap_or(false))
+                .collect();
+            assert_eq!(pinned, [core]);
+            for core in missing.into_iter().chain([CpuSet::count(), usize::MAX]) {
+                let error = pin_current_thread(core).unwrap_err();
+                assert_eq!(
+                    error,
+                    PinError {
+                        core,
+                        errno: Errno::EINVAL
+                    }
+                );
+            }
+        })
+        .join()
+        .unwrap();
+    }
 }
