@@ -15,9 +15,14 @@
 //! Supporting types: [`Status`] (the DOCA error numbering, defined once for all of urom),
 //! [`MaxMsgSize`] (the run-time bound on every frame), [`CpuSet`] and [`List`].
 //!
-//! Every decoder checks lengths before it reads, returns a [`DecodeError`] for bad input, never
-//! panics and never allocates: the crate is `no_std` without `alloc`. Encoders write into a
-//! caller's buffer and return an [`EncodeError`] when a value cannot be represented.
+//! Every family reads and writes its fields through one private codec module (fixed-size
+//! zerocopy structs, length and reserved-field checks), and every wire struct's size is pinned
+//! at compile time. Every decoder checks lengths before it reads, returns a [`DecodeError`] for
+//! bad input, never panics and never allocates: the crate is `no_std` without `alloc`. Encoders
+//! write into a caller's buffer and return an [`EncodeError`] when a value cannot be
+//! represented. Code outside this crate never reads a urom format by byte offset: where a
+//! receiver must answer bytes that failed validation, a lenient peek reads the one field it
+//! needs ([`frame::peek_seq`], [`data::peek_command_identity`], [`gpu::peek_msg_id`]).
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -27,6 +32,7 @@ extern crate std;
 #[macro_use]
 mod macros;
 
+mod codec;
 pub mod control;
 pub mod cpuset;
 pub mod data;
