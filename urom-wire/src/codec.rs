@@ -1,8 +1,8 @@
 //! Field helpers every message family shares: reading and writing fixed-size wire structs,
 //! length checks, reserved fields, counts.
 //!
-//! Every family module ([`crate::frame`], [`crate::control`], [`crate::data`], [`crate::gpu`])
-//! reads and writes its bytes through these helpers and
+//! Every family module ([`crate::frame`], [`crate::control`], [`crate::data`], [`crate::gpu`],
+//! [`crate::shm`], [`crate::graph`]) reads and writes its bytes through these helpers and
 //! nothing else, so that the rules (lengths checked before reading, one error per kind of bad
 //! input) live in one place.
 
@@ -98,6 +98,22 @@ pub(crate) fn put<'d, W: IntoBytes + Immutable>(dst: &'d mut [u8], wire: &W) -> 
     tail
 }
 
+/// Writes a fixed-size wire struct that is a whole message at the front of `buf`; returns its
+/// length, or [`EncodeError::BufferTooSmall`] when `buf` is shorter.
+#[inline]
+pub(crate) fn put_whole<W: IntoBytes + Immutable>(
+    buf: &mut [u8],
+    wire: &W,
+) -> Result<usize, EncodeError> {
+    let needed = size_of::<W>();
+    let available = buf.len();
+    let out = buf
+        .get_mut(..needed)
+        .ok_or(EncodeError::BufferTooSmall { needed, available })?;
+    out.copy_from_slice(wire.as_bytes());
+    Ok(needed)
+}
+
 /// Splits `N` bytes off the front of `bytes`.
 #[inline]
 pub(crate) fn take<const N: usize>(bytes: &[u8]) -> Result<(&[u8; N], &[u8]), DecodeError> {
@@ -116,6 +132,44 @@ pub(crate) fn reserved_zero(field: &'static str, value: u64) -> Result<(), Decod
         Ok(())
     } else {
         Err(DecodeError::ReservedNotZero { field })
+    }
+}
+
+/// `Ok` when a reserved run of bytes is all zero.
+#[inline]
+pub(crate) fn reserved_bytes_zero(field: &'static str, bytes: &[u8]) -> Result<(), DecodeError> {
+    if bytes.iter().all(|&b| b == 0) {
+        Ok(())
+    } else {
+        Err(DecodeError::ReservedNotZero { field })
+    }
+}
+
+/// `Ok` when a magic field holds the format's magic.
+#[inline]
+pub(crate) fn magic<const N: usize>(
+    format: &'static str,
+    found: &[u8; N],
+    expected: &[u8; N],
+) -> Result<(), DecodeError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(DecodeError::WrongMagic { format })
+    }
+}
+
+/// `Ok` when a format's version field holds the version this build speaks.
+#[inline]
+pub(crate) fn version(format: &'static str, found: u32, supported: u32) -> Result<(), DecodeError> {
+    if found == supported {
+        Ok(())
+    } else {
+        Err(DecodeError::UnsupportedFormatVersion {
+            format,
+            found,
+            supported,
+        })
     }
 }
 
@@ -217,6 +271,24 @@ mod tests {
     }
 
     #[test]
+    fn whole_messages_need_room() {
+        let two = Two {
+            a: U32::new(1),
+            b: U32::new(2),
+        };
+        let mut buf = [0xa5; 9];
+        assert_eq!(put_whole(&mut buf, &two), Ok(8));
+        assert_eq!(buf, [1, 0, 0, 0, 2, 0, 0, 0, 0xa5]);
+        assert_eq!(
+            put_whole(&mut buf[..7], &two),
+            Err(EncodeError::BufferTooSmall {
+                needed: 8,
+                available: 7
+            })
+        );
+    }
+
+    #[test]
     fn lengths_and_counts() {
         assert_eq!(check_exact_len(4, 4), Ok(()));
         assert_eq!(
@@ -251,5 +323,27 @@ mod tests {
         );
         assert_eq!(largest(&[3, 9, 1]), 9);
         assert_eq!(largest(&[]), 0);
+    }
+
+    #[test]
+    fn magic_version_and_reserved() {
+        assert_eq!(magic("x", b"AB", b"AB"), Ok(()));
+        assert_eq!(
+            magic("x", b"AC", b"AB"),
+            Err(DecodeError::WrongMagic { format: "x" })
+        );
+        assert_eq!(
+            version("x", 1, 2),
+            Err(DecodeError::UnsupportedFormatVersion {
+                format: "x",
+                found: 1,
+                supported: 2
+            })
+        );
+        assert_eq!(reserved_bytes_zero("r", &[0, 0]), Ok(()));
+        assert_eq!(
+            reserved_bytes_zero("r", &[0, 1]),
+            Err(DecodeError::ReservedNotZero { field: "r" })
+        );
     }
 }

@@ -19,6 +19,8 @@
 //! The payload is bounded by the programs' `--max-message-length` (256 by default), which
 //! excludes the headers. [`peek_msg_id`] reads the id of a message already delimited by
 //! [`message_length`].
+//!
+//! [`channel`] holds the hellos that open the channel between our server and orchestrator.
 
 use static_assertions::assert_eq_size;
 use zerocopy::big_endian::U32;
@@ -26,6 +28,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::codec::{check_exact_len, exact, fixed_length, peek, prefix, put};
 use crate::{DecodeError, EncodeError};
+
+pub mod channel;
 
 /// The wire layout of the message header.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]

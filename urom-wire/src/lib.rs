@@ -9,8 +9,13 @@
 //!   plugin list, cpuset, worker spawn / destroy / query, errors, worker exit events);
 //! * [`data`]: the bodies exchanged between a host and a worker: commands carrying the 24-byte
 //!   `urom_worker_cmd` header and notifications carrying the 32-byte `urom_worker_notify` header;
+//! * [`graph`]: the graph (loopback) plugin's 16-byte commands and notifications, the payload
+//!   of those data-path messages;
+//! * [`shm`]: what the shared-memory transport exchanges below the frames: the handshake that
+//!   passes a mapping over a Unix socket, and the 128-byte header at the start of the mapping;
 //! * [`gpu`]: the big-endian format of the GPU remote-offload application, which has no urom
-//!   frame header because it must interoperate with the original clients.
+//!   frame header because it must interoperate with the original clients, and in
+//!   [`gpu::channel`] the hellos between our offload server and orchestrator.
 //!
 //! Supporting types: [`Status`] (the DOCA error numbering, defined once for all of urom),
 //! [`MaxMsgSize`] (the run-time bound on every frame), [`CpuSet`] and [`List`].
@@ -39,8 +44,10 @@ pub mod data;
 mod error;
 pub mod frame;
 pub mod gpu;
+pub mod graph;
 mod limits;
 pub mod list;
+pub mod shm;
 mod status;
 mod text;
 
