@@ -29,7 +29,7 @@ impl OwnedFrame {
 
     /// The frame's sequence number.
     pub fn seq(&self) -> u64 {
-        u64::from_le_bytes(self.0[16..24].try_into().expect("8 bytes"))
+        urom_wire::frame::peek_seq(&self.0).expect("a whole header")
     }
 
     /// `Err` with the status and reason when this is an error reply.

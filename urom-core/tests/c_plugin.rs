@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use urom_core::abi::{NotificationSink, PluginLibrary, PluginLoadError};
 use urom_core::wire::data::{Command as WireCommand, Notification};
+use urom_core::wire::graph::{GraphCommand, MESSAGE_LEN};
 use urom_core::wire::{MaxMsgSize, Status};
 
 const SOURCE: &str = concat!(
@@ -36,9 +37,11 @@ impl NotificationSink for Collected {
     }
 }
 
-fn loopback_payload(data: u64) -> [u8; 16] {
-    let mut payload = [0u8; 16];
-    payload[8..].copy_from_slice(&data.to_le_bytes());
+fn loopback_payload(data: u64) -> [u8; MESSAGE_LEN] {
+    let mut payload = [0u8; MESSAGE_LEN];
+    GraphCommand::Loopback { data }
+        .pack(&mut payload)
+        .expect("16 bytes");
     payload
 }
 

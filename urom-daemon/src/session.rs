@@ -377,10 +377,7 @@ impl State {
 
 /// The sequence number of a frame header, or 0 when there is none.
 fn header_seq(bytes: &[u8]) -> u64 {
-    bytes
-        .get(16..FRAME_HEADER_LEN)
-        .and_then(|seq| seq.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
+    urom_wire::frame::peek_seq(bytes).unwrap_or(0)
 }
 
 /// Fresh random bytes for a challenge.

@@ -28,17 +28,24 @@
 //! WorkersByGidReply   0 u32 count | 4 u32 reserved | 8 count x u64 worker id
 //! WorkerExited        0 u64 worker_id | 8 i32 exit_code | 12 i32 signal           = 16
 //! ```
+//!
+//! Each body type implements `codec::Message` next to its wire struct (its fixed part, parse,
+//! emit); [`ControlMessage`] is generated from one table that maps each variant to its frame
+//! kind and body type.
 
+use static_assertions::assert_eq_size;
 use zerocopy::little_endian::{I32, U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::error::EnvEntryError;
-use crate::frame::{exact, prefix, put, reserved_zero};
-use crate::list::{Item, take};
-use crate::text::{decode_padded, encode_padded};
-use crate::{
-    Body, CpuSet, DecodeError, EncodeError, FrameKind, List, Status, cpuset::CPUSET_BYTES,
+use crate::codec::{
+    Message, check_exact_len, count_u16, count_u32, exact, no_trailing, prefix, put, reserved_zero,
+    take,
 };
+use crate::cpuset::CPUSET_BYTES;
+use crate::error::EnvEntryError;
+use crate::list::Item;
+use crate::text::{decode_padded, encode_padded};
+use crate::{CpuSet, DecodeError, EncodeError, List, Status};
 
 /// The worker id that asks the daemon to pick a fresh one (`DOCA_UROM_WORKER_ID_ANY`).
 pub const WORKER_ID_ANY: u64 = u64::MAX;
@@ -51,121 +58,54 @@ pub const REASON_LEN: usize = 120;
 /// Size of an authentication nonce or proof.
 pub const AUTH_DATA_LEN: usize = 32;
 
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct HelloWire {
-    protocol_version: U16,
-    reserved: U16,
-    max_msg_size: U32,
-    identity: [u8; IDENTITY_LEN],
-}
-const _: () = assert!(size_of::<HelloWire>() == 72);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct AuthWire {
-    method: U32,
-    reserved: U32,
-    data: [u8; AUTH_DATA_LEN],
-}
-const _: () = assert!(size_of::<AuthWire>() == 40);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct ErrorWire {
-    status: I32,
-    reserved: U32,
-    reason: [u8; REASON_LEN],
-}
-const _: () = assert!(size_of::<ErrorWire>() == 128);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct CountWire {
-    count: U32,
-    reserved: U32,
-}
-const _: () = assert!(size_of::<CountWire>() == 8);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct PluginInfoWire {
-    id: U64,
-    version: U64,
-    name: [u8; PLUGIN_NAME_MAX_LEN],
-}
-const _: () = assert!(size_of::<PluginInfoWire>() == 64);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct SpawnWire {
-    worker_id: U64,
-    plugins: U64,
-    gid: U32,
-    max_inflight_tasks: U32,
-    env_count: U32,
-    reserved: U32,
-    cpuset: [u8; CPUSET_BYTES],
-}
-const _: () = assert!(size_of::<SpawnWire>() == 160);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct SpawnResultWire {
-    worker_id: U64,
-    endpoint: U16,
-    address_len: U16,
-    reserved: U32,
-}
-const _: () = assert!(size_of::<SpawnResultWire>() == 16);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct WorkerIdWire {
-    worker_id: U64,
-}
-const _: () = assert!(size_of::<WorkerIdWire>() == 8);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct GidWire {
-    gid: U32,
-    reserved: U32,
-}
-const _: () = assert!(size_of::<GidWire>() == 8);
-
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
-#[repr(C)]
-struct WorkerExitWire {
-    worker_id: U64,
-    exit_code: I32,
-    signal: I32,
-}
-const _: () = assert!(size_of::<WorkerExitWire>() == 16);
-
-/// The largest fixed part of any body: [`crate::MaxMsgSize::MIN`] is built from it.
-pub(crate) const LARGEST_FIXED_BODY: usize = {
-    let sizes = [
-        size_of::<HelloWire>(),
-        size_of::<AuthWire>(),
-        size_of::<ErrorWire>(),
-        size_of::<CountWire>(),
-        CPUSET_BYTES,
-        size_of::<SpawnWire>(),
-        size_of::<SpawnResultWire>(),
-        size_of::<WorkerExitWire>(),
-        crate::data::NOTIFY_HEADER_LEN,
-    ];
-    let mut largest = 0;
-    let mut i = 0;
-    while i < sizes.len() {
-        if sizes[i] > largest {
-            largest = sizes[i];
-        }
-        i += 1;
+message_family! {
+    /// Every body that travels on the control socket.
+    pub enum ControlMessage<'a> {
+        /// [`Hello`].
+        Hello(Hello<'a>),
+        /// [`AuthChallenge`].
+        AuthChallenge(AuthChallenge),
+        /// [`AuthResponse`].
+        AuthResponse(AuthResponse),
+        /// The request succeeded (authentication, destroy).
+        Ack,
+        /// [`ErrorReply`].
+        Error(ErrorReply<'a>),
+        /// Which plugins does the daemon offer?
+        PluginListRequest,
+        /// The plugins the daemon offers.
+        PluginListReply(List<'a, PluginInfo<'a>>),
+        /// Which CPUs may workers use?
+        CpusetRequest,
+        /// The CPUs workers may use.
+        CpusetReply(CpuSet),
+        /// [`SpawnWorker`].
+        SpawnWorker(SpawnWorker<'a>),
+        /// [`SpawnResult`].
+        SpawnResult(SpawnResult<'a>),
+        /// Stop a worker the host owns.
+        DestroyWorker {
+            /// The worker's id.
+            worker_id: u64,
+        } as DestroyWorkerBody,
+        /// Which workers belong to a group?
+        WorkersByGidRequest {
+            /// The group id.
+            gid: u32,
+        } as WorkersByGidBody,
+        /// The ids of the group's workers.
+        WorkersByGidReply(List<'a, u64>),
+        /// [`WorkerExit`].
+        WorkerExited(WorkerExit),
     }
-    largest
-};
+}
+
+// The spawn request is the largest fixed-size body of all; the smallest maximum message size
+// is built from it.
+static_assertions::const_assert_eq!(
+    ControlMessage::<'static>::LARGEST_FIXED,
+    crate::limits::LARGEST_FIXED_BODY
+);
 
 /// Host -> daemon, first frame of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +116,42 @@ pub struct Hello<'a> {
     pub max_msg_size: u32,
     /// Who the host says it is (for logs and shared-secret authentication), at most 63 bytes.
     pub identity: &'a str,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct HelloWire {
+    protocol_version: U16,
+    reserved: U16,
+    max_msg_size: U32,
+    identity: [u8; IDENTITY_LEN],
+}
+assert_eq_size!(HelloWire, [u8; 72]);
+
+impl<'a> Message<'a> for Hello<'a> {
+    const FIXED_LEN: usize = size_of::<HelloWire>();
+
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let wire: &HelloWire = exact(body)?;
+        reserved_zero("hello.reserved", wire.reserved.get().into())?;
+        Ok(Hello {
+            protocol_version: wire.protocol_version.get(),
+            max_msg_size: wire.max_msg_size.get(),
+            identity: decode_padded("identity", &wire.identity)?,
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let mut wire = HelloWire {
+            protocol_version: U16::new(self.protocol_version),
+            reserved: U16::ZERO,
+            max_msg_size: U32::new(self.max_msg_size),
+            identity: [0; IDENTITY_LEN],
+        };
+        encode_padded("identity", &mut wire.identity, self.identity)?;
+        put(dst, &wire);
+        Ok(())
+    }
 }
 
 int_enum! {
@@ -207,347 +183,15 @@ pub struct AuthResponse {
     pub proof: [u8; AUTH_DATA_LEN],
 }
 
-/// Daemon -> host: a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ErrorReply<'a> {
-    /// What kind of failure.
-    pub status: Status,
-    /// A short explanation for an operator, at most 119 bytes; see
-    /// [`crate::truncate_at_char_boundary`] for texts of run-time length.
-    pub reason: &'a str,
+/// Both authentication messages: a method and 32 bytes.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct AuthWire {
+    method: U32,
+    reserved: U32,
+    data: [u8; AUTH_DATA_LEN],
 }
-
-/// One plugin the daemon offers (`doca_urom_service_plugin_info`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PluginInfo<'a> {
-    /// The plugin's id: a single bit, `1 << index`.
-    pub id: u64,
-    /// The plugin's version, as its `urom_plugin_get_version` reports it.
-    pub version: u64,
-    /// The `.so` file name without `.so`, at most 47 bytes.
-    pub name: &'a str,
-}
-
-/// Host -> daemon: spawn a worker, or attach to an existing one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpawnWorker<'a> {
-    /// The worker's id, or [`WORKER_ID_ANY`] for a fresh one.
-    pub worker_id: u64,
-    /// The plugins the worker loads: an OR of plugin ids.
-    pub plugins: u64,
-    /// The group the worker belongs to.
-    pub gid: u32,
-    /// How many commands the host keeps in flight at most.
-    pub max_inflight_tasks: u32,
-    /// The CPUs the worker may run on.
-    pub cpuset: CpuSet,
-    /// Environment entries for the worker, each `NAME=value`.
-    pub env: List<'a, &'a str>,
-}
-
-int_enum! {
-    /// How a host reaches a worker's data channel.
-    open EndpointKind: u16, other Unknown {
-        /// A Unix socket path, in the address.
-        UnixSocket = 1,
-        /// A shared-memory channel whose descriptors travel with this frame (`SCM_RIGHTS`).
-        SharedMemory = 2,
-        /// A UCX worker address, in the address.
-        Ucx = 3,
-    }
-}
-
-/// Daemon -> host: the worker is running and this is how to reach it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpawnResult<'a> {
-    /// The worker's id (the fresh one when [`WORKER_ID_ANY`] was asked for).
-    pub worker_id: u64,
-    /// The kind of endpoint.
-    pub endpoint: EndpointKind,
-    /// The endpoint's address, at most 65535 bytes; its meaning depends on the kind.
-    pub address: &'a [u8],
-}
-
-/// Daemon -> host, unsolicited: a worker the host is attached to has ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerExit {
-    /// The worker's id.
-    pub worker_id: u64,
-    /// Its exit code, or 0 when a signal ended it.
-    pub exit_code: i32,
-    /// The signal that ended it, or 0.
-    pub signal: i32,
-}
-
-/// Every body that travels on the control socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControlMessage<'a> {
-    /// [`Hello`].
-    Hello(Hello<'a>),
-    /// [`AuthChallenge`].
-    AuthChallenge(AuthChallenge),
-    /// [`AuthResponse`].
-    AuthResponse(AuthResponse),
-    /// The request succeeded (authentication, destroy).
-    Ack,
-    /// [`ErrorReply`].
-    Error(ErrorReply<'a>),
-    /// Which plugins does the daemon offer?
-    PluginListRequest,
-    /// The plugins the daemon offers.
-    PluginListReply(List<'a, PluginInfo<'a>>),
-    /// Which CPUs may workers use?
-    CpusetRequest,
-    /// The CPUs workers may use.
-    CpusetReply(CpuSet),
-    /// [`SpawnWorker`].
-    SpawnWorker(SpawnWorker<'a>),
-    /// [`SpawnResult`].
-    SpawnResult(SpawnResult<'a>),
-    /// Stop a worker the host owns.
-    DestroyWorker {
-        /// The worker's id.
-        worker_id: u64,
-    },
-    /// Which workers belong to a group?
-    WorkersByGidRequest {
-        /// The group id.
-        gid: u32,
-    },
-    /// The ids of the group's workers.
-    WorkersByGidReply(List<'a, u64>),
-    /// [`WorkerExit`].
-    WorkerExited(WorkerExit),
-}
-
-impl<'a> Body<'a> for ControlMessage<'a> {
-    fn kind(&self) -> FrameKind {
-        match self {
-            Self::Hello(_) => FrameKind::Hello,
-            Self::AuthChallenge(_) => FrameKind::AuthChallenge,
-            Self::AuthResponse(_) => FrameKind::AuthResponse,
-            Self::Ack => FrameKind::Ack,
-            Self::Error(_) => FrameKind::Error,
-            Self::PluginListRequest => FrameKind::PluginListRequest,
-            Self::PluginListReply(_) => FrameKind::PluginListReply,
-            Self::CpusetRequest => FrameKind::CpusetRequest,
-            Self::CpusetReply(_) => FrameKind::CpusetReply,
-            Self::SpawnWorker(_) => FrameKind::SpawnWorker,
-            Self::SpawnResult(_) => FrameKind::SpawnResult,
-            Self::DestroyWorker { .. } => FrameKind::DestroyWorker,
-            Self::WorkersByGidRequest { .. } => FrameKind::WorkersByGidRequest,
-            Self::WorkersByGidReply(_) => FrameKind::WorkersByGidReply,
-            Self::WorkerExited(_) => FrameKind::WorkerExited,
-        }
-    }
-
-    fn parse(kind: FrameKind, body: &'a [u8]) -> Result<Self, DecodeError> {
-        Ok(match kind {
-            FrameKind::Hello => {
-                let wire: &HelloWire = exact(body)?;
-                reserved_zero("hello.reserved", wire.reserved.get().into())?;
-                Self::Hello(Hello {
-                    protocol_version: wire.protocol_version.get(),
-                    max_msg_size: wire.max_msg_size.get(),
-                    identity: decode_padded("identity", &wire.identity)?,
-                })
-            }
-            FrameKind::AuthChallenge => {
-                let (method, nonce) = parse_auth(body)?;
-                Self::AuthChallenge(AuthChallenge { method, nonce })
-            }
-            FrameKind::AuthResponse => {
-                let (method, proof) = parse_auth(body)?;
-                Self::AuthResponse(AuthResponse { method, proof })
-            }
-            FrameKind::Ack => empty(body, Self::Ack)?,
-            FrameKind::Error => {
-                let wire: &ErrorWire = exact(body)?;
-                reserved_zero("error.reserved", wire.reserved.get().into())?;
-                Self::Error(ErrorReply {
-                    status: Status::from_raw(wire.status.get()),
-                    reason: decode_padded("reason", &wire.reason)?,
-                })
-            }
-            FrameKind::PluginListRequest => empty(body, Self::PluginListRequest)?,
-            FrameKind::PluginListReply => Self::PluginListReply(parse_counted(body)?),
-            FrameKind::CpusetRequest => empty(body, Self::CpusetRequest)?,
-            FrameKind::CpusetReply => Self::CpusetReply(CpuSet::from_bytes(exact(body)?)),
-            FrameKind::SpawnWorker => {
-                let (wire, rest) = prefix::<SpawnWire>(body)?;
-                reserved_zero("spawn.reserved", wire.reserved.get().into())?;
-                let (env, rest) = List::decode(rest, wire.env_count.get() as usize)?;
-                no_trailing(body, rest)?;
-                Self::SpawnWorker(SpawnWorker {
-                    worker_id: wire.worker_id.get(),
-                    plugins: wire.plugins.get(),
-                    gid: wire.gid.get(),
-                    max_inflight_tasks: wire.max_inflight_tasks.get(),
-                    cpuset: CpuSet::from_bytes(&wire.cpuset),
-                    env,
-                })
-            }
-            FrameKind::SpawnResult => {
-                let (wire, address) = prefix::<SpawnResultWire>(body)?;
-                reserved_zero("spawn_result.reserved", wire.reserved.get().into())?;
-                let expected = size_of::<SpawnResultWire>() + wire.address_len.get() as usize;
-                check_exact_len(expected, body.len())?;
-                Self::SpawnResult(SpawnResult {
-                    worker_id: wire.worker_id.get(),
-                    endpoint: EndpointKind::from_raw(wire.endpoint.get()),
-                    address,
-                })
-            }
-            FrameKind::DestroyWorker => Self::DestroyWorker {
-                worker_id: exact::<WorkerIdWire>(body)?.worker_id.get(),
-            },
-            FrameKind::WorkersByGidRequest => {
-                let wire: &GidWire = exact(body)?;
-                reserved_zero("gid.reserved", wire.reserved.get().into())?;
-                Self::WorkersByGidRequest {
-                    gid: wire.gid.get(),
-                }
-            }
-            FrameKind::WorkersByGidReply => Self::WorkersByGidReply(parse_counted(body)?),
-            FrameKind::WorkerExited => {
-                let wire: &WorkerExitWire = exact(body)?;
-                Self::WorkerExited(WorkerExit {
-                    worker_id: wire.worker_id.get(),
-                    exit_code: wire.exit_code.get(),
-                    signal: wire.signal.get(),
-                })
-            }
-            FrameKind::Command | FrameKind::Notify => {
-                return Err(DecodeError::UnexpectedKind(kind.raw()));
-            }
-        })
-    }
-
-    fn body_len(&self) -> usize {
-        match self {
-            Self::Hello(_) => size_of::<HelloWire>(),
-            Self::AuthChallenge(_) | Self::AuthResponse(_) => size_of::<AuthWire>(),
-            Self::Ack | Self::PluginListRequest | Self::CpusetRequest => 0,
-            Self::Error(_) => size_of::<ErrorWire>(),
-            Self::PluginListReply(list) => size_of::<CountWire>() + list.encoded_len(),
-            Self::CpusetReply(_) => CPUSET_BYTES,
-            Self::SpawnWorker(spawn) => size_of::<SpawnWire>() + spawn.env.encoded_len(),
-            Self::SpawnResult(result) => size_of::<SpawnResultWire>() + result.address.len(),
-            Self::DestroyWorker { .. } => size_of::<WorkerIdWire>(),
-            Self::WorkersByGidRequest { .. } => size_of::<GidWire>(),
-            Self::WorkersByGidReply(list) => size_of::<CountWire>() + list.encoded_len(),
-            Self::WorkerExited(_) => size_of::<WorkerExitWire>(),
-        }
-    }
-
-    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
-        match self {
-            Self::Hello(hello) => {
-                let mut wire = HelloWire {
-                    protocol_version: U16::new(hello.protocol_version),
-                    reserved: U16::ZERO,
-                    max_msg_size: U32::new(hello.max_msg_size),
-                    identity: [0; IDENTITY_LEN],
-                };
-                encode_padded("identity", &mut wire.identity, hello.identity)?;
-                put(dst, &wire);
-            }
-            Self::AuthChallenge(challenge) => emit_auth(dst, challenge.method, &challenge.nonce),
-            Self::AuthResponse(response) => emit_auth(dst, response.method, &response.proof),
-            Self::Ack | Self::PluginListRequest | Self::CpusetRequest => {}
-            Self::Error(error) => {
-                let mut wire = ErrorWire {
-                    status: I32::new(error.status.raw()),
-                    reserved: U32::ZERO,
-                    reason: [0; REASON_LEN],
-                };
-                encode_padded("reason", &mut wire.reason, error.reason)?;
-                put(dst, &wire);
-            }
-            Self::PluginListReply(list) => emit_counted(dst, "plugins", list)?,
-            Self::CpusetReply(cpuset) => dst.copy_from_slice(&cpuset.to_bytes()),
-            Self::SpawnWorker(spawn) => {
-                let wire = SpawnWire {
-                    worker_id: U64::new(spawn.worker_id),
-                    plugins: U64::new(spawn.plugins),
-                    gid: U32::new(spawn.gid),
-                    max_inflight_tasks: U32::new(spawn.max_inflight_tasks),
-                    env_count: U32::new(count_u32("env", spawn.env.len())?),
-                    reserved: U32::ZERO,
-                    cpuset: spawn.cpuset.to_bytes(),
-                };
-                spawn.env.encode(put(dst, &wire))?;
-            }
-            Self::SpawnResult(result) => {
-                let address_len =
-                    u16::try_from(result.address.len()).map_err(|_| EncodeError::TooMany {
-                        field: "address",
-                        count: result.address.len(),
-                        max: u16::MAX.into(),
-                    })?;
-                let wire = SpawnResultWire {
-                    worker_id: U64::new(result.worker_id),
-                    endpoint: U16::new(result.endpoint.raw()),
-                    address_len: U16::new(address_len),
-                    reserved: U32::ZERO,
-                };
-                put(dst, &wire).copy_from_slice(result.address);
-            }
-            Self::DestroyWorker { worker_id } => {
-                put(
-                    dst,
-                    &WorkerIdWire {
-                        worker_id: U64::new(*worker_id),
-                    },
-                );
-            }
-            Self::WorkersByGidRequest { gid } => {
-                put(
-                    dst,
-                    &GidWire {
-                        gid: U32::new(*gid),
-                        reserved: U32::ZERO,
-                    },
-                );
-            }
-            Self::WorkersByGidReply(list) => emit_counted(dst, "worker ids", list)?,
-            Self::WorkerExited(exit) => {
-                put(
-                    dst,
-                    &WorkerExitWire {
-                        worker_id: U64::new(exit.worker_id),
-                        exit_code: I32::new(exit.exit_code),
-                        signal: I32::new(exit.signal),
-                    },
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `message` when the body is empty.
-fn empty<'a>(body: &[u8], message: ControlMessage<'a>) -> Result<ControlMessage<'a>, DecodeError> {
-    no_trailing(body, body).map(|()| message)
-}
-
-/// `Ok` when nothing is left after the last field.
-fn no_trailing(body: &[u8], rest: &[u8]) -> Result<(), DecodeError> {
-    check_exact_len(body.len() - rest.len(), body.len())
-}
-
-/// `Ok` when `found` bytes are exactly the `expected` ones.
-#[inline]
-pub(crate) fn check_exact_len(expected: usize, found: usize) -> Result<(), DecodeError> {
-    match found.cmp(&expected) {
-        core::cmp::Ordering::Less => Err(DecodeError::Truncated {
-            needed: expected,
-            available: found,
-        }),
-        core::cmp::Ordering::Greater => Err(DecodeError::TrailingBytes { expected, found }),
-        core::cmp::Ordering::Equal => Ok(()),
-    }
-}
+assert_eq_size!(AuthWire, [u8; 40]);
 
 fn parse_auth(body: &[u8]) -> Result<(AuthMethod, [u8; AUTH_DATA_LEN]), DecodeError> {
     let wire: &AuthWire = exact(body)?;
@@ -566,33 +210,96 @@ fn emit_auth(dst: &mut [u8], method: AuthMethod, data: &[u8; AUTH_DATA_LEN]) {
     );
 }
 
-fn parse_counted<'a, T: Item<'a>>(body: &'a [u8]) -> Result<List<'a, T>, DecodeError> {
-    let (wire, rest) = prefix::<CountWire>(body)?;
-    reserved_zero("count.reserved", wire.reserved.get().into())?;
-    let (list, rest) = List::decode(rest, wire.count.get() as usize)?;
-    no_trailing(body, rest)?;
-    Ok(list)
+impl Message<'_> for AuthChallenge {
+    const FIXED_LEN: usize = size_of::<AuthWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let (method, nonce) = parse_auth(body)?;
+        Ok(Self { method, nonce })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        emit_auth(dst, self.method, &self.nonce);
+        Ok(())
+    }
 }
 
-fn emit_counted<'a, T: Item<'a>>(
-    dst: &mut [u8],
-    field: &'static str,
-    list: &List<'a, T>,
-) -> Result<(), EncodeError> {
-    let wire = CountWire {
-        count: U32::new(count_u32(field, list.len())?),
-        reserved: U32::ZERO,
-    };
-    list.encode(put(dst, &wire))
+impl Message<'_> for AuthResponse {
+    const FIXED_LEN: usize = size_of::<AuthWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let (method, proof) = parse_auth(body)?;
+        Ok(Self { method, proof })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        emit_auth(dst, self.method, &self.proof);
+        Ok(())
+    }
 }
 
-fn count_u32(field: &'static str, count: usize) -> Result<u32, EncodeError> {
-    u32::try_from(count).map_err(|_| EncodeError::TooMany {
-        field,
-        count,
-        max: u32::MAX as usize,
-    })
+/// Daemon -> host: a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorReply<'a> {
+    /// What kind of failure.
+    pub status: Status,
+    /// A short explanation for an operator, at most 119 bytes; see
+    /// [`crate::truncate_at_char_boundary`] for texts of run-time length.
+    pub reason: &'a str,
 }
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct ErrorWire {
+    status: I32,
+    reserved: U32,
+    reason: [u8; REASON_LEN],
+}
+assert_eq_size!(ErrorWire, [u8; 128]);
+
+impl<'a> Message<'a> for ErrorReply<'a> {
+    const FIXED_LEN: usize = size_of::<ErrorWire>();
+
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let wire: &ErrorWire = exact(body)?;
+        reserved_zero("error.reserved", wire.reserved.get().into())?;
+        Ok(ErrorReply {
+            status: Status::from_raw(wire.status.get()),
+            reason: decode_padded("reason", &wire.reason)?,
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let mut wire = ErrorWire {
+            status: I32::new(self.status.raw()),
+            reserved: U32::ZERO,
+            reason: [0; REASON_LEN],
+        };
+        encode_padded("reason", &mut wire.reason, self.reason)?;
+        put(dst, &wire);
+        Ok(())
+    }
+}
+
+/// One plugin the daemon offers (`doca_urom_service_plugin_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginInfo<'a> {
+    /// The plugin's id: a single bit, `1 << index`.
+    pub id: u64,
+    /// The plugin's version, as its `urom_plugin_get_version` reports it.
+    pub version: u64,
+    /// The `.so` file name without `.so`, at most 47 bytes.
+    pub name: &'a str,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct PluginInfoWire {
+    id: U64,
+    version: U64,
+    name: [u8; PLUGIN_NAME_MAX_LEN],
+}
+assert_eq_size!(PluginInfoWire, [u8; 64]);
 
 /// Plugin records: 64 bytes each.
 impl<'a> Item<'a> for PluginInfo<'a> {
@@ -622,6 +329,133 @@ impl<'a> Item<'a> for PluginInfo<'a> {
     }
 }
 
+/// The count in front of a list reply.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct CountWire {
+    count: U32,
+    reserved: U32,
+}
+assert_eq_size!(CountWire, [u8; 8]);
+
+/// Elements of a list reply: a [`CountWire`], then the elements.
+trait Counted {
+    /// The list's name in errors.
+    const FIELD: &'static str;
+}
+
+impl Counted for PluginInfo<'_> {
+    const FIELD: &'static str = "plugins";
+}
+
+impl Counted for u64 {
+    const FIELD: &'static str = "worker ids";
+}
+
+impl<'a, T: Item<'a> + Counted> Message<'a> for List<'a, T> {
+    const FIXED_LEN: usize = size_of::<CountWire>();
+
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let (wire, rest) = prefix::<CountWire>(body)?;
+        reserved_zero("count.reserved", wire.reserved.get().into())?;
+        let (list, rest) = List::decode(rest, wire.count.get() as usize)?;
+        no_trailing(body, rest)?;
+        Ok(list)
+    }
+
+    fn body_len(&self) -> usize {
+        Self::FIXED_LEN + self.encoded_len()
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let wire = CountWire {
+            count: U32::new(count_u32(T::FIELD, self.len())?),
+            reserved: U32::ZERO,
+        };
+        self.encode(put(dst, &wire))
+    }
+}
+
+/// The CPU set reply: the set's 128 bytes.
+impl Message<'_> for CpuSet {
+    const FIXED_LEN: usize = CPUSET_BYTES;
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        Ok(CpuSet::from_bytes(exact(body)?))
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        dst.copy_from_slice(&self.to_bytes());
+        Ok(())
+    }
+}
+
+/// Host -> daemon: spawn a worker, or attach to an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnWorker<'a> {
+    /// The worker's id, or [`WORKER_ID_ANY`] for a fresh one.
+    pub worker_id: u64,
+    /// The plugins the worker loads: an OR of plugin ids.
+    pub plugins: u64,
+    /// The group the worker belongs to.
+    pub gid: u32,
+    /// How many commands the host keeps in flight at most.
+    pub max_inflight_tasks: u32,
+    /// The CPUs the worker may run on.
+    pub cpuset: CpuSet,
+    /// Environment entries for the worker, each `NAME=value`.
+    pub env: List<'a, &'a str>,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct SpawnWire {
+    worker_id: U64,
+    plugins: U64,
+    gid: U32,
+    max_inflight_tasks: U32,
+    env_count: U32,
+    reserved: U32,
+    cpuset: [u8; CPUSET_BYTES],
+}
+assert_eq_size!(SpawnWire, [u8; 160]);
+
+impl<'a> Message<'a> for SpawnWorker<'a> {
+    const FIXED_LEN: usize = size_of::<SpawnWire>();
+
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let (wire, rest) = prefix::<SpawnWire>(body)?;
+        reserved_zero("spawn.reserved", wire.reserved.get().into())?;
+        let (env, rest) = List::decode(rest, wire.env_count.get() as usize)?;
+        no_trailing(body, rest)?;
+        Ok(SpawnWorker {
+            worker_id: wire.worker_id.get(),
+            plugins: wire.plugins.get(),
+            gid: wire.gid.get(),
+            max_inflight_tasks: wire.max_inflight_tasks.get(),
+            cpuset: CpuSet::from_bytes(&wire.cpuset),
+            env,
+        })
+    }
+
+    fn body_len(&self) -> usize {
+        Self::FIXED_LEN + self.env.encoded_len()
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let wire = SpawnWire {
+            worker_id: U64::new(self.worker_id),
+            plugins: U64::new(self.plugins),
+            gid: U32::new(self.gid),
+            max_inflight_tasks: U32::new(self.max_inflight_tasks),
+            env_count: U32::new(count_u32("env", self.env.len())?),
+            reserved: U32::ZERO,
+            cpuset: self.cpuset.to_bytes(),
+        };
+        self.env.encode(put(dst, &wire))
+    }
+}
+
 /// Environment entries: a `u16` length, then that many bytes of `NAME=value`.
 impl<'a> Item<'a> for &'a str {
     fn decode(bytes: &'a [u8], index: usize) -> Result<(Self, &'a [u8]), DecodeError> {
@@ -643,11 +477,7 @@ impl<'a> Item<'a> for &'a str {
     fn encode(&self, dst: &mut [u8], index: usize) -> Result<(), EncodeError> {
         check_env_entry(self.as_bytes())
             .map_err(|reason| EncodeError::InvalidEnvEntry { index, reason })?;
-        let len = u16::try_from(self.len()).map_err(|_| EncodeError::TooMany {
-            field: "env entry",
-            count: self.len(),
-            max: u16::MAX.into(),
-        })?;
+        let len = count_u16("env entry", self.len())?;
         let (len_bytes, entry) = dst.split_at_mut(2);
         len_bytes.copy_from_slice(&len.to_le_bytes());
         entry.copy_from_slice(self.as_bytes());
@@ -672,6 +502,183 @@ pub fn check_env_entry(entry: &[u8]) -> Result<&str, EnvEntryError> {
     Ok(entry)
 }
 
+int_enum! {
+    /// How a host reaches a worker's data channel.
+    open EndpointKind: u16, other Unknown {
+        /// A Unix socket path, in the address.
+        UnixSocket = 1,
+        /// A shared-memory channel whose descriptors travel with this frame (`SCM_RIGHTS`).
+        SharedMemory = 2,
+        /// A UCX worker address, in the address.
+        Ucx = 3,
+    }
+}
+
+/// Daemon -> host: the worker is running and this is how to reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnResult<'a> {
+    /// The worker's id (the fresh one when [`WORKER_ID_ANY`] was asked for).
+    pub worker_id: u64,
+    /// The kind of endpoint.
+    pub endpoint: EndpointKind,
+    /// The endpoint's address, at most 65535 bytes; its meaning depends on the kind.
+    pub address: &'a [u8],
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct SpawnResultWire {
+    worker_id: U64,
+    endpoint: U16,
+    address_len: U16,
+    reserved: U32,
+}
+assert_eq_size!(SpawnResultWire, [u8; 16]);
+
+impl<'a> Message<'a> for SpawnResult<'a> {
+    const FIXED_LEN: usize = size_of::<SpawnResultWire>();
+
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let (wire, address) = prefix::<SpawnResultWire>(body)?;
+        reserved_zero("spawn_result.reserved", wire.reserved.get().into())?;
+        let expected = size_of::<SpawnResultWire>() + wire.address_len.get() as usize;
+        check_exact_len(expected, body.len())?;
+        Ok(SpawnResult {
+            worker_id: wire.worker_id.get(),
+            endpoint: EndpointKind::from_raw(wire.endpoint.get()),
+            address,
+        })
+    }
+
+    fn body_len(&self) -> usize {
+        Self::FIXED_LEN + self.address.len()
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let wire = SpawnResultWire {
+            worker_id: U64::new(self.worker_id),
+            endpoint: U16::new(self.endpoint.raw()),
+            address_len: U16::new(count_u16("address", self.address.len())?),
+            reserved: U32::ZERO,
+        };
+        put(dst, &wire).copy_from_slice(self.address);
+        Ok(())
+    }
+}
+
+/// The body of [`ControlMessage::DestroyWorker`].
+struct DestroyWorkerBody {
+    worker_id: u64,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct WorkerIdWire {
+    worker_id: U64,
+}
+assert_eq_size!(WorkerIdWire, [u8; 8]);
+
+impl Message<'_> for DestroyWorkerBody {
+    const FIXED_LEN: usize = size_of::<WorkerIdWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        Ok(Self {
+            worker_id: exact::<WorkerIdWire>(body)?.worker_id.get(),
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        put(
+            dst,
+            &WorkerIdWire {
+                worker_id: U64::new(self.worker_id),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// The body of [`ControlMessage::WorkersByGidRequest`].
+struct WorkersByGidBody {
+    gid: u32,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct GidWire {
+    gid: U32,
+    reserved: U32,
+}
+assert_eq_size!(GidWire, [u8; 8]);
+
+impl Message<'_> for WorkersByGidBody {
+    const FIXED_LEN: usize = size_of::<GidWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let wire: &GidWire = exact(body)?;
+        reserved_zero("gid.reserved", wire.reserved.get().into())?;
+        Ok(Self {
+            gid: wire.gid.get(),
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        put(
+            dst,
+            &GidWire {
+                gid: U32::new(self.gid),
+                reserved: U32::ZERO,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Daemon -> host, unsolicited: a worker the host is attached to has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerExit {
+    /// The worker's id.
+    pub worker_id: u64,
+    /// Its exit code, or 0 when a signal ended it.
+    pub exit_code: i32,
+    /// The signal that ended it, or 0.
+    pub signal: i32,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct WorkerExitWire {
+    worker_id: U64,
+    exit_code: I32,
+    signal: I32,
+}
+assert_eq_size!(WorkerExitWire, [u8; 16]);
+
+impl Message<'_> for WorkerExit {
+    const FIXED_LEN: usize = size_of::<WorkerExitWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let wire: &WorkerExitWire = exact(body)?;
+        Ok(WorkerExit {
+            worker_id: wire.worker_id.get(),
+            exit_code: wire.exit_code.get(),
+            signal: wire.signal.get(),
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        put(
+            dst,
+            &WorkerExitWire {
+                worker_id: U64::new(self.worker_id),
+                exit_code: I32::new(self.exit_code),
+                signal: I32::new(self.signal),
+            },
+        );
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -694,7 +701,7 @@ mod tests {
 
     #[test]
     fn min_message_size_fits_the_largest_fixed_body() {
-        assert_eq!(LARGEST_FIXED_BODY, 160);
+        assert_eq!(ControlMessage::LARGEST_FIXED, 160);
         assert_eq!(crate::MaxMsgSize::MIN, 184);
     }
 }

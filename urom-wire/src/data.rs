@@ -11,16 +11,16 @@
 //!
 //! `len` must account for exactly the bytes that follow. On the hot path, write the headers with
 //! [`write_command_headers`] / [`write_notify_headers`] and the payload in place after them;
-//! [`DataMessage`] reads both kinds without copying.
+//! [`DataMessage`] reads both kinds without copying. A worker that must answer a command frame
+//! that failed validation learns whom to answer from [`peek_command_identity`].
 
+use static_assertions::assert_eq_size;
 use zerocopy::little_endian::{I32, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::control::check_exact_len;
-use crate::frame::{prefix, put, reserved_zero};
-use crate::{
-    Body, DecodeError, EncodeError, FRAME_HEADER_LEN, Frame, FrameKind, MaxMsgSize, Status,
-};
+use crate::codec::{Message, check_exact_len, peek, prefix, put, reserved_zero};
+use crate::frame::{FRAME_HEADER_LEN, Frame, FrameKind};
+use crate::{DecodeError, EncodeError, MaxMsgSize, Status};
 
 /// The wire layout of `struct urom_worker_cmd` without its payload.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -33,7 +33,7 @@ pub struct CommandHeader {
     /// `len`: bytes of plugin command that follow.
     pub len: U64,
 }
-const _: () = assert!(size_of::<CommandHeader>() == 24);
+assert_eq_size!(CommandHeader, [u8; 24]);
 
 /// The wire layout of `struct urom_worker_notify` without its payload.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -50,7 +50,7 @@ pub struct NotifyHeader {
     /// Must be zero.
     pub reserved: U32,
 }
-const _: () = assert!(size_of::<NotifyHeader>() == 32);
+assert_eq_size!(NotifyHeader, [u8; 32]);
 
 /// Length of [`CommandHeader`].
 pub const CMD_HEADER_LEN: usize = size_of::<CommandHeader>();
@@ -95,74 +95,91 @@ pub struct Notification<'a> {
     pub payload: &'a [u8],
 }
 
-/// Every body that travels on a data channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataMessage<'a> {
-    /// [`Command`].
-    Command(Command<'a>),
-    /// [`Notification`].
-    Notify(Notification<'a>),
+message_family! {
+    /// Every body that travels on a data channel.
+    pub enum DataMessage<'a> {
+        /// [`Command`].
+        Command(Command<'a>),
+        /// [`Notification`].
+        Notify(Notification<'a>),
+    }
 }
 
-impl<'a> Body<'a> for DataMessage<'a> {
-    fn kind(&self) -> FrameKind {
-        match self {
-            Self::Command(_) => FrameKind::Command,
-            Self::Notify(_) => FrameKind::Notify,
-        }
+impl<'a> Message<'a> for Command<'a> {
+    const FIXED_LEN: usize = CMD_HEADER_LEN;
+
+    #[inline]
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let (header, payload) = prefix::<CommandHeader>(body)?;
+        check_payload_len(CMD_HEADER_LEN, header.len.get(), body.len())?;
+        Ok(Command {
+            plugin: header.plugin.get(),
+            urom_context: header.urom_context.get(),
+            payload,
+        })
     }
 
     #[inline]
-    fn parse(kind: FrameKind, body: &'a [u8]) -> Result<Self, DecodeError> {
-        match kind {
-            FrameKind::Command => {
-                let (header, payload) = prefix::<CommandHeader>(body)?;
-                check_payload_len(CMD_HEADER_LEN, header.len.get(), body.len())?;
-                Ok(Self::Command(Command {
-                    plugin: header.plugin.get(),
-                    urom_context: header.urom_context.get(),
-                    payload,
-                }))
-            }
-            FrameKind::Notify => {
-                let (header, payload) = prefix::<NotifyHeader>(body)?;
-                reserved_zero("notify.reserved", header.reserved.get().into())?;
-                check_payload_len(NOTIFY_HEADER_LEN, header.len.get(), body.len())?;
-                Ok(Self::Notify(Notification {
-                    plugin: header.plugin.get(),
-                    urom_context: header.urom_context.get(),
-                    status: Status::from_raw(header.status.get()),
-                    payload,
-                }))
-            }
-            other => Err(DecodeError::UnexpectedKind(other.raw())),
-        }
-    }
-
     fn body_len(&self) -> usize {
-        match self {
-            Self::Command(command) => CMD_HEADER_LEN + command.payload.len(),
-            Self::Notify(notify) => NOTIFY_HEADER_LEN + notify.payload.len(),
-        }
+        CMD_HEADER_LEN + self.payload.len()
     }
 
+    #[inline]
     fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
-        let payload_dst = match self {
-            Self::Command(c) => put(
-                dst,
-                &command_header(c.plugin, c.urom_context, c.payload.len()),
-            ),
-            Self::Notify(n) => put(
-                dst,
-                &notify_header(n.plugin, n.urom_context, n.status, n.payload.len()),
-            ),
-        };
-        payload_dst.copy_from_slice(match self {
-            Self::Command(command) => command.payload,
-            Self::Notify(notify) => notify.payload,
-        });
+        let header = command_header(self.plugin, self.urom_context, self.payload.len());
+        put(dst, &header).copy_from_slice(self.payload);
         Ok(())
     }
+}
+
+impl<'a> Message<'a> for Notification<'a> {
+    const FIXED_LEN: usize = NOTIFY_HEADER_LEN;
+
+    #[inline]
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let (header, payload) = prefix::<NotifyHeader>(body)?;
+        reserved_zero("notify.reserved", header.reserved.get().into())?;
+        check_payload_len(NOTIFY_HEADER_LEN, header.len.get(), body.len())?;
+        Ok(Notification {
+            plugin: header.plugin.get(),
+            urom_context: header.urom_context.get(),
+            status: Status::from_raw(header.status.get()),
+            payload,
+        })
+    }
+
+    #[inline]
+    fn body_len(&self) -> usize {
+        NOTIFY_HEADER_LEN + self.payload.len()
+    }
+
+    #[inline]
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let header = notify_header(
+            self.plugin,
+            self.urom_context,
+            self.status,
+            self.payload.len(),
+        );
+        put(dst, &header).copy_from_slice(self.payload);
+        Ok(())
+    }
+}
+
+/// The plugin id and `urom_context` of the command in a whole data frame, each 0 when the
+/// frame is too short to hold it. Nothing else is checked.
+///
+/// For a worker that must answer a command frame that failed validation: the error
+/// notification goes to the plugin and cookie the frame names, as far as it names them.
+#[inline]
+pub fn peek_command_identity(frame: &[u8]) -> (u64, u64) {
+    let word = |at: usize| {
+        frame
+            .get(at..)
+            .and_then(peek::<U64>)
+            .map_or(0, |word| word.get())
+    };
+    (word(FRAME_HEADER_LEN), word(FRAME_HEADER_LEN + 8))
 }
 
 #[inline]
@@ -269,4 +286,24 @@ fn write_headers(
     view.fill_header(kind, seq, length);
     view.body_mut()[..body_header.len()].copy_from_slice(body_header);
     Ok(length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_identity_is_read_leniently() {
+        let mut frame = [0u8; COMMAND_PAYLOAD_OFFSET + 4];
+        let len = write_command_headers(&mut frame, 1, 4, 99, 4, MaxMsgSize::DEFAULT).unwrap();
+        assert_eq!(len, frame.len());
+        assert_eq!(peek_command_identity(&frame), (4, 99));
+        // Whatever the header says, and however short the frame.
+        frame[..FRAME_HEADER_LEN].fill(0xff);
+        assert_eq!(peek_command_identity(&frame), (4, 99));
+        assert_eq!(peek_command_identity(&frame[..40]), (4, 99));
+        assert_eq!(peek_command_identity(&frame[..39]), (4, 0));
+        assert_eq!(peek_command_identity(&frame[..30]), (0, 0));
+        assert_eq!(peek_command_identity(&[]), (0, 0));
+    }
 }

@@ -49,6 +49,22 @@ pub enum DecodeError {
     UnsupportedVersion(u16),
     /// The frame kind is not one urom defines.
     UnknownKind(u16),
+    /// A fixed-layout message or header (shared-memory handshake, mapping header, GPU channel
+    /// hello) does not start with its format's magic bytes: these bytes are not that format.
+    WrongMagic {
+        /// What the bytes were read as.
+        format: &'static str,
+    },
+    /// A fixed-layout message or header carries a version of its format that this build does
+    /// not speak; `found` lets the receiver name it in its answer.
+    UnsupportedFormatVersion {
+        /// What the bytes were read as.
+        format: &'static str,
+        /// The version the bytes carry.
+        found: u32,
+        /// The version this build speaks.
+        supported: u32,
+    },
     /// The frame kind is valid but does not belong on this channel (a data frame on the control
     /// socket, for example).
     UnexpectedKind(u16),
@@ -110,6 +126,15 @@ impl fmt::Display for DecodeError {
                 crate::PROTOCOL_VERSION
             ),
             Self::UnknownKind(kind) => write!(f, "unknown frame kind {kind:#06x}"),
+            Self::WrongMagic { format } => write!(f, "not a {format} (wrong magic bytes)"),
+            Self::UnsupportedFormatVersion {
+                format,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{format} version {found} is not supported (this build speaks {supported})"
+            ),
             Self::UnexpectedKind(kind) => {
                 write!(f, "frame kind {kind:#06x} does not belong on this channel")
             }

@@ -12,10 +12,17 @@
 //!
 //! All fields little-endian. A receiver checks magic, version, kind, flags and length against
 //! the [`MaxMsgSize`] before it looks at the body.
+//!
+//! This module knows frame kinds, not bodies: a message family ([`crate::control`],
+//! [`crate::data`]) implements [`Body`] for its message enum, and [`FrameRepr`] puts a header in
+//! front of any of them. [`peek_seq`] reads the sequence number of a frame that failed
+//! validation, so that the error reply can carry it.
 
+use static_assertions::assert_eq_size;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+use crate::codec::{check_exact_len, peek};
 use crate::{DecodeError, EncodeError, MaxMsgSize};
 
 /// The wire layout of the frame header.
@@ -36,10 +43,9 @@ pub struct FrameHeader {
     pub seq: U64,
 }
 
-const _: () = assert!(size_of::<FrameHeader>() == 24);
-
 /// Length of [`FrameHeader`].
-pub const FRAME_HEADER_LEN: usize = size_of::<FrameHeader>();
+pub const FRAME_HEADER_LEN: usize = crate::limits::FRAME_HEADER_LEN;
+assert_eq_size!(FrameHeader, [u8; FRAME_HEADER_LEN]);
 /// The first four bytes of every frame: `UROM`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"UROM");
 /// The protocol version this build speaks.
@@ -122,9 +128,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     }
 
     fn header(&self) -> &FrameHeader {
-        FrameHeader::ref_from_prefix(self.buffer.as_ref())
-            .map(|(header, _)| header)
-            .expect("frame buffer shorter than its header")
+        peek(self.buffer.as_ref()).expect("frame buffer shorter than its header")
     }
 
     /// The frame kind, or `None` for a code urom does not define.
@@ -167,9 +171,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         self.buffer.as_mut()[..FRAME_HEADER_LEN].copy_from_slice(header.as_bytes());
     }
 
+    fn header_mut(&mut self) -> &mut FrameHeader {
+        FrameHeader::mut_from_prefix(self.buffer.as_mut())
+            .map(|(header, _)| header)
+            .expect("frame buffer shorter than its header")
+    }
+
     /// Sets the sequence number.
     pub fn set_seq(&mut self, seq: u64) {
-        self.buffer.as_mut()[16..FRAME_HEADER_LEN].copy_from_slice(&seq.to_le_bytes());
+        self.header_mut().seq = U64::new(seq);
     }
 
     /// The bytes after the header, for writing.
@@ -186,6 +196,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 #[inline]
 pub fn frame_length(prefix: &[u8], max: MaxMsgSize) -> Result<Option<usize>, DecodeError> {
     Ok(check_header(prefix, max)?.map(|checked| checked.length))
+}
+
+/// The sequence number of the header at the start of `bytes`, or `None` when fewer than
+/// [`FRAME_HEADER_LEN`] bytes are there. Nothing else is checked.
+///
+/// For a receiver that must answer a frame that failed validation (an error reply carries the
+/// request's sequence number), or that routes replies it has already parsed. Anything else
+/// reads the header through [`Frame::new_checked`] or [`FrameRepr::parse`].
+#[inline]
+pub fn peek_seq(bytes: &[u8]) -> Option<u64> {
+    peek::<FrameHeader>(bytes).map(|header| header.seq.get())
 }
 
 /// What [`check_header`] learned from a valid header.
@@ -240,7 +261,7 @@ fn check_frame(bytes: &[u8], max: MaxMsgSize) -> Result<CheckedHeader, DecodeErr
         needed: FRAME_HEADER_LEN,
         available: bytes.len(),
     })?;
-    crate::control::check_exact_len(checked.length, bytes.len())?;
+    check_exact_len(checked.length, bytes.len())?;
     Ok(checked)
 }
 
@@ -303,50 +324,31 @@ impl<'a, B: Body<'a>> FrameRepr<B> {
     }
 }
 
-/// Reads a fixed-size wire struct that must fill `bytes` exactly.
-#[inline]
-pub(crate) fn exact<W>(bytes: &[u8]) -> Result<&W, DecodeError>
-where
-    W: FromBytes + KnownLayout + Immutable + Unaligned,
-{
-    let (wire, rest) = prefix::<W>(bytes)?;
-    if !rest.is_empty() {
-        return Err(DecodeError::TrailingBytes {
-            expected: size_of::<W>(),
-            found: bytes.len(),
-        });
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peek_seq_reads_any_whole_header() {
+        let mut bytes = [0xa5; FRAME_HEADER_LEN + 3];
+        Frame::new_unchecked(&mut bytes[..]).fill_header(FrameKind::Ack, 7, 24);
+        assert_eq!(peek_seq(&bytes), Some(7));
+        // Garbage in every other field is no matter.
+        bytes[..16].fill(0xff);
+        assert_eq!(peek_seq(&bytes[..FRAME_HEADER_LEN]), Some(7));
+        assert_eq!(peek_seq(&bytes[..FRAME_HEADER_LEN - 1]), None);
+        assert_eq!(peek_seq(&[]), None);
     }
-    Ok(wire)
-}
 
-/// Reads a fixed-size wire struct at the front of `bytes`; returns it and the bytes after it.
-#[inline]
-pub(crate) fn prefix<W>(bytes: &[u8]) -> Result<(&W, &[u8]), DecodeError>
-where
-    W: FromBytes + KnownLayout + Immutable + Unaligned,
-{
-    W::ref_from_prefix(bytes).map_err(|_| DecodeError::Truncated {
-        needed: size_of::<W>(),
-        available: bytes.len(),
-    })
-}
-
-/// Writes a fixed-size wire struct at the front of `dst`; returns the bytes after it.
-///
-/// Callers size `dst` from the same struct, so it is always long enough.
-#[inline]
-pub(crate) fn put<'d, W: IntoBytes + Immutable>(dst: &'d mut [u8], wire: &W) -> &'d mut [u8] {
-    let (head, tail) = dst.split_at_mut(size_of::<W>());
-    head.copy_from_slice(wire.as_bytes());
-    tail
-}
-
-/// `Ok` when a reserved field is zero.
-#[inline]
-pub(crate) fn reserved_zero(field: &'static str, value: u64) -> Result<(), DecodeError> {
-    if value == 0 {
-        Ok(())
-    } else {
-        Err(DecodeError::ReservedNotZero { field })
+    #[test]
+    fn set_seq_writes_only_the_sequence_number() {
+        let mut bytes = [0xa5; FRAME_HEADER_LEN + 2];
+        let mut frame = Frame::new_unchecked(&mut bytes[..]);
+        frame.fill_header(FrameKind::Ack, 1, FRAME_HEADER_LEN);
+        frame.set_seq(0x0102_0304_0506_0708);
+        assert_eq!(frame.seq(), 0x0102_0304_0506_0708);
+        assert_eq!(&bytes[16..24], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&bytes[24..], &[0xa5, 0xa5]);
+        assert_eq!(&bytes[..4], b"UROM");
     }
 }

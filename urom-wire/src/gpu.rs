@@ -17,14 +17,19 @@
 //! ```
 //!
 //! The payload is bounded by the programs' `--max-message-length` (256 by default), which
-//! excludes the headers.
+//! excludes the headers. [`peek_msg_id`] reads the id of a message already delimited by
+//! [`message_length`].
+//!
+//! [`channel`] holds the hellos that open the channel between our server and orchestrator.
 
+use static_assertions::assert_eq_size;
 use zerocopy::big_endian::U32;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::control::check_exact_len;
-use crate::frame::{exact, prefix, put};
+use crate::codec::{check_exact_len, exact, fixed_length, peek, prefix, put};
 use crate::{DecodeError, EncodeError};
+
+pub mod channel;
 
 /// The wire layout of the message header.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -35,13 +40,14 @@ pub struct GpuHeader {
     /// A [`MsgId`] code.
     pub msg_id: U32,
 }
-const _: () = assert!(size_of::<GpuHeader>() == 8);
+assert_eq_size!(GpuHeader, [u8; 8]);
 
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 struct WordWire {
     value: U32,
 }
+assert_eq_size!(WordWire, [u8; 4]);
 
 /// Length of [`GpuHeader`].
 pub const GPU_HEADER_LEN: usize = size_of::<GpuHeader>();
@@ -107,9 +113,11 @@ pub fn message_length(prefix: &[u8], max_payload: usize) -> Result<Option<usize>
     let id = MsgId::from_raw(raw_id).ok_or(DecodeError::UnknownMessageId(raw_id))?;
     let length = header.wire_size.get() as usize;
     match id {
-        MsgId::StartShutdown | MsgId::ShutdownComplete => fixed_length(GPU_HEADER_LEN, length),
+        MsgId::StartShutdown | MsgId::ShutdownComplete => {
+            fixed_length(GPU_HEADER_LEN, length).map(|()| Some(length))
+        }
         MsgId::ExchangeConsumerIdRequest | MsgId::ExchangeConsumerIdResponse => {
-            fixed_length(CONSUMER_ID_MESSAGE_LEN, length)
+            fixed_length(CONSUMER_ID_MESSAGE_LEN, length).map(|()| Some(length))
         }
         MsgId::ClientRequest | MsgId::ClientResponse => {
             let max = CLIENT_HEADER_LEN.saturating_add(max_payload);
@@ -127,13 +135,14 @@ pub fn message_length(prefix: &[u8], max_payload: usize) -> Result<Option<usize>
     }
 }
 
+/// The raw message id of the header at the start of `bytes`, or `None` when fewer than
+/// [`GPU_HEADER_LEN`] bytes are there. Nothing else is checked.
+///
+/// For a reader that has delimited a message with [`message_length`] (which checks the id) and
+/// wants its kind without parsing it; compare with [`MsgId::raw`].
 #[inline]
-fn fixed_length(expected: usize, length: usize) -> Result<Option<usize>, DecodeError> {
-    if length == expected {
-        Ok(Some(length))
-    } else {
-        Err(DecodeError::LengthMismatch { expected, length })
-    }
+pub fn peek_msg_id(bytes: &[u8]) -> Option<u32> {
+    peek::<GpuHeader>(bytes).map(|header| header.msg_id.get())
 }
 
 impl<'a> GpuMessage<'a> {
@@ -277,4 +286,21 @@ pub fn write_client_headers(
         },
     );
     Ok(length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peek_msg_id_reads_any_whole_header() {
+        let mut buf = [0xa5; 16];
+        let len = GpuMessage::ClientResponse(b"DCBA")
+            .emit(&mut buf, 256)
+            .unwrap();
+        assert_eq!(peek_msg_id(&buf[..len]), Some(MsgId::ClientResponse.raw()));
+        assert_eq!(peek_msg_id(&buf[..8]), Some(5));
+        assert_eq!(peek_msg_id(&buf[..7]), None);
+        assert_eq!(peek_msg_id(&[0, 0, 0, 0, 0, 0, 0, 99]), Some(99));
+    }
 }

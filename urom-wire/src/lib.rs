@@ -9,15 +9,25 @@
 //!   plugin list, cpuset, worker spawn / destroy / query, errors, worker exit events);
 //! * [`data`]: the bodies exchanged between a host and a worker: commands carrying the 24-byte
 //!   `urom_worker_cmd` header and notifications carrying the 32-byte `urom_worker_notify` header;
+//! * [`graph`]: the graph (loopback) plugin's 16-byte commands and notifications, the payload
+//!   of those data-path messages;
+//! * [`shm`]: what the shared-memory transport exchanges below the frames: the handshake that
+//!   passes a mapping over a Unix socket, and the 128-byte header at the start of the mapping;
 //! * [`gpu`]: the big-endian format of the GPU remote-offload application, which has no urom
-//!   frame header because it must interoperate with the original clients.
+//!   frame header because it must interoperate with the original clients, and in
+//!   [`gpu::channel`] the hellos between our offload server and orchestrator.
 //!
 //! Supporting types: [`Status`] (the DOCA error numbering, defined once for all of urom),
 //! [`MaxMsgSize`] (the run-time bound on every frame), [`CpuSet`] and [`List`].
 //!
-//! Every decoder checks lengths before it reads, returns a [`DecodeError`] for bad input, never
-//! panics and never allocates: the crate is `no_std` without `alloc`. Encoders write into a
-//! caller's buffer and return an [`EncodeError`] when a value cannot be represented.
+//! Every family reads and writes its fields through one private codec module (fixed-size
+//! zerocopy structs, length and reserved-field checks), and every wire struct's size is pinned
+//! at compile time. Every decoder checks lengths before it reads, returns a [`DecodeError`] for
+//! bad input, never panics and never allocates: the crate is `no_std` without `alloc`. Encoders
+//! write into a caller's buffer and return an [`EncodeError`] when a value cannot be
+//! represented. Code outside this crate never reads a urom format by byte offset: where a
+//! receiver must answer bytes that failed validation, a lenient peek reads the one field it
+//! needs ([`frame::peek_seq`], [`data::peek_command_identity`], [`gpu::peek_msg_id`]).
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -27,14 +37,17 @@ extern crate std;
 #[macro_use]
 mod macros;
 
+mod codec;
 pub mod control;
 pub mod cpuset;
 pub mod data;
 mod error;
 pub mod frame;
 pub mod gpu;
+pub mod graph;
 mod limits;
 pub mod list;
+pub mod shm;
 mod status;
 mod text;
 

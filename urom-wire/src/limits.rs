@@ -1,8 +1,19 @@
-//! The run-time bound on every urom frame.
+//! The sizes that bound every urom frame: the header, the largest fixed-size body, and the
+//! run-time bound on a whole frame.
+//!
+//! This module sits below the message families: [`crate::frame`] pins its header to
+//! [`FRAME_HEADER_LEN`], and [`crate::control`] and [`crate::data`] assert at compile time that
+//! the fixed part of each of their bodies fits [`LARGEST_FIXED_BODY`].
 
 use core::fmt;
 
-use crate::frame::FRAME_HEADER_LEN;
+/// Bytes of the header every urom frame starts with (`frame::FrameHeader` is pinned to it).
+pub(crate) const FRAME_HEADER_LEN: usize = 24;
+
+/// The largest fixed part of any frame body (a spawn request: 160 bytes). [`MaxMsgSize::MIN`] is
+/// built from it, so that every message kind can be sent with an empty list or payload; each
+/// message family asserts that its bodies' fixed parts fit.
+pub(crate) const LARGEST_FIXED_BODY: usize = 160;
 
 /// The largest frame, header included, that a connection carries.
 ///
@@ -16,7 +27,7 @@ impl MaxMsgSize {
     /// The default, as in the DOCA UROM service: 4096 bytes.
     pub const DEFAULT: Self = Self(4096);
     /// The smallest legal value: a frame header plus the largest fixed-size body.
-    pub const MIN: u32 = (FRAME_HEADER_LEN + crate::control::LARGEST_FIXED_BODY) as u32;
+    pub const MIN: u32 = (FRAME_HEADER_LEN + LARGEST_FIXED_BODY) as u32;
     /// The largest legal value: 16 MiB.
     pub const MAX: u32 = 16 << 20;
 
@@ -90,5 +101,11 @@ mod tests {
         );
         assert!(MaxMsgSize::new(MaxMsgSize::MAX + 1).is_err());
         assert!(MaxMsgSize::new(0).is_err());
+    }
+
+    #[test]
+    fn min_message_size_fits_the_largest_fixed_body() {
+        assert_eq!(LARGEST_FIXED_BODY, 160);
+        assert_eq!(MaxMsgSize::MIN, 184);
     }
 }

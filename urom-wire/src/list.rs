@@ -5,6 +5,7 @@
 
 use core::fmt;
 
+use crate::codec::take;
 use crate::{DecodeError, EncodeError};
 
 /// One element of a [`List`]: how it is read from and written to the wire.
@@ -156,16 +157,6 @@ impl<'a, T: Item<'a>> Iterator for Iter<'a, T> {
             Self::Items(items) => items.next().copied(),
         }
     }
-}
-
-/// Splits `N` bytes off the front of `bytes`.
-pub(crate) fn take<const N: usize>(bytes: &[u8]) -> Result<(&[u8; N], &[u8]), DecodeError> {
-    bytes
-        .split_first_chunk::<N>()
-        .ok_or(DecodeError::Truncated {
-            needed: N,
-            available: bytes.len(),
-        })
 }
 
 /// Worker ids: 8 bytes each, little-endian.

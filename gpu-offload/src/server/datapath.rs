@@ -37,7 +37,7 @@ use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
 use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
-use urom_wire::gpu::{GpuMessage, MsgId, message_length};
+use urom_wire::gpu::{GpuMessage, MsgId, message_length, peek_msg_id};
 
 use crate::limits::MIN_READ_BUFFER;
 
@@ -694,7 +694,7 @@ fn responses_valid(frame: &[u8], count: u32, max_len: usize) -> bool {
         match message_length(&frame[at..], max_len) {
             Ok(Some(len))
                 if at + len <= frame.len()
-                    && frame[at + 4..at + 8] == MsgId::ClientResponse.raw().to_be_bytes() =>
+                    && peek_msg_id(&frame[at..]) == Some(MsgId::ClientResponse.raw()) =>
             {
                 at += len;
             }

@@ -226,7 +226,7 @@ fn route_replies(mut reader: UnixStream, max: MaxMsgSize, waiters: &Waiters, exi
             }
             continue;
         }
-        let seq = u64::from_le_bytes(reply.bytes[16..24].try_into().expect("a whole header"));
+        let seq = crate::wire::frame::peek_seq(&reply.bytes).expect("a whole header");
         if let Some(waiter) = lock(waiters).remove(&seq) {
             let _ = waiter.send(reply);
         }
