@@ -4,12 +4,12 @@
 //!
 //! Setup, the server listening on [`socket_path`] and the orchestrator connecting:
 //!
-//! 1. control connection: each side sends a 24-byte hello (`b"GPUOFFLD"`, then big-endian
-//!    `u32`s: version, data-path threads, `--max-message-length`, `--max-concurrent-messages`);
-//!    a different thread count or message length is refused, with the same clear error on both
+//! 1. control connection: each side sends a hello (`urom_wire::gpu::channel::ChannelHello`:
+//!    version, data-path threads, `--max-message-length`, `--max-concurrent-messages`); a
+//!    different thread count or message length is refused, with the same clear error on both
 //!    sides;
-//! 2. one data connection per thread, in thread order: the orchestrator sends a 16-byte
-//!    announcement (`b"GPUOFDAT"`, thread index), the server creates the shared mapping on it
+//! 2. one data connection per thread, in thread order: the orchestrator sends a data hello
+//!    (`urom_wire::gpu::channel::DataHello`: the thread index), the server creates the shared mapping on it
 //!    ([`Channel::offer`]), then sends the GPU wire's `exchange_consumer_id_request`
 //!    with its thread index and the orchestrator answers with the
 //!    `exchange_consumer_id_response` of the processor that serves that thread;
@@ -36,7 +36,11 @@ use std::time::{Duration, Instant};
 use urom_core::transport::shm::HugePages;
 use urom_core::transport::{Channel, ChannelConfig, ConnectError};
 use urom_core::transport::{Transport, WaitMode};
+use urom_wire::DecodeError;
 use urom_wire::MaxMsgSize;
+use urom_wire::gpu::channel::{
+    CHANNEL_HELLO_LEN, CHANNEL_VERSION, ChannelHelloRepr, DATA_HELLO_LEN, DataHelloRepr,
+};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage};
 
 use crate::limits::{BATCH_BYTES, MAX_CHANNEL_SLOTS};
@@ -44,11 +48,6 @@ use crate::limits::{BATCH_BYTES, MAX_CHANNEL_SLOTS};
 /// The channel name used when `-c/--comch-channel-name` is not given.
 pub const DEFAULT_CHANNEL_NAME: &str = "dpu_gpu_remote_offload";
 
-const HELLO_MAGIC: [u8; 8] = *b"GPUOFFLD";
-const DATA_MAGIC: [u8; 8] = *b"GPUOFDAT";
-const VERSION: u32 = 1;
-const HELLO_LEN: usize = 24;
-const DATA_HELLO_LEN: usize = 16;
 /// How long one step of the setup may take once the peer is there.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a wait checks the stop flag.
@@ -113,43 +112,27 @@ impl ChannelParams {
         })
     }
 
-    fn hello(&self) -> [u8; HELLO_LEN] {
-        let mut hello = [0u8; HELLO_LEN];
-        hello[..8].copy_from_slice(&HELLO_MAGIC);
-        for (i, word) in [
-            VERSION,
-            self.threads,
-            self.max_message_length,
-            self.max_concurrent,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            hello[8 + 4 * i..12 + 4 * i].copy_from_slice(&word.to_be_bytes());
+    fn hello(&self) -> [u8; CHANNEL_HELLO_LEN] {
+        ChannelHelloRepr {
+            threads: self.threads,
+            max_message_length: self.max_message_length,
+            max_concurrent: self.max_concurrent,
         }
-        hello
+        .to_bytes()
     }
 
-    fn from_hello(hello: &[u8; HELLO_LEN]) -> Result<Self, ChannelError> {
-        let word = |i: usize| {
-            u32::from_be_bytes([
-                hello[8 + 4 * i],
-                hello[9 + 4 * i],
-                hello[10 + 4 * i],
-                hello[11 + 4 * i],
-            ])
-        };
-        if hello[..8] != HELLO_MAGIC {
-            return Err(ChannelError::NotAPeer);
+    fn from_hello(hello: &[u8; CHANNEL_HELLO_LEN]) -> Result<Self, ChannelError> {
+        match ChannelHelloRepr::parse(hello) {
+            Ok(hello) => Ok(Self {
+                threads: hello.threads,
+                max_message_length: hello.max_message_length,
+                max_concurrent: hello.max_concurrent,
+            }),
+            Err(DecodeError::UnsupportedFormatVersion { found, .. }) => {
+                Err(ChannelError::Version(found))
+            }
+            Err(_) => Err(ChannelError::NotAPeer),
         }
-        if word(0) != VERSION {
-            return Err(ChannelError::Version(word(0)));
-        }
-        Ok(Self {
-            threads: word(1),
-            max_message_length: word(2),
-            max_concurrent: word(3),
-        })
     }
 }
 
@@ -240,7 +223,7 @@ impl fmt::Display for ChannelError {
             ),
             Self::Version(v) => write!(
                 f,
-                "the peer speaks channel version {v}, this program {VERSION}: use matching builds"
+                "the peer speaks channel version {v}, this program {CHANNEL_VERSION}: use matching builds"
             ),
             Self::ThreadCountMismatch {
                 server,
@@ -396,7 +379,7 @@ impl ChannelListener {
         stop: &AtomicBool,
     ) -> Result<ServerChannel, ChannelError> {
         let mut control = self.accept_one(stop, None, "waiting for the orchestrator")?;
-        let mut hello = [0u8; HELLO_LEN];
+        let mut hello = [0u8; CHANNEL_HELLO_LEN];
         read_exact_or_gone(&mut control, &mut hello, "before its hello")?;
         let theirs = ChannelParams::from_hello(&hello)?;
         control
@@ -414,10 +397,7 @@ impl ChannelListener {
                 &mut announce,
                 "before announcing a data connection",
             )?;
-            if announce[..8] != DATA_MAGIC
-                || u32::from_be_bytes([announce[8], announce[9], announce[10], announce[11]])
-                    != index
-            {
+            if DataHelloRepr::parse(&announce) != Ok(DataHelloRepr { thread: index }) {
                 return Err(ChannelError::NotAPeer);
             }
             let mut conn = Channel::offer(stream, &config).map_err(ChannelError::DataSetup)?;
@@ -526,7 +506,7 @@ pub fn connect(
     control
         .write_all(&ours.hello())
         .map_err(io_error("write"))?;
-    let mut hello = [0u8; HELLO_LEN];
+    let mut hello = [0u8; CHANNEL_HELLO_LEN];
     read_exact_or_gone(&mut control, &mut hello, "before its hello")?;
     let server = ChannelParams::from_hello(&hello)?;
     agree(&server, ours)?;
@@ -538,9 +518,7 @@ pub fn connect(
     let mut data = Vec::with_capacity(params.threads as usize);
     for index in 0..params.threads {
         let mut stream = connect_once()?;
-        let mut announce = [0u8; DATA_HELLO_LEN];
-        announce[..8].copy_from_slice(&DATA_MAGIC);
-        announce[8..12].copy_from_slice(&index.to_be_bytes());
+        let announce = DataHelloRepr { thread: index }.to_bytes();
         stream.write_all(&announce).map_err(io_error("write"))?;
         let mut conn = Channel::accept(stream, &config).map_err(ChannelError::DataSetup)?;
         let max = params.max_message_length as usize;

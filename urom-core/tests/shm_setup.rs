@@ -13,26 +13,27 @@ use urom_core::transport::ChannelConfig;
 use urom_core::transport::Transport;
 use urom_core::transport::shm::{HugePages, ShmConnectError, ShmConnection, ShmLayoutError};
 use urom_core::wire::MaxMsgSize;
+use urom_core::wire::shm::{MappingHeaderRepr, ShmHelloRepr};
+use zerocopy::IntoBytes;
 
 const SLOTS: u32 = 8;
 const STRIDE: u64 = 4224;
 const TOTAL: u64 = 640 + 2 * SLOTS as u64 * STRIDE;
 
 /// The header of a valid mapping, built from the documented layout (4096-byte slots, 8 of them).
+fn header_repr() -> MappingHeaderRepr {
+    MappingHeaderRepr {
+        slot_size: 4096,
+        slot_count: SLOTS,
+        stride: STRIDE as u32,
+        ctl: [128, 384],
+        slots: [640, 640 + SLOTS as u64 * STRIDE],
+        total: TOTAL,
+    }
+}
+
 fn header() -> [u8; 128] {
-    let mut h = [0u8; 128];
-    h[0..8].copy_from_slice(b"UROMSHM\0");
-    h[8..12].copy_from_slice(&1u32.to_le_bytes());
-    h[12..16].copy_from_slice(&128u32.to_le_bytes());
-    h[16..20].copy_from_slice(&4096u32.to_le_bytes());
-    h[20..24].copy_from_slice(&SLOTS.to_le_bytes());
-    h[24..28].copy_from_slice(&(STRIDE as u32).to_le_bytes());
-    h[28..32].copy_from_slice(&128u32.to_le_bytes());
-    h[32..36].copy_from_slice(&384u32.to_le_bytes());
-    h[40..48].copy_from_slice(&640u64.to_le_bytes());
-    h[48..56].copy_from_slice(&(640 + SLOTS as u64 * STRIDE).to_le_bytes());
-    h[56..64].copy_from_slice(&TOTAL.to_le_bytes());
-    h
+    header_repr().to_bytes()
 }
 
 fn memfd(header: &[u8], len: u64, seal: bool) -> OwnedFd {
@@ -48,10 +49,7 @@ fn memfd(header: &[u8], len: u64, seal: bool) -> OwnedFd {
 }
 
 fn hello() -> [u8; 16] {
-    let mut m = [0u8; 16];
-    m[..8].copy_from_slice(b"UROMHELO");
-    m[8..12].copy_from_slice(&2u32.to_le_bytes());
-    m
+    ShmHelloRepr.to_bytes()
 }
 
 fn offer(stream: &UnixStream, message: &[u8], fds: &[&OwnedFd]) {
@@ -100,10 +98,10 @@ fn hand_made_offer_following_the_documented_layout_is_accepted() {
 #[test]
 fn bad_files_are_refused() {
     let layout = |e| Some(ShmConnectError::Layout(e));
-    let mut bad_magic = header();
-    bad_magic[0] = b'X';
+    let mut bad_magic = header_repr().to_wire();
+    bad_magic.magic.set(u64::from_le_bytes(*b"XROMSHM\0"));
     assert_eq!(
-        accept_file(&memfd(&bad_magic, TOTAL, true)).err(),
+        accept_file(&memfd(bad_magic.as_bytes(), TOTAL, true)).err(),
         layout(ShmLayoutError::Magic)
     );
     assert_eq!(
@@ -124,16 +122,20 @@ fn bad_files_are_refused() {
             needed: 128
         })
     );
-    let mut three_slots = header();
-    three_slots[20] = 3;
+    let three_slots = MappingHeaderRepr {
+        slot_count: 3,
+        ..header_repr()
+    };
     assert_eq!(
-        accept_file(&memfd(&three_slots, TOTAL, true)).err(),
+        accept_file(&memfd(&three_slots.to_bytes(), TOTAL, true)).err(),
         layout(ShmLayoutError::SlotCount { found: 3 })
     );
-    let mut bad_offset = header();
-    bad_offset[40] = 0;
+    let bad_offset = MappingHeaderRepr {
+        slots: [0, header_repr().slots[1]],
+        ..header_repr()
+    };
     assert_eq!(
-        accept_file(&memfd(&bad_offset, TOTAL, true)).err(),
+        accept_file(&memfd(&bad_offset.to_bytes(), TOTAL, true)).err(),
         layout(ShmLayoutError::Field {
             name: "slots_offset[0]"
         })

@@ -21,7 +21,7 @@ use urom_core::transport::{
     FrameSender, Transport, WaitMode,
 };
 use urom_wire::data::{
-    COMMAND_PAYLOAD_OFFSET, DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, write_notify_headers,
+    DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, peek_command_identity, write_notify_headers,
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -316,7 +316,7 @@ fn dispatch(
         }
         Err(error) => {
             warn!("malformed frame from a host: {error}");
-            let (plugin, urom_context) = command_identity(frame);
+            let (plugin, urom_context) = peek_command_identity(frame);
             (plugin, urom_context, Status::InvalidValue)
         }
     };
@@ -330,19 +330,6 @@ fn dispatch(
         // A host that is gone cannot be answered; the router logs it.
         let _ = router.notify(dest_id, answer);
     }
-}
-
-/// The plugin id and cookie a malformed command frame carries where a command header would
-/// be, so that the error notification can name the command; zeros when absent.
-fn command_identity(frame: &[u8]) -> (u64, u64) {
-    let word = |at: usize| {
-        frame
-            .get(at..at + 8)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    let header = COMMAND_PAYLOAD_OFFSET - 24;
-    (word(header), word(header + 8))
 }
 
 fn dest_id(slot: usize, generation: u32) -> u64 {
@@ -496,14 +483,5 @@ mod tests {
         assert!(may_serve(1001, 1000, &[1001, 1002]));
         assert!(!may_serve(1003, 1000, &[1001, 1002]));
         assert!(!may_serve(1001, 1000, &[]));
-    }
-
-    #[test]
-    fn a_malformed_frame_still_names_its_command() {
-        let mut frame = vec![0u8; 40];
-        frame[24..32].copy_from_slice(&4u64.to_le_bytes());
-        frame[32..40].copy_from_slice(&99u64.to_le_bytes());
-        assert_eq!(command_identity(&frame), (4, 99));
-        assert_eq!(command_identity(&frame[..30]), (0, 0));
     }
 }

@@ -1,5 +1,7 @@
 //! How the two sides agree on a mapping, over a connected Unix stream socket.
 //!
+//! The hello and the ack are `urom_wire::shm`'s.
+//!
 //! 1. the creator makes the mapping (see `mapping`) and four eventfds (one for each half of each
 //!    side to sleep on), then sends the hello with the memfd and the eventfds attached
 //!    (`SCM_RIGHTS`, in the order memfd, ring 0 consumer, ring 0 producer, ring 1 consumer,
@@ -16,21 +18,16 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::errno::Errno;
+use urom_wire::DecodeError;
+use urom_wire::shm::{
+    SHM_ACK_LEN, SHM_HANDSHAKE_VERSION, SHM_HELLO_DESCRIPTORS, SHM_HELLO_LEN, ShmAckRepr,
+    ShmAckStatus, ShmHelloRepr,
+};
 
 use super::layout::{Layout, ShmLayoutError};
 use super::mapping::{self, Mapping, OpenError, SysError};
 use crate::sys;
 use crate::transport::ChannelConfig;
-
-const HELLO: [u8; 8] = *b"UROMHELO";
-const ACK: [u8; 8] = *b"UROMACK\0";
-const HANDSHAKE_VERSION: u32 = 2;
-const STATUS_OK: u32 = 0;
-const STATUS_BAD_LAYOUT: u32 = 1;
-const STATUS_MAX_MSG_SIZE: u32 = 2;
-const STATUS_SYSTEM: u32 = 3;
-/// The memfd and the four eventfds.
-const HELLO_FDS: usize = 5;
 
 /// Why a shared-memory connection could not be set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +48,11 @@ pub enum ShmConnectError {
         /// The peer's maximum message size.
         theirs: u32,
     },
+    /// The peer speaks another version of the handshake.
+    Version {
+        /// The version the peer speaks.
+        found: u32,
+    },
     /// The peer does not speak this handshake, hung up, or did not answer in time.
     Handshake(&'static str),
     /// The peer could not use our mapping.
@@ -68,6 +70,11 @@ impl fmt::Display for ShmConnectError {
                 f,
                 "maximum message size mismatch: this side uses {ours} bytes, the peer {theirs}; \
                  configure both the same"
+            ),
+            ShmConnectError::Version { found } => write!(
+                f,
+                "peer speaks version {found} of the shared-memory handshake, this build \
+                 {SHM_HANDSHAKE_VERSION} (different urom versions?)"
             ),
             ShmConnectError::Handshake(what) => write!(f, "shared-memory handshake failed: {what}"),
             ShmConnectError::Refused(what) => write!(f, "peer refused the shared mapping: {what}"),
@@ -128,13 +135,10 @@ pub(super) fn offer(
     let wakes = Wakes {
         rings: [(event()?, event()?), (event()?, event()?)],
     };
-    let mut hello = [0u8; 16];
-    hello[..8].copy_from_slice(&HELLO);
-    hello[8..12].copy_from_slice(&HANDSHAKE_VERSION.to_le_bytes());
     let [(c0, p0), (c1, p1)] = &wakes.rings;
     sys::send_with_fds(
         &stream,
-        &hello,
+        &ShmHelloRepr.to_bytes(),
         &[
             memfd.as_fd(),
             c0.as_fd(),
@@ -169,7 +173,7 @@ impl Offered {
             .socket
             .set_read_timeout(Some(config.handshake_timeout))
             .map_err(io_err("setsockopt(SO_RCVTIMEO)"))?;
-        let mut ack = [0u8; 16];
+        let mut ack = [0u8; SHM_ACK_LEN];
         let n = match sys::recv_with_fds(&agreed.socket, &mut ack) {
             Ok((n, _)) => n,
             Err(Errno::EAGAIN) => {
@@ -187,20 +191,16 @@ impl Offered {
                 "peer hung up without answering the offer",
             ));
         }
-        if n != ack.len() || ack[..8] != ACK {
-            return Err(ShmConnectError::Handshake(
-                "peer's answer is not a urom shared-memory ack",
-            ));
-        }
-        let status = u32::from_le_bytes([ack[8], ack[9], ack[10], ack[11]]);
-        let detail = u32::from_le_bytes([ack[12], ack[13], ack[14], ack[15]]);
-        match status {
-            STATUS_OK => Ok(agreed),
-            STATUS_MAX_MSG_SIZE => Err(ShmConnectError::MaxMsgSizeMismatch {
+        let ack = ShmAckRepr::parse(&ack[..n]).map_err(|_| {
+            ShmConnectError::Handshake("peer's answer is not a urom shared-memory ack")
+        })?;
+        match ack.status {
+            ShmAckStatus::Ok => Ok(agreed),
+            ShmAckStatus::MaxMsgSize => Err(ShmConnectError::MaxMsgSizeMismatch {
                 ours: config.max_msg_size.as_u32(),
-                theirs: detail,
+                theirs: ack.detail,
             }),
-            STATUS_BAD_LAYOUT => Err(ShmConnectError::Refused(
+            ShmAckStatus::BadLayout => Err(ShmConnectError::Refused(
                 "it found the layout invalid (different urom versions?)",
             )),
             _ => Err(ShmConnectError::Refused(
@@ -218,7 +218,7 @@ pub(super) fn accept(
     stream
         .set_read_timeout(Some(config.handshake_timeout))
         .map_err(io_err("setsockopt(SO_RCVTIMEO)"))?;
-    let mut hello = [0u8; 16];
+    let mut hello = [0u8; SHM_HELLO_LEN];
     let (n, fds) = sys::recv_with_fds(&stream, &mut hello).map_err(|errno| match errno {
         Errno::EAGAIN => ShmConnectError::Handshake("no offer arrived in time"),
         Errno::EMSGSIZE => ShmConnectError::Handshake("offer carried too many descriptors"),
@@ -232,38 +232,40 @@ pub(super) fn accept(
     }
     const NOT_AN_OFFER: ShmConnectError =
         ShmConnectError::Handshake("peer's first message is not a urom shared-memory offer");
-    if n != hello.len() || hello[..8] != HELLO || fds.len() != HELLO_FDS {
-        return Err(NOT_AN_OFFER);
+    match ShmHelloRepr::parse(&hello[..n]) {
+        Ok(ShmHelloRepr) => {}
+        Err(DecodeError::UnsupportedFormatVersion { found, .. }) => {
+            answer(&stream, ShmAckStatus::BadLayout, found);
+            return Err(ShmConnectError::Version { found });
+        }
+        Err(_) => return Err(NOT_AN_OFFER),
     }
-    let version = u32::from_le_bytes([hello[8], hello[9], hello[10], hello[11]]);
-    if version != HANDSHAKE_VERSION {
-        answer(&stream, STATUS_BAD_LAYOUT, version);
-        return Err(ShmConnectError::Layout(ShmLayoutError::Version {
-            found: version,
-        }));
-    }
-    let Ok([memfd, c0, p0, c1, p1]) = <[OwnedFd; HELLO_FDS]>::try_from(fds) else {
+    let Ok([memfd, c0, p0, c1, p1]) = <[OwnedFd; SHM_HELLO_DESCRIPTORS]>::try_from(fds) else {
         return Err(NOT_AN_OFFER);
     };
     let (layout, mapping) = match mapping::open(&memfd) {
         Ok(opened) => opened,
         Err(OpenError::Layout(e)) => {
-            answer(&stream, STATUS_BAD_LAYOUT, 0);
+            answer(&stream, ShmAckStatus::BadLayout, 0);
             return Err(ShmConnectError::Layout(e));
         }
         Err(OpenError::Sys(e)) => {
-            answer(&stream, STATUS_SYSTEM, e.errno as u32);
+            answer(&stream, ShmAckStatus::System, e.errno as u32);
             return Err(e.into());
         }
     };
     if layout.slot_size != config.max_msg_size.as_u32() {
-        answer(&stream, STATUS_MAX_MSG_SIZE, config.max_msg_size.as_u32());
+        answer(
+            &stream,
+            ShmAckStatus::MaxMsgSize,
+            config.max_msg_size.as_u32(),
+        );
         return Err(ShmConnectError::MaxMsgSizeMismatch {
             ours: config.max_msg_size.as_u32(),
             theirs: layout.slot_size,
         });
     }
-    answer(&stream, STATUS_OK, 0);
+    answer(&stream, ShmAckStatus::Ok, 0);
     Ok(Agreed {
         layout,
         mapping,
@@ -276,10 +278,7 @@ pub(super) fn accept(
 }
 
 /// Sends the acceptor's answer; a failure shows up on the creator's side.
-fn answer(stream: &UnixStream, status: u32, detail: u32) {
-    let mut ack = [0u8; 16];
-    ack[..8].copy_from_slice(&ACK);
-    ack[8..12].copy_from_slice(&status.to_le_bytes());
-    ack[12..16].copy_from_slice(&detail.to_le_bytes());
-    let _ = sys::send_with_fds(stream, &ack, &[]);
+fn answer(stream: &UnixStream, status: ShmAckStatus, detail: u32) {
+    let ack = ShmAckRepr { status, detail };
+    let _ = sys::send_with_fds(stream, &ack.to_bytes(), &[]);
 }

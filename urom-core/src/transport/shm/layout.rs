@@ -13,25 +13,21 @@
 //!
 //! `S = round_up(8 + slot_size, 128)`; control blocks and slots are laid out by `shm::ring`.
 //!
-//! Header fields, little-endian: `magic: u64` (`b"UROMSHM\0"`), `version: u32`, `header_len:
-//! u32`, `slot_size: u32`, `slot_count: u32`, `slot_stride: u32`, `ctl_offset: [u32; 2]`,
-//! reserved `u32`, `slots_offset: [u64; 2]`, `total_len: u64`, zero up to 128 bytes.
+//! The header's byte format is `urom_wire::shm::MappingHeader`; this module decides what its
+//! fields must say.
 //!
 //! The acceptor reads the header into its own memory, checks every field against the values it
 //! recomputes from `slot_size` and `slot_count`, and never reads it from the mapping again.
 
 use core::fmt;
 
-use urom_wire::MaxMsgSize;
+use urom_wire::shm::{MAPPING_HEADER_LEN, MAPPING_VERSION, MappingHeaderRepr};
+use urom_wire::{DecodeError, MaxMsgSize};
 
 use super::ring::{CACHE_LINE, SLOT_HEADER};
 
-/// `b"UROMSHM\0"` as a little-endian integer.
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"UROMSHM\0");
-/// Version of this layout.
-pub(crate) const VERSION: u32 = 1;
 /// Bytes of the header.
-pub(crate) const HEADER_LEN: usize = 128;
+pub(crate) const HEADER_LEN: usize = MAPPING_HEADER_LEN;
 /// Bytes of one ring control block.
 pub(crate) const CTL_LEN: usize = 2 * CACHE_LINE;
 /// Fewest slots per ring.
@@ -104,7 +100,7 @@ impl fmt::Display for ShmLayoutError {
             }
             ShmLayoutError::Version { found } => write!(
                 f,
-                "shared-memory layout version {found} is not supported (this build speaks {VERSION})"
+                "shared-memory layout version {found} is not supported (this build speaks {MAPPING_VERSION})"
             ),
             ShmLayoutError::SlotSize { found } => write!(
                 f,
@@ -170,44 +166,38 @@ impl Layout {
 
     /// The header describing this layout.
     pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut h = [0u8; HEADER_LEN];
-        h[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        h[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
-        h[16..20].copy_from_slice(&self.slot_size.to_le_bytes());
-        h[20..24].copy_from_slice(&self.slot_count.to_le_bytes());
-        h[24..28].copy_from_slice(&(self.stride as u32).to_le_bytes());
-        h[28..32].copy_from_slice(&(self.ctl[0] as u32).to_le_bytes());
-        h[32..36].copy_from_slice(&(self.ctl[1] as u32).to_le_bytes());
-        h[40..48].copy_from_slice(&(self.slots[0] as u64).to_le_bytes());
-        h[48..56].copy_from_slice(&(self.slots[1] as u64).to_le_bytes());
-        h[56..64].copy_from_slice(&(self.total as u64).to_le_bytes());
-        h
+        MappingHeaderRepr {
+            slot_size: self.slot_size,
+            slot_count: self.slot_count,
+            stride: self.stride as u32,
+            ctl: self.ctl.map(|offset| offset as u32),
+            slots: self.slots.map(|offset| offset as u64),
+            total: self.total as u64,
+        }
+        .to_bytes()
     }
 
     /// Checks a header read from a peer's file of `file_len` bytes.
     pub(crate) fn decode(h: &[u8; HEADER_LEN], file_len: u64) -> Result<Self, ShmLayoutError> {
-        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let u64_at = |at: usize| u64::from(u32_at(at)) | (u64::from(u32_at(at + 4)) << 32);
-        if u64_at(0) != MAGIC {
-            return Err(ShmLayoutError::Magic);
-        }
-        let version = u32_at(8);
-        if version != VERSION {
-            return Err(ShmLayoutError::Version { found: version });
-        }
-        let slot_size = u32_at(16);
-        let max = MaxMsgSize::new(slot_size)
-            .map_err(|_| ShmLayoutError::SlotSize { found: slot_size })?;
-        let layout = Self::new(max, u32_at(20))?;
-        let fields: [(&'static str, u64, u64); 7] = [
-            ("header_len", u64::from(u32_at(12)), HEADER_LEN as u64),
-            ("slot_stride", u64::from(u32_at(24)), layout.stride as u64),
-            ("ctl_offset[0]", u64::from(u32_at(28)), layout.ctl[0] as u64),
-            ("ctl_offset[1]", u64::from(u32_at(32)), layout.ctl[1] as u64),
-            ("slots_offset[0]", u64_at(40), layout.slots[0] as u64),
-            ("slots_offset[1]", u64_at(48), layout.slots[1] as u64),
-            ("total_len", u64_at(56), layout.total as u64),
+        let header = MappingHeaderRepr::parse(h).map_err(|e| match e {
+            DecodeError::WrongMagic { .. } => ShmLayoutError::Magic,
+            DecodeError::UnsupportedFormatVersion { found, .. } => {
+                ShmLayoutError::Version { found }
+            }
+            DecodeError::LengthMismatch { .. } => ShmLayoutError::Field { name: "header_len" },
+            _ => ShmLayoutError::Field { name: "reserved" },
+        })?;
+        let max = MaxMsgSize::new(header.slot_size).map_err(|_| ShmLayoutError::SlotSize {
+            found: header.slot_size,
+        })?;
+        let layout = Self::new(max, header.slot_count)?;
+        let fields: [(&'static str, u64, u64); 6] = [
+            ("slot_stride", header.stride.into(), layout.stride as u64),
+            ("ctl_offset[0]", header.ctl[0].into(), layout.ctl[0] as u64),
+            ("ctl_offset[1]", header.ctl[1].into(), layout.ctl[1] as u64),
+            ("slots_offset[0]", header.slots[0], layout.slots[0] as u64),
+            ("slots_offset[1]", header.slots[1], layout.slots[1] as u64),
+            ("total_len", header.total, layout.total as u64),
         ];
         if let Some(&(name, _, _)) = fields.iter().find(|(_, found, want)| found != want) {
             return Err(ShmLayoutError::Field { name });
