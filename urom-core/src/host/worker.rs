@@ -288,6 +288,21 @@ struct Link {
 }
 
 impl Link {
+    /// The link to worker `id` over `conn`: task slots for `max_inflight` tasks and the watch on
+    /// its process.
+    fn new(
+        shared: &Shared,
+        id: u64,
+        max_inflight: usize,
+        conn: Channel,
+    ) -> Result<Self, WorkerStartError> {
+        let max = shared.max_msg_size;
+        let tasks = TaskSlots::new(max_inflight, max.get(), max_notify_payload(max))
+            .map_err(|_| WorkerStartError::MaxInflight(max_inflight))?;
+        let exit = shared.channel.watch_exit(id);
+        Ok(Self { conn, tasks, exit })
+    }
+
     /// Completes the tasks answered so far, then checks that the worker still runs. Returns
     /// how many tasks completed, or that and why the link must be failed.
     fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
@@ -369,10 +384,7 @@ impl Core {
         let max = self.shared.max_msg_size;
         let conn = Channel::connect(result.endpoint, result.address, &ChannelConfig::new(max))
             .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
-        let tasks = TaskSlots::new(self.max_inflight, max.get(), max_notify_payload(max))
-            .map_err(|_| WorkerStartError::MaxInflight(self.max_inflight))?;
-        let exit = self.shared.channel.watch_exit(self.id);
-        Ok(Link { conn, tasks, exit })
+        Link::new(&self.shared, self.id, self.max_inflight, conn)
     }
 }
 
@@ -482,25 +494,17 @@ impl Worker<Idle> {
         self,
         engine: &mut ProgressEngine,
     ) -> Result<Worker<Starting>, (Self, WorkerStartError)> {
-        let Some(shared) = self.data.service.clone() else {
-            return Err((self, WorkerStartError::NoService));
-        };
-        if !self.config.max_inflight.is_power_of_two() {
-            let tasks = self.config.max_inflight;
-            return Err((self, WorkerStartError::MaxInflight(tasks)));
-        }
-        if let Some(bad) = self
-            .config
+        let env_ok = |config: &Config| match config
             .env
             .iter()
             .find(|entry| crate::wire::control::check_env_entry(entry.as_bytes()).is_err())
         {
-            let bad = bad.clone();
-            return Err((self, WorkerStartError::Env(bad)));
-        }
-        let Some(slot) = shared.take_worker_slot() else {
-            let max = shared.max_workers();
-            return Err((self, WorkerStartError::TooManyWorkers(max)));
+            Some(bad) => Err(WorkerStartError::Env(bad.clone())),
+            None => Ok(()),
+        };
+        let (shared, slot) = match self.claim(env_ok) {
+            Ok(claimed) => claimed,
+            Err(error) => return Err((self, error)),
         };
         let env: Vec<&str> = self.config.env.iter().map(String::as_str).collect();
         let request = SpawnWorker {
@@ -515,20 +519,70 @@ impl Worker<Idle> {
             Ok(reply) => reply,
             Err(error) => return Err((self, WorkerStartError::Control(error))),
         };
-        let core = Rc::new(RefCell::new(Core {
-            phase: Phase::Starting(Spawn::Asked(reply)),
+        let core = self.core(shared, slot, Phase::Starting(Spawn::Asked(reply)));
+        Ok(self.started(engine, core))
+    }
+
+    /// Runs over `channel` to a worker this process reached by other means than the service's
+    /// spawn (one it serves in-process, say); the worker's id is the one set with
+    /// [`Worker::set_id`]. Returns the running worker at once.
+    pub fn attach(
+        self,
+        engine: &mut ProgressEngine,
+        channel: Channel,
+    ) -> Result<Worker<Running>, (Self, WorkerStartError)> {
+        let link = self.claim(|_| Ok(())).and_then(|(shared, slot)| {
+            let link = Link::new(&shared, self.config.id, self.config.max_inflight, channel)?;
+            Ok((shared, slot, link))
+        });
+        let (shared, slot, link) = match link {
+            Ok(claimed) => claimed,
+            Err(error) => return Err((self, error)),
+        };
+        let core = self.core(shared, slot, Phase::Running(link));
+        let Worker { config, data } = self.started(engine, core);
+        Ok(Worker { config, data })
+    }
+
+    /// The service and a place among its workers, once the settings (and `check`) are fine.
+    fn claim(
+        &self,
+        check: impl FnOnce(&Config) -> Result<(), WorkerStartError>,
+    ) -> Result<(Arc<Shared>, WorkerSlot), WorkerStartError> {
+        let shared = self
+            .data
+            .service
+            .clone()
+            .ok_or(WorkerStartError::NoService)?;
+        if !self.config.max_inflight.is_power_of_two() {
+            return Err(WorkerStartError::MaxInflight(self.config.max_inflight));
+        }
+        check(&self.config)?;
+        let slot = shared
+            .take_worker_slot()
+            .ok_or_else(|| WorkerStartError::TooManyWorkers(shared.max_workers()))?;
+        Ok((shared, slot))
+    }
+
+    fn core(&self, shared: Arc<Shared>, slot: WorkerSlot, phase: Phase) -> Rc<RefCell<Core>> {
+        Rc::new(RefCell::new(Core {
+            phase,
             id: self.config.id,
             shared,
             _slot: slot,
             max_inflight: self.config.max_inflight,
             seq: 0,
-        }));
+        }))
+    }
+
+    /// The started worker, its core polled by `engine`.
+    fn started(self, engine: &mut ProgressEngine, core: Rc<RefCell<Core>>) -> Worker<Starting> {
         let poll: Rc<RefCell<dyn Poll>> = core.clone();
         engine.connect(&poll);
-        Ok(Worker {
+        Worker {
             config: self.config,
             data: Started { core },
-        })
+        }
     }
 }
 
