@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{debug, info, warn};
 use urom_core::abi::{LoadedPlugin, NotificationSink};
@@ -25,6 +25,7 @@ use urom_wire::data::{
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
+use crate::backlog::{BACKLOG_LIMIT, Backlog};
 use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
@@ -34,18 +35,26 @@ const FRAMES_PER_TURN: usize = 64;
 const SPIN_TURNS_BEFORE_NAP: u32 = 4096;
 /// How long one nap lasts at most; a frame on the only host channel ends it early.
 const NAP: Duration = Duration::from_millis(1);
-/// How long a notification waits for room on a host's ring before the host is given up on.
-const SEND_PATIENCE: Duration = Duration::from_secs(10);
 /// How often the acceptor thread looks for new hosts and for the worker stopping.
 const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// How many busy turns pass between two checks that the parent still runs.
 const PARENT_CHECK_TURNS: u32 = 1 << 16;
 
-/// One half of a connected host's channel.
-struct HostHalf<H> {
-    half: H,
+/// The receiving half of a connected host's channel.
+struct Inbound {
+    rx: ChannelReceiver,
     /// Distinguishes this host from earlier ones in the same slot.
     generation: u32,
+}
+
+/// The sending half of a connected host's channel, and what its ring had no room for yet.
+struct Outbound {
+    tx: ChannelSender,
+    generation: u32,
+    /// Sent before any newer notification; while it holds anything, the host's commands wait.
+    backlog: Backlog,
+    /// The host left more than [`BACKLOG_LIMIT`] bytes undrained: its channel is to be failed.
+    overflowed: bool,
 }
 
 /// Where new hosts come from: the acceptor thread, and how to stop it.
@@ -59,9 +68,9 @@ pub struct Worker {
     /// Indexed by the bit of the plugin id.
     plugins: Vec<Option<LoadedPlugin>>,
     /// The receiving halves of the hosts' channels, by slot.
-    inbound: Vec<Option<HostHalf<ChannelReceiver>>>,
+    inbound: Vec<Option<Inbound>>,
     /// The sending halves, by the same slots.
-    outbound: Vec<Option<HostHalf<ChannelSender>>>,
+    outbound: Vec<Option<Outbound>>,
     next_generation: u32,
     arrivals: Option<Arrivals>,
     outbox: Box<[u8]>,
@@ -139,13 +148,12 @@ impl Worker {
                 self.inbound.len() - 1
             }
         };
-        self.inbound[slot] = Some(HostHalf {
-            half: rx,
+        self.inbound[slot] = Some(Inbound { rx, generation });
+        self.outbound[slot] = Some(Outbound {
+            tx,
             generation,
-        });
-        self.outbound[slot] = Some(HostHalf {
-            half: tx,
-            generation,
+            backlog: Backlog::new(BACKLOG_LIMIT),
+            overflowed: false,
         });
         info!(slot, "host connected");
     }
@@ -180,6 +188,7 @@ impl Worker {
     pub fn turn(&mut self) -> bool {
         let mut worked = self.admit_arrivals();
         for slot in 0..self.inbound.len() {
+            worked |= self.drain_backlog(slot);
             worked |= self.serve_host(slot);
         }
         let mut router = Router {
@@ -197,7 +206,43 @@ impl Worker {
                 Err(status) => debug!(id = plugin.id(), %status, "plugin progress failed"),
             }
         }
+        for slot in 0..self.outbound.len() {
+            if self.outbound[slot]
+                .as_ref()
+                .is_some_and(|host| host.overflowed)
+            {
+                self.drop_host(
+                    slot,
+                    "it left more notifications undrained than the backlog holds",
+                );
+            }
+        }
         worked
+    }
+
+    /// Ends a host's channel: its tasks in flight complete with an error on its side.
+    fn drop_host(&mut self, slot: usize, why: &str) {
+        info!(slot, "host left: {why}");
+        self.inbound[slot] = None;
+        self.outbound[slot] = None;
+    }
+
+    /// Sends what a host's ring had no room for, now that it may have.
+    fn drain_backlog(&mut self, slot: usize) -> bool {
+        let Some(host) = self.outbound[slot].as_mut() else {
+            return false;
+        };
+        if host.backlog.is_empty() {
+            return false;
+        }
+        let held = host.backlog.held();
+        match host.backlog.flush(&mut host.tx) {
+            Ok(()) => host.backlog.held() != held,
+            Err(e) => {
+                self.drop_host(slot, &e.to_string());
+                true
+            }
+        }
     }
 
     /// How many hosts are connected.
@@ -219,21 +264,23 @@ impl Worker {
     }
 
     /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel and dispatches each where it
-    /// lies in the channel.
+    /// lies in the channel. A host whose notifications wait in its backlog is not served until
+    /// it has drained them: its commands wait in its ring, the other hosts go on.
     fn serve_host(&mut self, slot: usize) -> bool {
         let mut worked = false;
         for _ in 0..FRAMES_PER_TURN {
-            let Some(host) = self.inbound[slot].as_mut() else {
+            let lagging = self.outbound[slot]
+                .as_ref()
+                .is_some_and(|host| !host.backlog.is_empty());
+            let (Some(host), false) = (self.inbound[slot].as_mut(), lagging) else {
                 break;
             };
             let dest_id = dest_id(slot, host.generation);
-            let frame = match host.half.recv() {
+            let frame = match host.rx.recv() {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
-                    info!(slot, "host left: {e}");
-                    self.inbound[slot] = None;
-                    self.outbound[slot] = None;
+                    self.drop_host(slot, &e.to_string());
                     break;
                 }
             };
@@ -260,7 +307,7 @@ impl Worker {
         match (live.next(), live.next()) {
             (Some(only), None) => {
                 // A failure shows up at the next `recv`, which drops the host.
-                let _ = only.half.wait_recv(NAP);
+                let _ = only.rx.wait_recv(NAP);
             }
             _ => thread::sleep(NAP),
         }
@@ -338,7 +385,7 @@ fn dest_id(slot: usize, generation: u32) -> u64 {
 
 /// Sends notifications to the host connection their `dest_id` names.
 struct Router<'a> {
-    hosts: &'a mut [Option<HostHalf<ChannelSender>>],
+    hosts: &'a mut [Option<Outbound>],
     outbox: &'a mut [u8],
     max: MaxMsgSize,
     seq: &'a mut u64,
@@ -382,31 +429,37 @@ impl NotificationSink for Router<'_> {
                 write(Status::TooBig, &[]).expect("an empty notification always fits")
             }
         };
-        send_patiently(&mut host.half, &self.outbox[..len])
+        host.send(&self.outbox[..len])
     }
 }
 
-/// Sends one frame, waiting for room while the host drains its ring.
-fn send_patiently(conn: &mut ChannelSender, frame: &[u8]) -> Result<(), Status> {
-    let mut deadline = None;
-    loop {
-        match conn.send(frame) {
-            Ok(()) => return Ok(()),
-            Err(FrameSendError::Full) => {
-                let deadline = *deadline.get_or_insert_with(|| Instant::now() + SEND_PATIENCE);
-                if Instant::now() > deadline {
-                    warn!(
-                        "a host has not drained its notifications for {SEND_PATIENCE:?}; dropping one"
-                    );
-                    return Err(Status::TimeOut);
+impl Outbound {
+    /// Sends a notification, or keeps it in the backlog (after those already there) while the
+    /// host's ring is full: a host that does not drain never holds up the others. Never drops
+    /// one: a host that leaves more than the backlog holds has its channel failed instead.
+    fn send(&mut self, frame: &[u8]) -> Result<(), Status> {
+        if self.overflowed {
+            return Err(Status::NotConnected);
+        }
+        if self.backlog.is_empty() {
+            match self.tx.send(frame) {
+                Ok(()) => return Ok(()),
+                Err(FrameSendError::Full) => {}
+                Err(error) => {
+                    debug!("cannot send a notification: {error}");
+                    return Err(Status::NotConnected);
                 }
-                let _ = conn.wait_send(NAP);
-            }
-            Err(error) => {
-                debug!("cannot send a notification: {error}");
-                return Err(Status::NotConnected);
             }
         }
+        if self.backlog.push(frame).is_err() {
+            warn!(
+                held = self.backlog.held(),
+                "a host has left {BACKLOG_LIMIT} bytes of notifications undrained; failing its channel"
+            );
+            self.overflowed = true;
+            return Err(Status::NotConnected);
+        }
+        Ok(())
     }
 }
 

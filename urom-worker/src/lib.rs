@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 
 mod args;
+mod backlog;
 mod dispatch;
 
 use std::fmt;
