@@ -131,7 +131,8 @@ fn discovery_reports_exactly_the_good_plugins() {
     let mut second = client(&daemon);
     assert_eq!(second.plugins(), expected);
 
-    let log = daemon.log();
+    // The hanging plugin's probe is given up on in the background.
+    let deadline = Instant::now() + TIMEOUT;
     for reason in [
         "does not export `urom_plugin_get_iface`",
         "crashed while loading (signal 11)",
@@ -140,8 +141,128 @@ fn discovery_reports_exactly_the_good_plugins() {
         "notes.so",
         "plugin directory skipped",
     ] {
-        assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
+        while !daemon.log().contains(reason) {
+            assert!(
+                Instant::now() < deadline,
+                "log lacks {reason:?}:\n{}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+    let mut third = client(&daemon);
+    assert_eq!(third.plugins(), expected);
+}
+
+/// The C loopback plugin built with `defines`, copied into `dir` under each of `names`.
+fn c_plugins(dir: &Path, build_name: &str, defines: &[&str], names: &[&str]) {
+    let root = workspace_root();
+    let built = c_shared_object(
+        &root.join("plugins/c-loopback/loopback.c"),
+        build_name,
+        &[&root.join("plugins/include")],
+        defines,
+    );
+    for name in names {
+        std::fs::copy(&built, dir.join(format!("{name}.so"))).unwrap();
+    }
+}
+
+/// Whether a probe of `plugin` still runs.
+fn probing(plugin: &Path) -> bool {
+    let needle = format!("--probe-plugin\0{}", plugin.display());
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains(&needle)
+    })
+}
+
+#[test]
+fn plugins_that_hang_while_loading_delay_no_host() {
+    let plugins = TempDir::new("urom-hanging");
+    let dir = graph_dir(&plugins);
+    // One before the good plugin in scan order, one after.
+    c_plugins(
+        &dir,
+        "worker_hang",
+        &["HANG_ON_LOAD"],
+        &["a_hang", "z_hang"],
+    );
+    let hanging = [dir.join("a_hang.so"), dir.join("z_hang.so")];
+    let graph = vec![(1, 1, "worker_graph".to_owned())];
+    let started = Instant::now();
+    let daemon = start(dir.to_str().unwrap(), &[]);
+
+    // The first host is served from what is known while both probes still hang.
+    let mut first = client(&daemon);
+    let first_waited = started.elapsed();
+    assert_eq!(first.plugins(), graph);
+    // A second host, arriving meanwhile, is not held up either.
+    let arrived = Instant::now();
+    let mut second = client(&daemon);
+    let second_waited = arrived.elapsed();
+    assert_eq!(second.plugins(), graph);
+    println!(
+        "with two plugins hanging: the first host was served {first_waited:?} after the daemon \
+         started, the second {second_waited:?} after it connected"
+    );
+    let log = daemon.log();
+    assert!(
+        hanging.iter().all(|plugin| probing(plugin)) && !log.contains("hung while loading"),
+        "the hosts were answered only once the probes had ended:\n{log}"
+    );
+
+    // Both probes end (in parallel); the plugins are never offered, and the ids stay the same.
+    let deadline = Instant::now() + TIMEOUT;
+    while daemon.log().matches("hung while loading").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the hanging probes were never given up on"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(hanging.iter().all(|plugin| !probing(plugin)));
+    let mut third = client(&daemon);
+    assert_eq!(third.plugins(), graph);
+    let (_, socket) = first.spawn(0, 0, 1, "", &[]).unwrap();
+    loopback_through(&socket, 5);
+}
+
+#[test]
+fn a_plugin_that_prints_a_lot_while_loading_is_offered() {
+    let plugins = TempDir::new("urom-chatty");
+    let dir = graph_dir(&plugins);
+    c_plugins(
+        &dir,
+        "worker_chatty",
+        &["CHATTY_ON_LOAD"],
+        &["worker_chatty"],
+    );
+    let daemon = start(dir.to_str().unwrap(), &[]);
+    let mut host = client(&daemon);
+    let expected = vec![
+        (1, 1, "worker_chatty".to_owned()),
+        (2, 1, "worker_graph".to_owned()),
+    ];
+    // Its probe may take a while to drain the 2 MiB; it is offered once it has answered.
+    let deadline = Instant::now() + TIMEOUT;
+    while host.plugins() != expected {
+        assert!(
+            Instant::now() < deadline,
+            "the chatty plugin was never offered:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        host = client(&daemon);
+    }
+    let log = daemon.log();
+    assert!(!log.contains("hung while loading"), "{log}");
+    // What it printed is in the log, cut down to its last few KiB.
+    assert!(
+        log.contains("the plugin printed 2097152 bytes while loading; the last 4096"),
+        "{log}"
+    );
+    assert!(log.len() < 64 * 1024, "the log holds {} bytes", log.len());
 }
 
 #[test]
