@@ -49,10 +49,17 @@ fn graph_daemon() -> (TempDir, Daemon) {
 
 /// One graph loopback command through a worker's socket.
 fn loopback_through(socket: &Path, data: u64) {
+    loopback_at(socket, data, MaxMsgSize::DEFAULT);
+}
+
+/// One graph loopback command through the socket of a worker whose maximum message size is
+/// `max`.
+fn loopback_at(socket: &Path, data: u64, max: MaxMsgSize) {
     let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    let mut conn = Channel::accept(stream, &ChannelConfig::default()).unwrap();
+    let mut conn = Channel::accept(stream, &ChannelConfig::new(max))
+        .unwrap_or_else(|e| panic!("no channel to a worker with -m {}: {e}", max.as_u32()));
     let mut frame = [0u8; 64];
-    let len = write_command_headers(&mut frame, 1, 1, data, 16, MaxMsgSize::DEFAULT).unwrap();
+    let len = write_command_headers(&mut frame, 1, 1, data, 16, max).unwrap();
     GraphCommand::Loopback { data }
         .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
         .unwrap();
@@ -63,7 +70,7 @@ fn loopback_through(socket: &Path, data: u64) {
             let FrameRepr {
                 body: DataMessage::Notify(notify),
                 ..
-            } = FrameRepr::<DataMessage>::parse(reply, MaxMsgSize::DEFAULT).unwrap()
+            } = FrameRepr::<DataMessage>::parse(reply, max).unwrap()
             else {
                 panic!("not a notification");
             };
@@ -323,6 +330,19 @@ fn workers_spawn_attach_query_and_destroy() {
         std::thread::sleep(Duration::from_millis(10));
     }
     loopback_through(&socket, 9);
+}
+
+#[test]
+fn workers_serve_at_the_smallest_and_the_largest_message_size() {
+    for max in [MaxMsgSize::MIN, MaxMsgSize::MAX] {
+        let plugins = TempDir::new("urom-daemon-plugins");
+        let dir = graph_dir(&plugins);
+        let daemon = start(dir.to_str().unwrap(), &["-m", &max.to_string()]);
+        let mut host = ControlClient::connect(&daemon.socket, TIMEOUT).unwrap();
+        host.handshake_with(max).unwrap();
+        let (_, socket) = host.spawn(0, 0, 1, "", &[]).unwrap();
+        loopback_at(&socket, u64::from(max), MaxMsgSize::new(max).unwrap());
+    }
 }
 
 #[test]
