@@ -13,6 +13,8 @@
  *   -DREJECT_COMMANDS      worker_cmd refuses every command with DOCA_ERROR_NOT_SUPPORTED
  *   -DCRASH_ON_LOAD        crash (SIGSEGV) as soon as the library is loaded
  *   -DHANG_ON_LOAD         never return from loading the library
+ *   -DCHATTY_ON_LOAD       write 1 MiB to standard output and 1 MiB to standard error while the
+ *                          library is loaded, then load fine
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,6 +38,31 @@ __attribute__((constructor)) static void hang_on_load(void)
 {
 	for (;;)
 		pause();
+}
+#endif
+
+#ifdef CHATTY_ON_LOAD
+static void chatter(int fd)
+{
+	char line[64];
+	size_t left = 1 << 20;
+
+	memset(line, 'x', sizeof(line));
+	line[sizeof(line) - 1] = '\n';
+	while (left > 0) {
+		size_t len = left < sizeof(line) ? left : sizeof(line);
+		ssize_t n = write(fd, line, len);
+
+		if (n <= 0)
+			return;
+		left -= (size_t)n;
+	}
+}
+
+__attribute__((constructor)) static void chatty_on_load(void)
+{
+	chatter(STDOUT_FILENO);
+	chatter(STDERR_FILENO);
 }
 #endif
 

@@ -226,6 +226,14 @@ impl ControlClient {
         })
     }
 
+    /// Reads until the daemon closes the connection; returns what came before the end of the
+    /// stream. A reset connection is an error (`ConnectionReset`).
+    pub fn read_until_closed(&mut self) -> io::Result<Vec<u8>> {
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest)?;
+        Ok(rest)
+    }
+
     /// Whether the daemon has closed the connection: reading ends, or is reset because the
     /// daemon left some of what was sent unread.
     pub fn is_closed(&mut self) -> bool {

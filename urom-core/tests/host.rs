@@ -276,3 +276,29 @@ fn signal(pid: i32, signal: &str) {
             .success()
     );
 }
+
+/// A daemon that accepts and then says nothing: the host's error names what it waited for.
+#[test]
+fn a_silent_daemon_times_out_naming_the_hello() {
+    let dir = urom_testkit::TempDir::new("urom-silent-daemon");
+    let socket = dir.path().join("urom.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let silent = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        // Read the hello and keep the connection open without ever answering it.
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stream, &mut sink);
+    });
+    let error = match urom_core::host::Service::<urom_core::host::Idle>::new()
+        .set_socket(&socket)
+        .start()
+    {
+        Ok(_) => panic!("a daemon that never answers was taken for a service"),
+        Err((_, error)) => error.to_string(),
+    };
+    assert!(
+        error.contains("the daemon did not answer the hello within 10 s"),
+        "{error}"
+    );
+    silent.join().unwrap();
+}

@@ -169,6 +169,10 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         })),
         stopping: AtomicBool::new(false),
     });
+    // Probe in the background from now on, so that the first hosts find the plugins known.
+    service
+        .discovery
+        .prefetch(std::env::var_os(PLUGIN_PATH_VAR).as_deref());
     info!(
         socket = %socket.display(),
         log_dir = %log_dir.display(),

@@ -30,6 +30,11 @@ const READ_POLL: Duration = Duration::from_millis(200);
 const FRAME_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a write to a host may block before the host is given up on.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long what a refused host still sends is read and dropped before its connection closes.
+const LINGER: Duration = Duration::from_secs(2);
+/// How many bytes a refused host may still send to be read and dropped, at least (a frame of
+/// the maximum message size, if that is more).
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// Why a session ended.
 #[derive(Debug)]
@@ -127,6 +132,9 @@ pub(crate) fn serve(service: &Service, host: HostId, stream: UnixStream) {
     if session.state == State::Ready {
         service.registry.remove_host(host);
     }
+    if matches!(end, End::Misbehaved(_)) {
+        session.close_after_refusal();
+    }
     match end {
         End::Closed => info!(host, "host disconnected"),
         End::Shutdown => info!(host, "closing the host's connection: the service stops"),
@@ -215,6 +223,41 @@ impl Session<'_> {
     fn refuse(&self, seq: u64, status: Status, reason: &str) -> End {
         let _ = self.link.send_error(seq, status, reason);
         End::Misbehaved(reason.to_owned())
+    }
+
+    /// Ends the connection of a host that was refused, so that it reads the error reply and
+    /// then the end of the stream: no more writes, then what the host still sends (the rest of
+    /// a refused frame, requests sent after it) is read and dropped until the host closes, for
+    /// at most [`LINGER`] and [`LINGER_BYTES`]. Closing a socket with unread bytes would reset
+    /// the connection instead, and the host could lose the reply.
+    fn close_after_refusal(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        let deadline = Instant::now() + LINGER;
+        let limit = LINGER_BYTES.max(self.buf.len());
+        let mut dropped = 0;
+        while dropped < limit && Instant::now() < deadline {
+            match self.stream.read(&mut self.buf) {
+                Ok(0) => return,
+                Ok(n) => dropped += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if self.service.stopping.load(Ordering::Relaxed) {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        debug!(
+            host = self.host,
+            "closing without waiting longer for the host to close ({dropped} bytes dropped)"
+        );
     }
 
     fn handle(&mut self, len: usize) -> Result<(), End> {

@@ -11,9 +11,9 @@ use urom_core::transport::{Channel, ChannelConfig};
 use urom_testkit::control::ControlClient;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, c_shared_object, workspace_root};
-use urom_wire::control::WORKER_ID_ANY;
+use urom_wire::control::{ControlMessage, Hello, WORKER_ID_ANY};
 use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, DataMessage, write_command_headers};
-use urom_wire::{FrameRepr, MaxMsgSize, Status};
+use urom_wire::{FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const SIGTERM: i32 = 15;
@@ -49,10 +49,17 @@ fn graph_daemon() -> (TempDir, Daemon) {
 
 /// One graph loopback command through a worker's socket.
 fn loopback_through(socket: &Path, data: u64) {
+    loopback_at(socket, data, MaxMsgSize::DEFAULT);
+}
+
+/// One graph loopback command through the socket of a worker whose maximum message size is
+/// `max`.
+fn loopback_at(socket: &Path, data: u64, max: MaxMsgSize) {
     let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    let mut conn = Channel::accept(stream, &ChannelConfig::default()).unwrap();
+    let mut conn = Channel::accept(stream, &ChannelConfig::new(max))
+        .unwrap_or_else(|e| panic!("no channel to a worker with -m {}: {e}", max.as_u32()));
     let mut frame = [0u8; 64];
-    let len = write_command_headers(&mut frame, 1, 1, data, 16, MaxMsgSize::DEFAULT).unwrap();
+    let len = write_command_headers(&mut frame, 1, 1, data, 16, max).unwrap();
     GraphCommand::Loopback { data }
         .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
         .unwrap();
@@ -63,7 +70,7 @@ fn loopback_through(socket: &Path, data: u64) {
             let FrameRepr {
                 body: DataMessage::Notify(notify),
                 ..
-            } = FrameRepr::<DataMessage>::parse(reply, MaxMsgSize::DEFAULT).unwrap()
+            } = FrameRepr::<DataMessage>::parse(reply, max).unwrap()
             else {
                 panic!("not a notification");
             };
@@ -131,7 +138,8 @@ fn discovery_reports_exactly_the_good_plugins() {
     let mut second = client(&daemon);
     assert_eq!(second.plugins(), expected);
 
-    let log = daemon.log();
+    // The hanging plugin's probe is given up on in the background.
+    let deadline = Instant::now() + TIMEOUT;
     for reason in [
         "does not export `urom_plugin_get_iface`",
         "crashed while loading (signal 11)",
@@ -140,8 +148,128 @@ fn discovery_reports_exactly_the_good_plugins() {
         "notes.so",
         "plugin directory skipped",
     ] {
-        assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
+        while !daemon.log().contains(reason) {
+            assert!(
+                Instant::now() < deadline,
+                "log lacks {reason:?}:\n{}",
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+    let mut third = client(&daemon);
+    assert_eq!(third.plugins(), expected);
+}
+
+/// The C loopback plugin built with `defines`, copied into `dir` under each of `names`.
+fn c_plugins(dir: &Path, build_name: &str, defines: &[&str], names: &[&str]) {
+    let root = workspace_root();
+    let built = c_shared_object(
+        &root.join("plugins/c-loopback/loopback.c"),
+        build_name,
+        &[&root.join("plugins/include")],
+        defines,
+    );
+    for name in names {
+        std::fs::copy(&built, dir.join(format!("{name}.so"))).unwrap();
+    }
+}
+
+/// Whether a probe of `plugin` still runs.
+fn probing(plugin: &Path) -> bool {
+    let needle = format!("--probe-plugin\0{}", plugin.display());
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains(&needle)
+    })
+}
+
+#[test]
+fn plugins_that_hang_while_loading_delay_no_host() {
+    let plugins = TempDir::new("urom-hanging");
+    let dir = graph_dir(&plugins);
+    // One before the good plugin in scan order, one after.
+    c_plugins(
+        &dir,
+        "worker_hang",
+        &["HANG_ON_LOAD"],
+        &["a_hang", "z_hang"],
+    );
+    let hanging = [dir.join("a_hang.so"), dir.join("z_hang.so")];
+    let graph = vec![(1, 1, "worker_graph".to_owned())];
+    let started = Instant::now();
+    let daemon = start(dir.to_str().unwrap(), &[]);
+
+    // The first host is served from what is known while both probes still hang.
+    let mut first = client(&daemon);
+    let first_waited = started.elapsed();
+    assert_eq!(first.plugins(), graph);
+    // A second host, arriving meanwhile, is not held up either.
+    let arrived = Instant::now();
+    let mut second = client(&daemon);
+    let second_waited = arrived.elapsed();
+    assert_eq!(second.plugins(), graph);
+    println!(
+        "with two plugins hanging: the first host was served {first_waited:?} after the daemon \
+         started, the second {second_waited:?} after it connected"
+    );
+    let log = daemon.log();
+    assert!(
+        hanging.iter().all(|plugin| probing(plugin)) && !log.contains("hung while loading"),
+        "the hosts were answered only once the probes had ended:\n{log}"
+    );
+
+    // Both probes end (in parallel); the plugins are never offered, and the ids stay the same.
+    let deadline = Instant::now() + TIMEOUT;
+    while daemon.log().matches("hung while loading").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the hanging probes were never given up on"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(hanging.iter().all(|plugin| !probing(plugin)));
+    let mut third = client(&daemon);
+    assert_eq!(third.plugins(), graph);
+    let (_, socket) = first.spawn(0, 0, 1, "", &[]).unwrap();
+    loopback_through(&socket, 5);
+}
+
+#[test]
+fn a_plugin_that_prints_a_lot_while_loading_is_offered() {
+    let plugins = TempDir::new("urom-chatty");
+    let dir = graph_dir(&plugins);
+    c_plugins(
+        &dir,
+        "worker_chatty",
+        &["CHATTY_ON_LOAD"],
+        &["worker_chatty"],
+    );
+    let daemon = start(dir.to_str().unwrap(), &[]);
+    let mut host = client(&daemon);
+    let expected = vec![
+        (1, 1, "worker_chatty".to_owned()),
+        (2, 1, "worker_graph".to_owned()),
+    ];
+    // Its probe may take a while to drain the 2 MiB; it is offered once it has answered.
+    let deadline = Instant::now() + TIMEOUT;
+    while host.plugins() != expected {
+        assert!(
+            Instant::now() < deadline,
+            "the chatty plugin was never offered:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        host = client(&daemon);
+    }
+    let log = daemon.log();
+    assert!(!log.contains("hung while loading"), "{log}");
+    // What it printed is in the log, cut down to its last few KiB.
+    assert!(
+        log.contains("the plugin printed 2097152 bytes while loading; the last 4096"),
+        "{log}"
+    );
+    assert!(log.len() < 64 * 1024, "the log holds {} bytes", log.len());
 }
 
 #[test]
@@ -202,6 +330,19 @@ fn workers_spawn_attach_query_and_destroy() {
         std::thread::sleep(Duration::from_millis(10));
     }
     loopback_through(&socket, 9);
+}
+
+#[test]
+fn workers_serve_at_the_smallest_and_the_largest_message_size() {
+    for max in [MaxMsgSize::MIN, MaxMsgSize::MAX] {
+        let plugins = TempDir::new("urom-daemon-plugins");
+        let dir = graph_dir(&plugins);
+        let daemon = start(dir.to_str().unwrap(), &["-m", &max.to_string()]);
+        let mut host = ControlClient::connect(&daemon.socket, TIMEOUT).unwrap();
+        host.handshake_with(max).unwrap();
+        let (_, socket) = host.spawn(0, 0, 1, "", &[]).unwrap();
+        loopback_at(&socket, u64::from(max), MaxMsgSize::new(max).unwrap());
+    }
 }
 
 #[test]
@@ -316,6 +457,219 @@ fn bad_frames_get_errors_and_other_hosts_go_on() {
     assert_eq!(good.plugins().len(), 1);
     let (_, socket) = good.spawn(0, 0, 1, "", &[]).unwrap();
     loopback_through(&socket, 11);
+}
+
+/// A frame header with every field given.
+fn raw_header(
+    magic: &[u8; 4],
+    version: u16,
+    kind: u16,
+    length: u32,
+    flags: u32,
+    seq: u64,
+) -> Vec<u8> {
+    let mut header = Vec::with_capacity(24);
+    header.extend_from_slice(magic);
+    header.extend_from_slice(&version.to_le_bytes());
+    header.extend_from_slice(&kind.to_le_bytes());
+    header.extend_from_slice(&length.to_le_bytes());
+    header.extend_from_slice(&flags.to_le_bytes());
+    header.extend_from_slice(&seq.to_le_bytes());
+    header
+}
+
+/// A valid hello frame (96 bytes: the identity field is at 32..96).
+fn hello_frame(seq: u64) -> Vec<u8> {
+    let frame = FrameRepr {
+        seq,
+        body: ControlMessage::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            max_msg_size: MaxMsgSize::DEFAULT.as_u32(),
+            identity: "urom-test-host",
+        }),
+    };
+    let mut bytes = vec![0u8; frame.buffer_len()];
+    frame.emit(&mut bytes, MaxMsgSize::DEFAULT).unwrap();
+    bytes
+}
+
+/// Eighteen malformed or misplaced frames: each gets an error reply that names the problem and
+/// carries the frame's sequence number, then the end of the stream, never a reset, whatever
+/// the host sent after it.
+#[test]
+fn every_refused_frame_gets_its_error_reply_and_an_orderly_close() {
+    const HELLO: u16 = 0x0101;
+    let (_plugins, daemon) = graph_daemon();
+    let header = |seq, magic: &[u8; 4], version, kind, length, flags| {
+        raw_header(magic, version, kind, length, flags, seq)
+    };
+    let edit = |seq, at: usize, bytes: &[u8]| {
+        let mut frame = hello_frame(seq);
+        frame[at..at + bytes.len()].copy_from_slice(bytes);
+        frame
+    };
+    let resized = |seq, length: u32| {
+        let mut frame = hello_frame(seq);
+        frame.resize(length as usize, 0);
+        frame[8..12].copy_from_slice(&length.to_le_bytes());
+        frame
+    };
+    let mut not_utf8 = [0u8; 64];
+    not_utf8[..2].copy_from_slice(&[0xc3, 0x28]);
+    let cases: Vec<(&str, Vec<u8>, Status, &str)> = vec![
+        (
+            "bad magic",
+            header(1, b"HTTP", 1, HELLO, 96, 0),
+            Status::InvalidValue,
+            "not a urom frame",
+        ),
+        (
+            "another protocol version",
+            header(2, b"UROM", 2, HELLO, 96, 0),
+            Status::InvalidValue,
+            "protocol version 2",
+        ),
+        (
+            "an unknown kind",
+            header(3, b"UROM", 1, 0x0999, 96, 0),
+            Status::InvalidValue,
+            "unknown frame kind 0x0999",
+        ),
+        (
+            "non-zero flags",
+            header(4, b"UROM", 1, HELLO, 96, 1),
+            Status::InvalidValue,
+            "`flags`",
+        ),
+        (
+            "length 2^31",
+            header(5, b"UROM", 1, HELLO, 1 << 31, 0),
+            Status::InvalidValue,
+            "2147483648 bytes exceeds",
+        ),
+        (
+            "length 2^32-1",
+            header(6, b"UROM", 1, HELLO, u32::MAX, 0),
+            Status::InvalidValue,
+            "4294967295 bytes exceeds",
+        ),
+        (
+            "length max+1",
+            header(7, b"UROM", 1, HELLO, 4097, 0),
+            Status::InvalidValue,
+            "4097 bytes exceeds",
+        ),
+        (
+            "length 0",
+            header(8, b"UROM", 1, HELLO, 0, 0),
+            Status::InvalidValue,
+            "says 0 bytes",
+        ),
+        (
+            "length below the header",
+            header(9, b"UROM", 1, HELLO, 23, 0),
+            Status::InvalidValue,
+            "says 23 bytes",
+        ),
+        (
+            "a data frame",
+            edit(10, 6, &0x0201u16.to_le_bytes()),
+            Status::InvalidValue,
+            "0x0201 does not belong",
+        ),
+        (
+            "a hello one byte short",
+            resized(11, 95),
+            Status::InvalidValue,
+            "72",
+        ),
+        (
+            "a hello one byte long",
+            resized(12, 97),
+            Status::InvalidValue,
+            "72",
+        ),
+        (
+            "a hello with its reserved field set",
+            edit(13, 26, &[1]),
+            Status::InvalidValue,
+            "`hello.reserved`",
+        ),
+        (
+            "an identity that is not UTF-8",
+            edit(14, 32, &not_utf8),
+            Status::InvalidValue,
+            "not UTF-8",
+        ),
+        (
+            "an identity without its NUL",
+            edit(15, 32, &[b'x'; 64]),
+            Status::InvalidValue,
+            "NUL",
+        ),
+        (
+            "a hello of another protocol version",
+            edit(16, 24, &[2]),
+            Status::UnsupportedVersion,
+            "protocol version 2",
+        ),
+        (
+            "a request with a body",
+            {
+                let mut frame = header(17, b"UROM", 1, 0x0110, 28, 0);
+                frame.extend_from_slice(&[0; 4]);
+                frame
+            },
+            Status::InvalidValue,
+            "4 bytes",
+        ),
+        (
+            "a reply sent by a host",
+            header(18, b"UROM", 1, 0x0104, 24, 0),
+            Status::Authentication,
+            "unexpected",
+        ),
+    ];
+    assert_eq!(cases.len(), 18);
+    let mut wrong = Vec::new();
+    for (seq, (what, frame, status, naming)) in (1u64..).zip(cases) {
+        let mut host = ControlClient::connect(&daemon.socket, TIMEOUT).unwrap();
+        // The rest of a frame the header announced, and a request sent right after it.
+        let mut bytes = frame;
+        if bytes.len() == 24 {
+            bytes.extend_from_slice(&[0xa5; 1000]);
+        }
+        bytes.extend_from_slice(&hello_frame(99));
+        host.send_raw(&bytes).unwrap();
+        let reply = match host.try_read_frame() {
+            Ok(Some(reply)) => reply,
+            Ok(None) => {
+                wrong.push(format!("{what}: closed without an error reply"));
+                continue;
+            }
+            Err(e) => {
+                wrong.push(format!("{what}: no error reply: {e}"));
+                continue;
+            }
+        };
+        let Err((got, reason)) = reply.refusal() else {
+            panic!("{what}: answered {:?}", reply.message());
+        };
+        assert_eq!((got, reply.seq()), (status, seq), "{what}: {reason}");
+        assert!(reason.contains(naming), "{what}: {reason}");
+        match host.read_until_closed() {
+            Ok(rest) => assert!(rest.is_empty(), "{what}: {} more bytes", rest.len()),
+            Err(e) => wrong.push(format!("{what}: after the reply: {e}")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 18:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    // The daemon serves on.
+    assert_eq!(client(&daemon).plugins().len(), 1);
 }
 
 #[test]

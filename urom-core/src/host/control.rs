@@ -30,6 +30,13 @@ pub enum ControlError {
         /// Its reason.
         reason: String,
     },
+    /// The daemon did not answer in time.
+    TimedOut {
+        /// What was waited for: "the hello", "the authentication".
+        waited_for: &'static str,
+        /// How long.
+        after: Duration,
+    },
     /// The daemon answered something unexpected.
     Protocol(String),
     /// The connection to the daemon is gone.
@@ -43,6 +50,11 @@ impl fmt::Display for ControlError {
             Self::Refused { status, reason } => {
                 write!(f, "the service refused: {reason} ({status})")
             }
+            Self::TimedOut { waited_for, after } => write!(
+                f,
+                "the daemon did not answer {waited_for} within {} s",
+                after.as_secs_f64()
+            ),
             Self::Protocol(what) => write!(f, "unexpected answer from the service: {what}"),
             Self::Closed => f.write_str("the connection to the service is closed"),
         }
@@ -58,6 +70,7 @@ impl ControlError {
             Self::Refused { status, .. } => *status,
             Self::Closed => Status::NotConnected,
             Self::Io(_) => Status::IoFailed,
+            Self::TimedOut { .. } => Status::TimeOut,
             Self::Protocol(_) => Status::Unexpected,
         }
     }
@@ -65,6 +78,44 @@ impl ControlError {
 
 fn io_error(e: io::Error) -> ControlError {
     ControlError::Io(e.to_string())
+}
+
+/// Why reading a frame failed.
+enum ReadError {
+    /// The read timeout passed first.
+    TimedOut,
+    /// Anything else.
+    Other(ControlError),
+}
+
+impl ReadError {
+    /// The error of a handshake read that waited for the answer to `request`.
+    fn timed_out(self, request: &'static str) -> ControlError {
+        match self {
+            Self::TimedOut => ControlError::TimedOut {
+                waited_for: request,
+                after: HANDSHAKE_TIMEOUT,
+            },
+            Self::Other(e) => e,
+        }
+    }
+}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            // A read timeout (SO_RCVTIMEO) ends a read with EAGAIN.
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::TimedOut,
+            io::ErrorKind::UnexpectedEof => Self::Other(ControlError::Closed),
+            _ => Self::Other(io_error(e)),
+        }
+    }
+}
+
+impl From<ControlError> for ReadError {
+    fn from(e: ControlError) -> Self {
+        Self::Other(e)
+    }
 }
 
 /// A received frame, kept whole.
@@ -122,7 +173,7 @@ impl ControlChannel {
             identity: crate::wire::truncate_at_char_boundary(identity, 63),
         };
         write_frame(&mut stream, max, 1, ControlMessage::Hello(hello))?;
-        let reply = read_frame(&mut stream, max)?;
+        let reply = read_frame(&mut stream, max).map_err(|e| e.timed_out("the hello"))?;
         reply.refusal()?;
         let ControlMessage::AuthChallenge(challenge) = reply.message() else {
             return Err(ControlError::Protocol("no authentication challenge".into()));
@@ -138,7 +189,7 @@ impl ControlChannel {
             proof: [0; 32],
         };
         write_frame(&mut stream, max, 2, ControlMessage::AuthResponse(response))?;
-        let reply = read_frame(&mut stream, max)?;
+        let reply = read_frame(&mut stream, max).map_err(|e| e.timed_out("the authentication"))?;
         reply.refusal()?;
         if !matches!(reply.message(), ControlMessage::Ack) {
             return Err(ControlError::Protocol(
@@ -249,19 +300,14 @@ fn write_frame(
     stream.write_all(&bytes).map_err(io_error)
 }
 
-fn read_frame(stream: &mut UnixStream, max: MaxMsgSize) -> Result<Reply, ControlError> {
+fn read_frame(stream: &mut UnixStream, max: MaxMsgSize) -> Result<Reply, ReadError> {
     let mut bytes = vec![0u8; FRAME_HEADER_LEN];
-    stream.read_exact(&mut bytes).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => ControlError::Closed,
-        _ => io_error(e),
-    })?;
+    stream.read_exact(&mut bytes)?;
     let len = frame_length(&bytes, max)
         .map_err(|e| ControlError::Protocol(e.to_string()))?
         .ok_or_else(|| ControlError::Protocol("short header".into()))?;
     bytes.resize(len, 0);
-    stream
-        .read_exact(&mut bytes[FRAME_HEADER_LEN..])
-        .map_err(io_error)?;
+    stream.read_exact(&mut bytes[FRAME_HEADER_LEN..])?;
     FrameRepr::<ControlMessage>::parse(&bytes, max)
         .map_err(|e| ControlError::Protocol(e.to_string()))?;
     Ok(Reply { bytes, max })

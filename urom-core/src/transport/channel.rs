@@ -14,7 +14,7 @@ use urom_wire::MaxMsgSize;
 use urom_wire::control::EndpointKind;
 
 use super::loopback::{LoopbackConnection, LoopbackReceiver, LoopbackSender};
-use super::shm::{HugePages, ShmConnectError, ShmConnection, ShmReceiver, ShmSender};
+use super::shm::{HugePages, MIN_SLOTS, ShmConnectError, ShmConnection, ShmReceiver, ShmSender};
 use super::{
     FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
 };
@@ -25,7 +25,8 @@ pub struct ChannelConfig {
     /// Largest frame; both sides must agree (the accepting side refuses a different one).
     pub max_msg_size: MaxMsgSize,
     /// Slots per direction, a power of two in `shm::MIN_SLOTS..=shm::MAX_SLOTS` (the offering
-    /// side's choice).
+    /// side's choice; the accepting side takes what it is offered).
+    /// [`ChannelConfig::slots_for`] the maximum message size by default.
     pub slots: u32,
     /// How `wait_*` waits; can be changed later with [`Transport::set_wait_mode`].
     pub wait: WaitMode,
@@ -39,7 +40,7 @@ impl Default for ChannelConfig {
     fn default() -> Self {
         Self {
             max_msg_size: MaxMsgSize::DEFAULT,
-            slots: 256,
+            slots: Self::slots_for(MaxMsgSize::DEFAULT),
             wait: WaitMode::default(),
             hugepages: HugePages::Auto,
             handshake_timeout: Duration::from_secs(10),
@@ -48,12 +49,36 @@ impl Default for ChannelConfig {
 }
 
 impl ChannelConfig {
-    /// The default settings for frames of at most `max_msg_size` bytes.
+    /// Bytes of slot space per direction that [`ChannelConfig::slots_for`] aims for: 64 MiB.
+    pub const RING_BUDGET: usize = 64 << 20;
+    /// Most slots per direction that [`ChannelConfig::slots_for`] gives.
+    pub const MOST_SLOTS: u32 = 256;
+
+    /// The default settings for frames of at most `max_msg_size` bytes, with
+    /// [`ChannelConfig::slots_for`] that size.
     pub fn new(max_msg_size: MaxMsgSize) -> Self {
         Self {
             max_msg_size,
+            slots: Self::slots_for(max_msg_size),
             ..Self::default()
         }
+    }
+
+    /// Slots per direction for frames of at most `max` bytes: as many as fit in
+    /// [`ChannelConfig::RING_BUDGET`], clamped to `shm::MIN_SLOTS..=`[`ChannelConfig::MOST_SLOTS`]
+    /// and rounded down to a power of two. 256 up to 256 KiB, 64 at 1 MiB, 4 at 16 MiB; a
+    /// shared-memory connection then maps about `2 * slots * max` bytes (128 MiB at most), well
+    /// within what an accepting side agrees to map.
+    pub const fn slots_for(max: MaxMsgSize) -> u32 {
+        let fit = Self::RING_BUDGET / max.get();
+        let slots = if fit >= Self::MOST_SLOTS as usize {
+            Self::MOST_SLOTS
+        } else if fit <= MIN_SLOTS as usize {
+            MIN_SLOTS
+        } else {
+            fit as u32
+        };
+        1 << (u32::BITS - 1 - slots.leading_zeros())
     }
 }
 
@@ -308,5 +333,45 @@ impl FrameReceiver for ChannelReceiver {
 
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
         each_half!(self, half => half.wait_recv(timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn larger_messages_get_fewer_slots() {
+        let slots = |max: u32| ChannelConfig::new(MaxMsgSize::new(max).unwrap()).slots;
+        assert_eq!(ChannelConfig::default().slots, 256);
+        assert_eq!(slots(MaxMsgSize::MIN), 256);
+        assert_eq!(slots(4096), 256);
+        assert_eq!(slots(256 << 10), 256);
+        assert_eq!(slots((256 << 10) + 1), 128);
+        assert_eq!(slots(1 << 20), 64);
+        assert_eq!(slots(3 << 20), 16);
+        assert_eq!(slots(4 << 20), 16);
+        assert_eq!(slots(MaxMsgSize::MAX), 4);
+    }
+
+    /// Every maximum message size a daemon or worker accepts gives a channel that carries
+    /// frames of that size.
+    #[test]
+    fn every_allowed_message_size_makes_a_working_channel() {
+        for max in [
+            MaxMsgSize::MIN,
+            4096,
+            (1 << 20) + 1,
+            4 << 20,
+            (16 << 20) - 1,
+            MaxMsgSize::MAX,
+        ] {
+            let config = ChannelConfig::new(MaxMsgSize::new(max).unwrap());
+            let (mut offering, mut accepting) =
+                ShmConnection::pair(&config).unwrap_or_else(|e| panic!("-m {max}: {e}"));
+            let frame = vec![0x5a; max as usize];
+            offering.send(&frame).unwrap();
+            assert_eq!(accepting.recv().unwrap(), Some(&frame[..]), "-m {max}");
+        }
     }
 }
