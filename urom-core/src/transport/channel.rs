@@ -16,7 +16,8 @@ use urom_wire::control::EndpointKind;
 use super::loopback::{LoopbackConnection, LoopbackReceiver, LoopbackSender};
 use super::shm::{HugePages, MIN_SLOTS, ShmConnectError, ShmConnection, ShmReceiver, ShmSender};
 use super::{
-    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
+    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, PeerGoneError,
+    Transport, WaitMode,
 };
 
 /// Settings of a channel.
@@ -249,65 +250,28 @@ impl Transport for Channel {
     fn max_msg_size(&self) -> MaxMsgSize {
         self.tx.max_msg_size()
     }
-
-    fn set_wait_mode(&mut self, mode: WaitMode) {
-        self.tx.set_wait_mode(mode);
-        self.rx.set_wait_mode(mode);
-    }
-
-    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
-        self.tx.check_peer()
-    }
-
-    fn close(&mut self) {
-        self.tx.close();
-        self.rx.close();
-    }
 }
 
-impl ChannelSender {
-    /// Whether the peer is still there: `Err` once it closed or died.
-    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
-        each_half!(self, half => half.check_peer())
-    }
+/// Each half's controls, passed on to the transport's own half.
+macro_rules! half_control {
+    ($($half:ident),+) => {$(
+        impl HalfControl for $half {
+            fn check_peer(&self) -> Result<(), PeerGoneError> {
+                each_half!(self, half => half.check_peer())
+            }
 
-    /// Chooses how [`FrameSender::wait_send`] waits.
-    pub fn set_wait_mode(&mut self, mode: WaitMode) {
-        match self {
-            Self::Shm(half) => half.set_wait_mode(mode),
-            // Sleeps on a condition variable whatever the mode.
-            Self::Loopback(_) => {}
+            fn set_wait_mode(&mut self, mode: WaitMode) {
+                each_half!(self, half => half.set_wait_mode(mode))
+            }
+
+            fn close(&mut self) {
+                each_half!(self, half => half.close())
+            }
         }
-    }
-
-    /// Closes this direction: the peer receives what was sent before, then
-    /// [`PeerGoneError::Closed`]. Dropping the half closes it.
-    pub fn close(&mut self) {
-        each_half!(self, half => half.close())
-    }
+    )+};
 }
 
-impl ChannelReceiver {
-    /// Whether the peer is still there: `Err` once it closed or died.
-    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
-        each_half!(self, half => half.check_peer())
-    }
-
-    /// Chooses how [`FrameReceiver::wait_recv`] waits.
-    pub fn set_wait_mode(&mut self, mode: WaitMode) {
-        match self {
-            Self::Shm(half) => half.set_wait_mode(mode),
-            // Sleeps on a condition variable whatever the mode.
-            Self::Loopback(_) => {}
-        }
-    }
-
-    /// Closes this direction: the peer's sends fail with [`PeerGoneError::Closed`]. Dropping
-    /// the half closes it.
-    pub fn close(&mut self) {
-        each_half!(self, half => half.close())
-    }
-}
+half_control!(ChannelSender, ChannelReceiver);
 
 impl FrameSender for ChannelSender {
     #[inline]

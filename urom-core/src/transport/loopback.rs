@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use urom_wire::MaxMsgSize;
 
 use super::{
-    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
-    deadline,
+    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, PeerGoneError,
+    Transport, WaitMode, deadline,
 };
 
 struct Queue {
@@ -113,60 +113,50 @@ impl Transport for LoopbackConnection {
         self.tx.max
     }
 
-    fn set_wait_mode(&mut self, _mode: WaitMode) {
-        // Always sleeps on a condition variable: there is nothing to spin on.
-    }
-
     fn check_peer(&mut self) -> Result<(), PeerGoneError> {
         self.rx.check_peer()
     }
-
-    fn close(&mut self) {
-        self.tx.close();
-        self.rx.close();
-    }
 }
 
-impl LoopbackSender {
-    pub(crate) fn end(&mut self, how: PeerGoneError) {
-        if !self.closed {
-            self.closed = true;
-            self.dir.lock().writer_gone = Some(how);
-            self.dir.changed.notify_all();
+/// The controls both halves have: `$mine` is the queue field by which the half says it is
+/// gone, `$peers` the one by which the peer's opposite half does.
+macro_rules! half_control {
+    ($half:ident, $mine:ident, $peers:ident) => {
+        impl $half {
+            /// Marks this half gone, `how`, and wakes whoever waits on its queue.
+            pub(crate) fn end(&mut self, how: PeerGoneError) {
+                if !self.closed {
+                    self.closed = true;
+                    self.dir.lock().$mine = Some(how);
+                    self.dir.changed.notify_all();
+                }
+            }
         }
-    }
 
-    /// Whether the peer is still there: `Err` once it closed or died.
-    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
-        self.dir.lock().reader_gone.map_or(Ok(()), Err)
-    }
+        impl HalfControl for $half {
+            fn check_peer(&self) -> Result<(), PeerGoneError> {
+                self.dir.lock().$peers.map_or(Ok(()), Err)
+            }
 
-    /// Closes this direction: the peer receives what was sent before, then
-    /// [`PeerGoneError::Closed`].
-    pub fn close(&mut self) {
-        self.end(PeerGoneError::Closed);
-    }
-}
+            fn set_wait_mode(&mut self, _mode: WaitMode) {
+                // Always sleeps on a condition variable: there is nothing to spin on.
+            }
 
-impl LoopbackReceiver {
-    pub(crate) fn end(&mut self, how: PeerGoneError) {
-        if !self.closed {
-            self.closed = true;
-            self.dir.lock().reader_gone = Some(how);
-            self.dir.changed.notify_all();
+            fn close(&mut self) {
+                self.end(PeerGoneError::Closed);
+            }
         }
-    }
 
-    /// Whether the peer is still there: `Err` once it closed or died.
-    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
-        self.dir.lock().writer_gone.map_or(Ok(()), Err)
-    }
-
-    /// Closes this direction: the peer's sends fail with [`PeerGoneError::Closed`].
-    pub fn close(&mut self) {
-        self.end(PeerGoneError::Closed);
-    }
+        impl Drop for $half {
+            fn drop(&mut self) {
+                self.close();
+            }
+        }
+    };
 }
+
+half_control!(LoopbackSender, writer_gone, reader_gone);
+half_control!(LoopbackReceiver, reader_gone, writer_gone);
 
 impl FrameSender for LoopbackSender {
     fn max_msg_size(&self) -> MaxMsgSize {
@@ -273,17 +263,5 @@ fn wait_until<E>(
                     .0
             }
         };
-    }
-}
-
-impl Drop for LoopbackSender {
-    fn drop(&mut self) {
-        self.close();
-    }
-}
-
-impl Drop for LoopbackReceiver {
-    fn drop(&mut self) {
-        self.close();
     }
 }

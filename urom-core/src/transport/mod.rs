@@ -30,8 +30,23 @@ pub mod shm;
 
 pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};
 
+/// What either half of a connection can be asked besides moving frames.
+pub trait HalfControl {
+    /// Whether the peer is still there: `Err` once it closed or died. Cheap enough to call
+    /// from a progress loop now and then, not on every frame.
+    fn check_peer(&self) -> Result<(), PeerGoneError>;
+
+    /// Chooses how this half's `wait_*` method waits.
+    fn set_wait_mode(&mut self, mode: WaitMode);
+
+    /// Closes this half's direction: the peer receives what was sent before, then learns that
+    /// this end is gone. Later calls on this half fail with `Closed`. Dropping a half closes
+    /// it.
+    fn close(&mut self);
+}
+
 /// The sending half of a connection.
-pub trait FrameSender {
+pub trait FrameSender: HalfControl {
     /// The largest frame this connection carries, agreed with the peer at connect time.
     fn max_msg_size(&self) -> MaxMsgSize;
 
@@ -46,7 +61,7 @@ pub trait FrameSender {
 }
 
 /// The receiving half of a connection.
-pub trait FrameReceiver {
+pub trait FrameReceiver: HalfControl {
     /// The next received frame, if one is there, without blocking.
     ///
     /// The frame stays valid until the next call to `recv` or `wait_recv`, which hand its
@@ -85,15 +100,25 @@ pub trait Transport {
     fn max_msg_size(&self) -> MaxMsgSize;
 
     /// Chooses how the `wait_*` methods wait.
-    fn set_wait_mode(&mut self, mode: WaitMode);
+    fn set_wait_mode(&mut self, mode: WaitMode) {
+        let (tx, rx) = self.split();
+        tx.set_wait_mode(mode);
+        rx.set_wait_mode(mode);
+    }
 
     /// Whether the peer is still there: `Err` once it closed or died. Cheap enough to call
     /// from a progress loop now and then, not on every frame.
-    fn check_peer(&mut self) -> Result<(), PeerGoneError>;
+    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
+        self.split().0.check_peer()
+    }
 
     /// Closes this end: the peer receives what was sent before, then [`PeerGoneError::Closed`].
     /// Later calls on this end fail with `Closed`. Dropping a connection closes it.
-    fn close(&mut self);
+    fn close(&mut self) {
+        let (tx, rx) = self.split();
+        tx.close();
+        rx.close();
+    }
 
     /// [`FrameSender::send`] on the sending half.
     #[inline]

@@ -13,8 +13,8 @@ use super::ring::{Consumer, Producer, PushError, RingFlags};
 use super::wait::{self, Half, PEER_CHECK_EVERY, Signals};
 use crate::sync::{AtomicU32, Ordering};
 use crate::transport::{
-    ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError,
-    Transport, WaitMode,
+    ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
+    PeerGoneError, Transport, WaitMode,
 };
 
 /// What both halves of one side share: the mapping their rings live in and the socket whose
@@ -158,53 +158,51 @@ impl Transport for ShmConnection {
     fn max_msg_size(&self) -> MaxMsgSize {
         self.tx.max
     }
-
-    fn set_wait_mode(&mut self, mode: WaitMode) {
-        self.tx.set_wait_mode(mode);
-        self.rx.set_wait_mode(mode);
-    }
-
-    fn check_peer(&mut self) -> Result<(), PeerGoneError> {
-        self.tx.check_peer()
-    }
-
-    fn close(&mut self) {
-        self.tx.close();
-        self.rx.close();
-    }
 }
 
-impl ShmSender {
-    fn flags(&self) -> &RingFlags {
-        &self.ring.mem().ctl().flags.0
-    }
+/// The controls both halves have; `$closed` is the ring flag by which the half says it closed.
+macro_rules! half_control {
+    ($half:ty, $closed:ident) => {
+        impl HalfControl for $half {
+            fn check_peer(&self) -> Result<(), PeerGoneError> {
+                self.peer_gone().map_or(Ok(()), Err)
+            }
 
-    /// Whether the peer is still there: `Err` once it closed or died.
-    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
-        self.peer_gone().map_or(Ok(()), Err)
-    }
+            fn set_wait_mode(&mut self, mode: WaitMode) {
+                self.signals.set_mode(mode);
+            }
 
-    /// Ends this side as if its process had died. For tests.
-    pub(crate) fn crash(&mut self) {
-        self.closed = true;
-        self.link.crash();
-    }
-
-    /// Chooses how [`FrameSender::wait_send`] waits.
-    pub fn set_wait_mode(&mut self, mode: WaitMode) {
-        self.signals.set_mode(mode);
-    }
-
-    /// Closes this direction: the peer receives what was sent before, then
-    /// [`PeerGoneError::Closed`]. Dropping the half closes it.
-    pub fn close(&mut self) {
-        if !self.closed {
-            self.closed = true;
-            self.flags().producer_closed.store(1, Ordering::Release);
-            self.signals.wake_peer();
+            fn close(&mut self) {
+                if !self.closed {
+                    self.closed = true;
+                    self.flags().$closed.store(1, Ordering::Release);
+                    self.signals.wake_peer();
+                }
+            }
         }
-    }
+
+        impl $half {
+            /// Ends this side as if its process had died. For tests.
+            pub(crate) fn crash(&mut self) {
+                self.closed = true;
+                self.link.crash();
+            }
+
+            fn flags(&self) -> &RingFlags {
+                &self.ring.mem().ctl().flags.0
+            }
+        }
+
+        impl Drop for $half {
+            fn drop(&mut self) {
+                self.close();
+            }
+        }
+    };
 }
+
+half_control!(ShmSender, producer_closed);
+half_control!(ShmReceiver, consumer_closed);
 
 impl Half for ShmSender {
     fn ready(&mut self) -> Result<bool, FrameRecvError> {
@@ -275,43 +273,7 @@ impl FrameSender for ShmSender {
     }
 }
 
-impl Drop for ShmSender {
-    fn drop(&mut self) {
-        self.close();
-    }
-}
-
 impl ShmReceiver {
-    fn flags(&self) -> &RingFlags {
-        &self.ring.mem().ctl().flags.0
-    }
-
-    /// Whether the peer is still there: `Err` once it closed or died.
-    pub fn check_peer(&self) -> Result<(), PeerGoneError> {
-        self.peer_gone().map_or(Ok(()), Err)
-    }
-
-    /// Ends this side as if its process had died. For tests.
-    pub(crate) fn crash(&mut self) {
-        self.closed = true;
-        self.link.crash();
-    }
-
-    /// Chooses how [`FrameReceiver::wait_recv`] waits.
-    pub fn set_wait_mode(&mut self, mode: WaitMode) {
-        self.signals.set_mode(mode);
-    }
-
-    /// Closes this direction: the peer's sends fail with [`PeerGoneError::Closed`]. Dropping
-    /// the half closes it.
-    pub fn close(&mut self) {
-        if !self.closed {
-            self.closed = true;
-            self.flags().consumer_closed.store(1, Ordering::Release);
-            self.signals.wake_peer();
-        }
-    }
-
     fn release_held(&mut self) {
         if self.holding {
             self.holding = false;
@@ -397,11 +359,5 @@ impl FrameReceiver for ShmReceiver {
         }
         self.release_held();
         wait::wait_for(self, timeout)
-    }
-}
-
-impl Drop for ShmReceiver {
-    fn drop(&mut self) {
-        self.close();
     }
 }
