@@ -32,6 +32,9 @@ pub enum WorkerStartError {
     TooManyWorkers(usize),
     /// An environment entry is not `NAME=value`.
     Env(String),
+    /// An environment entry changes how programs load or run; the service would refuse it
+    /// ([`crate::worker_env`]).
+    EnvRefused(crate::worker_env::WorkerEnvError),
     /// The service refused or failed.
     Control(ControlError),
     /// The worker's channel could not be set up.
@@ -54,6 +57,7 @@ impl fmt::Display for WorkerStartError {
                 "the service already runs its {n} workers (its max workers); stop one first"
             ),
             Self::Env(entry) => write!(f, "environment entry `{entry}` is not NAME=value"),
+            Self::EnvRefused(e) => write!(f, "{e}"),
             Self::Control(e) => write!(f, "{e}"),
             Self::Connect(e) => write!(f, "cannot reach the worker: {e}"),
             Self::Failed(failure) => write!(f, "the worker failed as it started: {failure}"),
@@ -497,6 +501,14 @@ impl Worker<Idle> {
         {
             let bad = bad.clone();
             return Err((self, WorkerStartError::Env(bad)));
+        }
+        if let Some(refused) = self
+            .config
+            .env
+            .iter()
+            .find_map(|entry| crate::worker_env::check_entry(entry).err())
+        {
+            return Err((self, WorkerStartError::EnvRefused(refused)));
         }
         let Some(slot) = shared.take_worker_slot() else {
             let max = shared.max_workers();
