@@ -6,14 +6,16 @@
 //! list), and then lists plugins, reads the CPU set, spawns or attaches to workers, destroys
 //! them and lists them by group. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
 //! connection ([`discovery`]); workers are `urom-worker` processes watched by the daemon
-//! ([`registry`]). Whatever hosts, plugins and workers do, the daemon stays up; on SIGTERM it
-//! stops every worker and exits 0.
+//! ([`registry`]), each running with no more rights than the host that asked for it. Whatever
+//! hosts, plugins and workers do, the daemon stays up; on SIGTERM it stops every worker and
+//! exits 0.
 #![deny(unsafe_code)]
 
 pub mod args;
 pub mod discovery;
 pub mod registry;
 mod session;
+mod sys;
 
 use std::fmt;
 use std::io;
@@ -165,7 +167,6 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             cpuset,
             max_workers: args.max_workers,
             busy_poll: args.worker_busy_poll,
-            allow_uids: args.allow_uids.clone(),
         })),
         stopping: AtomicBool::new(false),
     });
