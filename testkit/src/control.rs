@@ -50,23 +50,30 @@ pub struct ControlClient {
 }
 
 impl ControlClient {
-    /// Connects to `socket`, waiting up to `timeout` for the daemon to come up.
+    /// Connects to `socket`, waiting up to `timeout` for the daemon to come up (a socket that
+    /// the caller may not connect to is an error at once).
     pub fn connect(socket: &Path, timeout: Duration) -> io::Result<Self> {
         let deadline = Instant::now() + timeout;
         let stream = loop {
             match UnixStream::connect(socket) {
                 Ok(stream) => break stream,
                 Err(e) if Instant::now() > deadline => return Err(e),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         };
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(Self {
+        Ok(Self::from_stream(stream))
+    }
+
+    /// A client on a connection made already (no read timeout).
+    pub fn from_stream(stream: UnixStream) -> Self {
+        Self {
             stream,
             max: MaxMsgSize::DEFAULT,
             seq: 0,
             events: VecDeque::new(),
-        })
+        }
     }
 
     /// Hello and peer-credential authentication with the default message size.
@@ -98,7 +105,9 @@ impl ControlClient {
     }
 
     /// Sends `body` and returns the reply to it; worker exit events that arrive meanwhile are
-    /// kept for [`ControlClient::next_event`].
+    /// kept for [`ControlClient::next_event`]. An error with sequence number 0 is the daemon
+    /// turning the connection away, whatever was asked; it may come before the request could
+    /// even be sent.
     pub fn request(&mut self, body: ControlMessage<'_>) -> OwnedFrame {
         self.seq += 1;
         let frame = FrameRepr {
@@ -107,12 +116,20 @@ impl ControlClient {
         };
         let mut bytes = vec![0u8; frame.buffer_len()];
         frame.emit(&mut bytes, self.max).expect("encodable request");
-        self.send_raw(&bytes).expect("sending a request");
+        if let Err(e) = self.send_raw(&bytes) {
+            return match self.try_read_frame() {
+                Ok(Some(reply)) if reply.seq() == 0 && reply.refusal().is_err() => reply,
+                _ => panic!("sending a request: {e}"),
+            };
+        }
         loop {
             let reply = self.read_frame().expect("reading a reply");
             if let ControlMessage::WorkerExited(exit) = reply.message() {
                 self.events.push_back(exit);
                 continue;
+            }
+            if reply.seq() == 0 && reply.refusal().is_err() {
+                return reply;
             }
             assert_eq!(reply.seq(), self.seq, "reply to another request");
             return reply;
@@ -232,6 +249,16 @@ impl ControlClient {
         let mut rest = Vec::new();
         self.stream.read_to_end(&mut rest)?;
         Ok(rest)
+    }
+
+    /// Spawns a worker with any fresh id, group 0 and plugin 1 on all the service's CPUs.
+    pub fn spawn_any(&mut self, env: &[&str]) -> Result<(u64, PathBuf), Refusal> {
+        self.spawn(urom_wire::control::WORKER_ID_ANY, 0, 1, "", env)
+    }
+
+    /// Sets how long a read waits; `None` waits for ever.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
     }
 
     /// Whether the daemon has closed the connection: reading ends, or is reset because the

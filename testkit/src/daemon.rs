@@ -1,7 +1,7 @@
 //! A real `urom-daemon` for tests and benches: plugins copied into a directory of their own,
 //! the daemon's socket and logs in a temporary directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,9 +38,31 @@ pub fn plugin_dir(parent: &TempDir, plugins: &[(&str, &str)]) -> PathBuf {
 /// Starts `daemon` (the program) with `UROM_PLUGIN_PATH` set to `plugin_path` and extra
 /// flags; waits until its socket is there unless `wait` is false.
 pub fn start_daemon(daemon: PathBuf, plugin_path: &str, extra: &[&str], wait: bool) -> Daemon {
+    start_daemon_command(Command::new(daemon), plugin_path, extra, wait)
+}
+
+/// A command that runs `program` with at most `open_files` open files (soft and hard limit),
+/// through `sh`'s `ulimit`; the program keeps the shell's process id.
+pub fn with_open_file_limit(program: &Path, open_files: u32) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
+        .arg(program);
+    command
+}
+
+/// [`start_daemon`] with the daemon started by `command` (the program and any arguments before
+/// the daemon's own).
+pub fn start_daemon_command(
+    mut command: Command,
+    plugin_path: &str,
+    extra: &[&str],
+    wait: bool,
+) -> Daemon {
     let dir = TempDir::new("urom-daemon");
     let socket = dir.path().join("urom.sock");
-    let child = Command::new(daemon)
+    let child = command
         .arg("--listen")
         .arg(&socket)
         .arg("--log-dir")

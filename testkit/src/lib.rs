@@ -79,6 +79,16 @@ fn build(package: &str, artifact: &str) -> PathBuf {
     path
 }
 
+/// The user id of `nobody`, the other user tests run programs as.
+pub const NOBODY: u32 = 65534;
+
+/// Makes `command` run as `nobody` (user and group 65534, no supplementary groups); only root
+/// may do so.
+pub fn as_nobody(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    command.uid(NOBODY).gid(NOBODY)
+}
+
 /// A directory under the system's temporary directory, removed with its contents on drop.
 pub struct TempDir(PathBuf);
 

@@ -14,7 +14,8 @@
 //! * [`host`]: the progress engine and the typestate contexts `Service` and `Worker`, whose
 //!   commands are tasks from preallocated task slots; `Domain` will follow;
 //! * beside them, the rules the daemon and the worker share: [`plugin_id`] (plugin ids are
-//!   single bits, at most 62 plugins) and [`worker_command`] (the worker's command line).
+//!   single bits, at most 62 plugins), [`worker_command`] (the worker's command line) and
+//!   [`worker_env`] (the environment entries a host may give its worker).
 //!
 //! Unsafe code lives only in `abi`, `transport::shm` and `sys`; everything else is safe Rust.
 #![deny(unsafe_code)]
@@ -44,5 +45,7 @@ pub mod transport;
 mod ring;
 #[cfg(not(loom))]
 pub mod worker_command;
+#[cfg(not(loom))]
+pub mod worker_env;
 
 pub use sys::{PinError, pin_current_thread};

@@ -164,6 +164,32 @@ fn attach_from_a_second_service_and_environment() {
 }
 
 #[test]
+fn environment_that_changes_how_programs_load_is_refused_before_asking() {
+    let (_plugins, daemon) = start_daemon();
+    let service = start_service(&daemon);
+    let graph = service.plugin("worker_graph").unwrap().id;
+    let mut engine = ProgressEngine::new();
+    let started = Worker::new()
+        .set_service(&service)
+        .set_plugins(graph)
+        .set_env([
+            "UROM_GREETING=hello".to_owned(),
+            "LD_PRELOAD=/tmp/evil.so".to_owned(),
+        ])
+        .start(&mut engine);
+    let error = match started {
+        Ok(_) => panic!("a worker with LD_PRELOAD was asked for"),
+        Err((_, error)) => error,
+    };
+    assert!(
+        matches!(&error, urom_core::host::WorkerStartError::EnvRefused(e) if e.name == "LD_PRELOAD"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("LD_PRELOAD"), "{error}");
+    service.stop();
+}
+
+#[test]
 fn a_service_runs_at_most_its_max_workers() {
     let (_plugins, daemon) = start_daemon();
     let service = urom_core::host::Service::<urom_core::host::Idle>::new()

@@ -73,6 +73,15 @@ pub struct Args {
     /// own user and root may connect.
     #[arg(long = "allow-uid", value_name = "UID")]
     pub allow_uids: Vec<u32>,
+
+    /// Most host connections at once from users other than root (fewer when the open-file
+    /// limit cannot hold them); one more is answered with an error and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+
+    /// Most host connections at once from one user other than root.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_user: u32,
 }
 
 impl urom_cli::JsonArgs for Args {}

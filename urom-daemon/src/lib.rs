@@ -1,19 +1,23 @@
 //! The urom service daemon.
 //!
 //! The one process an operator starts on an offload device. It listens on a Unix socket; each
-//! host that connects says hello (protocol version and maximum message size must match),
-//! authenticates (its Unix credentials must belong to the daemon's user, root or the allow
-//! list), and then lists plugins, reads the CPU set, spawns or attaches to workers, destroys
+//! host that connects is checked at once (its Unix credentials must belong to the daemon's
+//! user, root or the allow list, and its user must be within the bounds on connections), says
+//! hello (protocol version and maximum message size must match) and authenticates within a few
+//! seconds, and then lists plugins, reads the CPU set, spawns or attaches to workers, destroys
 //! them and lists them by group. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
 //! connection ([`discovery`]); workers are `urom-worker` processes watched by the daemon
-//! ([`registry`]). Whatever hosts, plugins and workers do, the daemon stays up; on SIGTERM it
-//! stops every worker and exits 0.
+//! ([`registry`]), each running with no more rights than the host that asked for it. Whatever
+//! hosts, plugins and workers do, the daemon stays up; on SIGTERM it stops every worker and
+//! exits 0.
 #![deny(unsafe_code)]
 
 pub mod args;
 pub mod discovery;
+mod gate;
 pub mod registry;
 mod session;
+mod sys;
 
 use std::fmt;
 use std::io;
@@ -23,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 use urom_core::host::{default_service_socket, writable_dir};
 use urom_wire::{CpuSet, MaxMsgSize};
 
@@ -97,7 +101,8 @@ impl std::error::Error for DaemonRunError {}
 pub(crate) struct Service {
     max_msg_size: MaxMsgSize,
     cpuset: CpuSet,
-    allowed_uids: Vec<u32>,
+    /// Who may connect, and how many at once.
+    gate: Arc<gate::Gate>,
     discovery: Discovery,
     registry: Arc<Registry>,
     stopping: AtomicBool,
@@ -106,7 +111,7 @@ pub(crate) struct Service {
 impl Service {
     /// Whether a peer running as `uid` may use the service.
     fn allows(&self, uid: u32) -> bool {
-        uid == 0 || self.allowed_uids.contains(&uid)
+        self.gate.allows(uid)
     }
 
     /// The plugins `UROM_PLUGIN_PATH` offers now.
@@ -145,8 +150,26 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     let own_uid = nix::unistd::geteuid().as_raw();
     let mut allowed_uids = args.allow_uids.clone();
     allowed_uids.push(own_uid);
-
-    let listener = bind(&socket)?;
+    let open_files = raise_open_file_limit();
+    let limits = gate::Limits::fit(
+        args.max_connections,
+        args.max_connections_per_user,
+        open_files,
+    );
+    if limits.total < args.max_connections as usize {
+        warn!(
+            open_files,
+            "the open-file limit holds at most {} host connections (of users other than root)",
+            limits.total
+        );
+    }
+    // Only the daemon's user (and root) can connect unless other users are allowed: modes
+    // cannot name a list of users, so then every local user can, and is checked at accept.
+    let others_allowed = args
+        .allow_uids
+        .iter()
+        .any(|&uid| uid != own_uid && uid != 0);
+    let listener = bind(&socket, if others_allowed { 0o666 } else { 0o600 })?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonRunError::Signals)?;
@@ -154,7 +177,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     let service = Arc::new(Service {
         max_msg_size: args.max_msg_size,
         cpuset,
-        allowed_uids,
+        gate: Arc::new(gate::Gate::new(allowed_uids, limits)),
         discovery: Discovery::new(std::env::current_exe().unwrap_or_else(|_| "urom-daemon".into())),
         registry: Arc::new(Registry::new(WorkerConfig {
             worker_bin: worker_bin.clone(),
@@ -165,7 +188,6 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             cpuset,
             max_workers: args.max_workers,
             busy_poll: args.worker_busy_poll,
-            allow_uids: args.allow_uids.clone(),
         })),
         stopping: AtomicBool::new(false),
     });
@@ -178,6 +200,8 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         log_dir = %log_dir.display(),
         %cpuset,
         max_workers = args.max_workers,
+        max_connections = limits.total,
+        max_connections_per_user = limits.per_user,
         max_msg_size = args.max_msg_size.as_u32(),
         worker = %worker_bin.display(),
         "urom daemon started"
@@ -187,15 +211,8 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
                 let host = next_host.fetch_add(1, Ordering::Relaxed);
-                let service = Arc::clone(&service);
-                let spawned = std::thread::Builder::new()
-                    .name(format!("urom-host-{host}"))
-                    .spawn(move || session::serve(&service, host, stream));
-                if let Err(e) = spawned {
-                    error!("cannot serve a host: {e}");
-                }
+                gate::admit(&service, host, stream);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
             Err(e) => {
@@ -237,9 +254,23 @@ fn default_worker_bin() -> PathBuf {
         .unwrap_or_else(|| "urom-worker".into())
 }
 
-/// Binds the socket, replacing a stale one nobody listens on; any local user may connect
-/// (authentication decides who is served).
-fn bind(socket: &Path) -> Result<UnixListener, DaemonRunError> {
+/// Raises the soft limit on open files to the hard one (at most 2^20); returns the limit in
+/// force.
+fn raise_open_file_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    let wanted = hard.min(1 << 20);
+    if soft < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).is_ok() {
+        wanted
+    } else {
+        soft
+    }
+}
+
+/// Binds the socket with permissions `mode`, replacing a stale one nobody listens on.
+fn bind(socket: &Path, mode: u32) -> Result<UnixListener, DaemonRunError> {
     let error = |source| DaemonRunError::Listen {
         path: socket.to_owned(),
         source,
@@ -247,7 +278,7 @@ fn bind(socket: &Path) -> Result<UnixListener, DaemonRunError> {
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
         let _ = std::fs::remove_file(socket);
     }
-    let listener = urom_cli::listen_unix(socket, Some(0o666)).map_err(error)?;
+    let listener = urom_cli::listen_unix(socket, Some(mode)).map_err(error)?;
     listener.set_nonblocking(true).map_err(error)?;
     Ok(listener)
 }

@@ -5,16 +5,28 @@
 //! Signals are only sent under that lock to workers still registered, so a signal never
 //! reaches a process id the system has already reused. When a worker ends, every host attached
 //! to it is told and its id becomes free.
+//!
+//! A worker never has more rights than the host that asked for it: a daemon running as root
+//! starts another user's worker as that user (its primary group and its supplementary groups),
+//! and no host may set environment variables that change how programs load or run
+//! ([`urom_core::worker_env`]). Each worker listens in a directory of its own, which only the
+//! worker's user may enter (and, when the daemon cannot switch users and runs a worker for
+//! another user, only search, to reach the socket); its log is opened by the daemon and
+//! handed to it as its standard error.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, Uid, User};
 use tracing::{error, info, warn};
 use urom_core::plugin_id::PluginMask;
 use urom_core::worker_command::{PluginSpec, WorkerCommand};
@@ -22,11 +34,14 @@ use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
 use urom_wire::{CpuSet, MaxMsgSize, Status};
 
 use crate::discovery::PluginEntry;
+use crate::sys::Credentials;
 
 /// How long a worker has to stop after SIGTERM before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long a new worker has to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The name of a worker's socket inside its directory.
+const WORKER_SOCKET: &str = "worker.sock";
 
 /// Identifies one host connection.
 pub type HostId = u64;
@@ -74,8 +89,6 @@ pub struct WorkerConfig {
     pub max_workers: u32,
     /// Whether workers spin when idle.
     pub busy_poll: bool,
-    /// Other users whose hosts workers serve (the daemon's allow list).
-    pub allow_uids: Vec<u32>,
 }
 
 /// What a host asks for when it spawns or attaches.
@@ -99,8 +112,17 @@ struct Worker {
     gid: u32,
     owner: u32,
     plugins: PluginMask,
+    /// The directory that holds its socket, removed when it ends.
+    dir: PathBuf,
     socket: PathBuf,
     hosts: HashSet<HostId>,
+}
+
+/// A user a worker runs as, other than the daemon's.
+struct WorkerUser {
+    credentials: Credentials,
+    name: String,
+    home: PathBuf,
 }
 
 #[derive(Default)]
@@ -117,6 +139,8 @@ struct Inner {
 /// The service's workers.
 pub struct Registry {
     config: WorkerConfig,
+    /// The daemon's user.
+    own_uid: u32,
     inner: Mutex<Inner>,
     /// Signalled whenever a worker is forgotten.
     exited: Condvar,
@@ -127,6 +151,7 @@ impl Registry {
     pub fn new(config: WorkerConfig) -> Self {
         Self {
             config,
+            own_uid: nix::unistd::geteuid().as_raw(),
             inner: Mutex::default(),
             exited: Condvar::new(),
         }
@@ -170,6 +195,15 @@ impl Registry {
         request: &SpawnRequest,
         offered: &[PluginEntry],
     ) -> Result<(u64, PathBuf), ServiceError> {
+        if let Some(refused) = request
+            .env
+            .iter()
+            .find_map(|entry| urom_core::worker_env::check_entry(entry).err())
+        {
+            return Err(ServiceError::new(Status::NotPermitted, refused.to_string()));
+        }
+        // Before the lock: the user database may be slow to answer.
+        let run_as = self.worker_user(uid)?;
         let (id, socket) = {
             let mut inner = self.lock();
             match inner.workers.get_mut(&request.worker_id) {
@@ -179,11 +213,55 @@ impl Registry {
                     info!(worker = request.worker_id, host, "host attached");
                     (request.worker_id, worker.socket.clone())
                 }
-                None => self.spawn(&mut inner, host, uid, request, offered)?,
+                None => self.spawn(&mut inner, host, uid, run_as, request, offered)?,
             }
         };
         self.wait_until_listening(id, &socket)?;
         Ok((id, socket))
+    }
+
+    /// The user a worker for a host of user `uid` runs as, when not the daemon's: the host's,
+    /// when the daemon runs as root and the host does not.
+    fn worker_user(&self, uid: u32) -> Result<Option<WorkerUser>, ServiceError> {
+        if self.own_uid != 0 || uid == 0 {
+            return Ok(None);
+        }
+        let user = match User::from_uid(Uid::from_raw(uid)) {
+            Ok(Some(user)) => user,
+            Ok(None) => {
+                return Err(ServiceError::new(
+                    Status::NotPermitted,
+                    format!(
+                        "user {uid} is not in the user database, so a worker cannot run as \
+                         that user"
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot look up user {uid}: {e}"),
+                ));
+            }
+        };
+        let groups = CString::new(user.name.clone())
+            .ok()
+            .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
+            .ok_or_else(|| {
+                ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot read the groups of user {}", user.name),
+                )
+            })?;
+        Ok(Some(WorkerUser {
+            credentials: Credentials {
+                uid: user.uid,
+                gid: user.gid,
+                groups,
+            },
+            name: user.name,
+            home: user.dir,
+        }))
     }
 
     fn spawn(
@@ -191,6 +269,7 @@ impl Registry {
         inner: &mut Inner,
         host: HostId,
         uid: u32,
+        run_as: Option<WorkerUser>,
         request: &SpawnRequest,
         offered: &[PluginEntry],
     ) -> Result<(u64, PathBuf), ServiceError> {
@@ -228,11 +307,40 @@ impl Registry {
             request.worker_id
         };
         inner.spawned += 1;
-        let socket = self
+        // The worker serves its own user and root; a host of another user only when the
+        // daemon could not make the worker run as that user.
+        let process_uid = run_as
+            .as_ref()
+            .map_or(self.own_uid, |user| user.credentials.uid.as_raw());
+        let allow_uids = if uid == process_uid || uid == 0 {
+            Vec::new()
+        } else {
+            vec![uid]
+        };
+        let dir = self
             .config
             .socket_dir
-            .join(format!("urom-worker-{id}-{}.sock", inner.spawned));
-        let _ = std::fs::remove_file(&socket);
+            .join(format!("urom-worker-{id}-{}", inner.spawned));
+        let owner = run_as
+            .as_ref()
+            .map(|user| (user.credentials.uid, user.credentials.gid));
+        worker_dir(&dir, owner, !allow_uids.is_empty()).map_err(|e| {
+            ServiceError::new(
+                Status::OperatingSystem,
+                format!(
+                    "cannot create the worker's directory {}: {e}",
+                    dir.display()
+                ),
+            )
+        })?;
+        let socket = dir.join(WORKER_SOCKET);
+        let (log, staged_log) = match self.worker_log(id, inner.spawned) {
+            Ok(log) => log,
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(error);
+            }
+        };
         let worker = WorkerCommand {
             plugins,
             id,
@@ -240,30 +348,48 @@ impl Registry {
             cpuset: Some(cpuset),
             max_msg_size: self.config.max_msg_size,
             log_level: self.config.log_level,
-            log_dir: Some(self.config.log_dir.clone()),
+            // It logs to its standard error, the file opened for it.
+            log_dir: None,
             listen: socket.clone(),
             busy_poll: self.config.busy_poll,
-            allow_uids: self.config.allow_uids.clone(),
+            allow_uids,
             exit_with_parent: true,
         };
         let mut command = Command::new(&self.config.worker_bin);
         command
             .args(worker.to_args())
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(user) = run_as {
+            command
+                .env("HOME", &user.home)
+                .env("USER", &user.name)
+                .env("LOGNAME", &user.name);
+            crate::sys::run_as(&mut command, user.credentials);
+        }
         for entry in &request.env {
             let (name, value) = entry.split_once('=').expect("checked by the wire decoder");
             command.env(name, value);
         }
-        let child = command.spawn().map_err(|e| {
-            ServiceError::new(
-                Status::OperatingSystem,
-                format!("cannot start {}: {e}", self.config.worker_bin.display()),
-            )
-        })?;
+        let spawned = command.spawn();
+        // The child has its own copy of the log's descriptor.
+        drop(command);
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_file(&staged_log);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot start {}: {e}", self.config.worker_bin.display()),
+                ));
+            }
+        };
         let pid = Pid::from_raw(child.id() as i32);
         // The watcher reaps the worker; the handle is not needed.
         drop(child);
+        self.name_worker_log(&staged_log, pid);
         inner.workers.insert(
             id,
             Worker {
@@ -271,6 +397,7 @@ impl Registry {
                 gid: request.gid,
                 owner: uid,
                 plugins: request.plugins,
+                dir,
                 socket: socket.clone(),
                 hosts: HashSet::from([host]),
             },
@@ -287,6 +414,48 @@ impl Registry {
                 )
             })?;
         Ok((id, socket))
+    }
+
+    /// Creates a new worker's log file under a name of its own, to be renamed after the worker's
+    /// process id once it runs; returns the file and that name.
+    fn worker_log(&self, id: u64, spawned: u64) -> Result<(File, PathBuf), ServiceError> {
+        let staged = self.config.log_dir.join(format!(
+            ".urom_worker_{}-{id}-{spawned}.log",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&staged);
+        // A new file, never one that is there already (nor a link someone left there).
+        File::options()
+            .append(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&staged)
+            .map(|file| (file, staged.clone()))
+            .map_err(|e| {
+                ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot create the worker's log {}: {e}", staged.display()),
+                )
+            })
+    }
+
+    /// Gives a started worker's log its name, `urom_worker_<pid>_dev.log`; when a file of that
+    /// name is left from an earlier process, the log keeps the name it was created under.
+    fn name_worker_log(&self, staged: &Path, pid: Pid) {
+        let name = self
+            .config
+            .log_dir
+            .join(format!("urom_worker_{pid}_dev.log"));
+        match std::fs::hard_link(staged, &name) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(staged);
+            }
+            Err(e) => warn!(
+                "worker {pid} logs to {}: cannot name it {}: {e}",
+                staged.display(),
+                name.display()
+            ),
+        }
     }
 
     /// Waits for a new worker's socket, or for it to die trying.
@@ -420,10 +589,12 @@ impl Registry {
             Ok(WaitStatus::Signaled(_, signal, _)) => (0, signal as i32),
             _ => (0, 0),
         };
-        self.exited.notify_all();
-        if let Some(worker) = worker {
-            let _ = std::fs::remove_file(&worker.socket);
+        // Its directory goes before anyone waiting is told, so that a daemon that stops leaves
+        // none behind.
+        if let Some(worker) = &worker {
+            let _ = std::fs::remove_dir_all(&worker.dir);
         }
+        self.exited.notify_all();
         if signal == 0 && exit_code == 0 {
             info!(worker = id, "worker exited");
         } else {
@@ -438,6 +609,30 @@ impl Registry {
             host.worker_exited(exit);
         }
     }
+}
+
+/// Creates a worker's own directory at `path` (replacing one a predecessor left): only its
+/// owner may enter it, or, with `others_search`, others may reach the socket inside by name
+/// but not list it. `owner` is the worker's user and group when not the daemon's.
+fn worker_dir(
+    path: &Path,
+    owner: Option<(Uid, nix::unistd::Gid)>,
+    others_search: bool,
+) -> io::Result<()> {
+    let _ = std::fs::remove_dir_all(path);
+    std::fs::create_dir(path)?;
+    // Set up through a descriptor of the directory just made, never through a link that could
+    // have replaced it meanwhile.
+    let dir = File::options()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW).bits())
+        .open(path)?;
+    let mode = if others_search { 0o711 } else { 0o700 };
+    dir.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&dir, Some(uid.as_raw()), Some(gid.as_raw()))?;
+    }
+    Ok(())
 }
 
 /// Checks that a host may attach to `worker` as asked.

@@ -1,8 +1,9 @@
 //! One host connection: hello, authentication, then requests until the host leaves.
 //!
-//! Each connection has its own thread, so a host that sends garbage, stops halfway through a
-//! frame or floods the socket only ever delays itself; it is answered with an error and
-//! disconnected.
+//! Each connection the gate let in has its own thread, so a host that sends garbage, stops
+//! halfway through a frame or floods the socket only ever delays itself; it is answered with an
+//! error and disconnected. A connection that has not said hello and authenticated within
+//! [`HELLO_TIMEOUT`] of being accepted is answered with an error and closed.
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -10,7 +11,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use tracing::{debug, info, warn};
 use urom_core::plugin_id::PluginMask;
 use urom_wire::control::{
@@ -22,6 +22,7 @@ use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION,
 
 use crate::Service;
 use crate::discovery::PluginEntry;
+use crate::gate::{HELLO_TIMEOUT, Peer, Permit};
 use crate::registry::{HostEvents, HostId, ServiceError, SpawnRequest};
 
 /// How often a blocked read looks at the stop flag.
@@ -91,19 +92,19 @@ enum State {
     Ready,
 }
 
-/// Serves one host until it leaves or the daemon stops.
-pub(crate) fn serve(service: &Service, host: HostId, stream: UnixStream) {
-    let credentials = match getsockopt(&stream, PeerCredentials) {
-        Ok(credentials) => credentials,
-        Err(e) => {
-            warn!(
-                host,
-                "cannot read the peer's credentials: {e}; disconnected"
-            );
-            return;
-        }
-    };
-    let (uid, pid) = (credentials.uid(), credentials.pid());
+/// Serves one host, run by `peer` and admitted with `permit`, until it leaves or the daemon
+/// stops.
+pub(crate) fn serve(
+    service: &Service,
+    host: HostId,
+    stream: UnixStream,
+    peer: Peer,
+    permit: Permit,
+) {
+    let handshake_deadline = Instant::now() + HELLO_TIMEOUT;
+    // The connection's place is given back when the session ends.
+    let _permit = permit;
+    let Peer { uid, pid } = peer;
     let writer = match stream.try_clone() {
         Ok(writer) => writer,
         Err(e) => {
@@ -126,6 +127,7 @@ pub(crate) fn serve(service: &Service, host: HostId, stream: UnixStream) {
         link,
         buf: vec![0; service.max_msg_size.get()],
         state: State::AwaitHello,
+        handshake_deadline,
         plugins: Vec::new(),
     };
     let end = session.run();
@@ -151,6 +153,8 @@ struct Session<'s> {
     link: Arc<HostLink>,
     buf: Vec<u8>,
     state: State,
+    /// When a host that has not authenticated yet is given up on.
+    handshake_deadline: Instant,
     plugins: Vec<PluginEntry>,
 }
 
@@ -174,6 +178,7 @@ impl Session<'_> {
         let mut have = 0;
         let mut started: Option<Instant> = None;
         loop {
+            self.check_handshake_deadline()?;
             let need = match frame_length(&self.buf[..have], max) {
                 Ok(Some(len)) => len,
                 Ok(None) => FRAME_HEADER_LEN,
@@ -217,6 +222,18 @@ impl Session<'_> {
                 Err(e) => return Err(End::Io(e)),
             }
         }
+    }
+
+    /// Disconnects a host that has not authenticated within [`HELLO_TIMEOUT`], telling it why.
+    fn check_handshake_deadline(&self) -> Result<(), End> {
+        if self.state != State::Ready && Instant::now() > self.handshake_deadline {
+            return Err(self.refuse(
+                0,
+                Status::TimeOut,
+                &format!("no hello and authentication within {HELLO_TIMEOUT:?} of connecting"),
+            ));
+        }
+        Ok(())
     }
 
     /// Tells the host why it is being disconnected.

@@ -463,7 +463,15 @@ impl Outbound {
     }
 }
 
-/// Accepts hosts and sets up their channels until `stop` is set.
+/// How many hosts may be setting up their channels at once.
+const MAX_HANDSHAKES: usize = 16;
+
+/// Accepts hosts until `stop` is set, each host's channel set up on a thread of its own.
+///
+/// A host whose user this worker does not serve is closed at once. The shared-memory
+/// handshake of each host runs beside the others, bounded by the channel's handshake timeout,
+/// so that a host that connects and then says nothing delays no one else; at most
+/// [`MAX_HANDSHAKES`] run at once, and a host connecting beyond them is closed at once.
 fn accept_hosts(
     listener: UnixListener,
     config: ChannelConfig,
@@ -476,6 +484,7 @@ fn accept_hosts(
         warn!("cannot make the host socket non-blocking: {e}; no host can connect");
         return;
     }
+    let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -492,17 +501,34 @@ fn accept_hosts(
                         continue;
                     }
                 }
-                let connected = stream
-                    .set_nonblocking(false)
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| Channel::offer(stream, &config).map_err(|e| e.to_string()));
-                match connected {
-                    Ok(conn) => {
-                        if arrive.send(conn).is_err() {
-                            return;
-                        }
-                    }
-                    Err(reason) => warn!("a host could not connect: {reason}"),
+                let Some(slot) = HandshakeSlot::take(&handshakes) else {
+                    warn!(
+                        "turned a host away: {MAX_HANDSHAKES} hosts are already setting up their channels"
+                    );
+                    continue;
+                };
+                let arrive = arrive.clone();
+                let spawned =
+                    thread::Builder::new()
+                        .name("urom-handshake".into())
+                        .spawn(move || {
+                            let _slot = slot;
+                            let connected = stream
+                                .set_nonblocking(false)
+                                .map_err(|e| e.to_string())
+                                .and_then(|()| {
+                                    Channel::offer(stream, &config).map_err(|e| e.to_string())
+                                });
+                            match connected {
+                                // The worker may be gone by now; then so is the host.
+                                Ok(conn) => {
+                                    let _ = arrive.send(conn);
+                                }
+                                Err(reason) => warn!("a host could not connect: {reason}"),
+                            }
+                        });
+                if let Err(e) = spawned {
+                    warn!("cannot set up a host's channel: {e}");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
@@ -511,6 +537,26 @@ fn accept_hosts(
                 thread::sleep(ACCEPT_POLL);
             }
         }
+    }
+}
+
+/// One of the [`MAX_HANDSHAKES`] handshakes that may run at once, given back when dropped.
+struct HandshakeSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl HandshakeSlot {
+    fn take(running: &Arc<std::sync::atomic::AtomicUsize>) -> Option<Self> {
+        running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_HANDSHAKES).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(Arc::clone(running)))
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

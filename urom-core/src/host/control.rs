@@ -172,7 +172,7 @@ impl ControlChannel {
             max_msg_size: max.as_u32(),
             identity: crate::wire::truncate_at_char_boundary(identity, 63),
         };
-        write_frame(&mut stream, max, 1, ControlMessage::Hello(hello))?;
+        send_handshake(&mut stream, max, 1, ControlMessage::Hello(hello))?;
         let reply = read_frame(&mut stream, max).map_err(|e| e.timed_out("the hello"))?;
         reply.refusal()?;
         let ControlMessage::AuthChallenge(challenge) = reply.message() else {
@@ -188,7 +188,7 @@ impl ControlChannel {
             method: AuthMethod::PeerCredentials,
             proof: [0; 32],
         };
-        write_frame(&mut stream, max, 2, ControlMessage::AuthResponse(response))?;
+        send_handshake(&mut stream, max, 2, ControlMessage::AuthResponse(response))?;
         let reply = read_frame(&mut stream, max).map_err(|e| e.timed_out("the authentication"))?;
         reply.refusal()?;
         if !matches!(reply.message(), ControlMessage::Ack) {
@@ -298,6 +298,23 @@ fn write_frame(
         .emit(&mut bytes, max)
         .map_err(|e| ControlError::Protocol(e.to_string()))?;
     stream.write_all(&bytes).map_err(io_error)
+}
+
+/// Sends a handshake frame. A daemon that turns the connection away (a user it does not serve,
+/// too many connections, a handshake too slow) answers with an error and hangs up, possibly
+/// before this frame arrived: its reason is worth more than the broken pipe.
+fn send_handshake(
+    stream: &mut UnixStream,
+    max: MaxMsgSize,
+    seq: u64,
+    body: ControlMessage<'_>,
+) -> Result<(), ControlError> {
+    write_frame(stream, max, seq, body).map_err(|sent| {
+        match read_frame(stream, max).map(|reply| reply.refusal()) {
+            Ok(Err(refused)) => refused,
+            _ => sent,
+        }
+    })
 }
 
 fn read_frame(stream: &mut UnixStream, max: MaxMsgSize) -> Result<Reply, ReadError> {

@@ -32,6 +32,9 @@ pub enum WorkerStartError {
     TooManyWorkers(usize),
     /// An environment entry is not `NAME=value`.
     Env(String),
+    /// An environment entry changes how programs load or run; the service would refuse it
+    /// ([`crate::worker_env`]).
+    EnvRefused(crate::worker_env::WorkerEnvError),
     /// The service refused or failed.
     Control(ControlError),
     /// The worker's channel could not be set up.
@@ -54,6 +57,7 @@ impl fmt::Display for WorkerStartError {
                 "the service already runs its {n} workers (its max workers); stop one first"
             ),
             Self::Env(entry) => write!(f, "environment entry `{entry}` is not NAME=value"),
+            Self::EnvRefused(e) => write!(f, "{e}"),
             Self::Control(e) => write!(f, "{e}"),
             Self::Connect(e) => write!(f, "cannot reach the worker: {e}"),
             Self::Failed(failure) => write!(f, "the worker failed as it started: {failure}"),
@@ -500,7 +504,11 @@ impl Worker<Idle> {
             .find(|entry| crate::wire::control::check_env_entry(entry.as_bytes()).is_err())
         {
             Some(bad) => Err(WorkerStartError::Env(bad.clone())),
-            None => Ok(()),
+            None => config
+                .env
+                .iter()
+                .find_map(|entry| crate::worker_env::check_entry(entry).err())
+                .map_or(Ok(()), |refused| Err(WorkerStartError::EnvRefused(refused))),
         };
         let (shared, slot) = match self.claim(env_ok) {
             Ok(claimed) => claimed,

@@ -1,0 +1,290 @@
+//! Who may connect, and how many at once.
+//!
+//! The accept loop reads each peer's credentials (`SO_PEERCRED`) as soon as it has accepted
+//! it. A user the daemon does not serve is answered with an error and closed at once, before
+//! any thread is spent on it. An allowed peer then needs a [`Permit`]: connections of users
+//! other than root are bounded per user and in total ([`Limits`]); beyond the bounds a peer is
+//! answered with an error and closed too. Root is never counted, so the operator always gets
+//! in (the total leaves it room in the open-file limit). Only a permitted connection gets a
+//! thread, and it must say hello and authenticate within [`HELLO_TIMEOUT`] (see `session`).
+//!
+//! Turning a peer away never blocks the accept loop: the error reply is written without
+//! waiting, and lost if the peer's socket has no room for it. Refusals are logged at most once
+//! a second, with a count of those left unlogged, so that a flood cannot fill the log.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use tracing::{error, warn};
+use urom_wire::control::{ControlMessage, ErrorReply, REASON_LEN};
+use urom_wire::{FrameRepr, Status};
+
+use crate::Service;
+use crate::registry::HostId;
+use crate::session;
+
+/// How long a connection may take to say hello and authenticate before it is closed.
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Open files kept for everything but host connections (listening socket, logs, worker
+/// spawns, plugin probes), at least; a quarter of the limit when that is more.
+const RESERVED_FILES: u64 = 64;
+/// Open files one host connection holds: its socket and the writer's duplicate of it.
+const FILES_PER_CONNECTION: u64 = 2;
+/// How often a refusal is logged at most.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Bounds on the connections of users other than root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Connections at once, all such users together.
+    pub total: usize,
+    /// Connections at once of any one such user.
+    pub per_user: usize,
+}
+
+impl Limits {
+    /// The bounds asked for, lowered to what `open_files` descriptors can hold next to the
+    /// daemon's own (at least one connection).
+    pub(crate) fn fit(total: u32, per_user: u32, open_files: u64) -> Self {
+        let reserved = RESERVED_FILES.max(open_files / 4);
+        let room = (open_files.saturating_sub(reserved) / FILES_PER_CONNECTION).max(1);
+        let total = u64::from(total).min(room) as usize;
+        Self {
+            total,
+            per_user: (per_user as usize).min(total),
+        }
+    }
+}
+
+/// The process at the other end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Peer {
+    /// Its user.
+    pub uid: u32,
+    /// Its process id.
+    pub pid: i32,
+}
+
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    per_user: HashMap<u32, usize>,
+}
+
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+/// The users the daemon serves and the connections they hold.
+pub(crate) struct Gate {
+    /// Users served besides root.
+    allowed: Vec<u32>,
+    limits: Limits,
+    counts: Mutex<Counts>,
+    refusals: Mutex<RefusalLog>,
+}
+
+/// A connection's place within the bounds, given back when dropped.
+pub(crate) struct Permit {
+    gate: Arc<Gate>,
+    /// The user it counts for; `None` for root, who is not counted.
+    counted: Option<u32>,
+}
+
+impl Gate {
+    /// A gate serving root and `allowed`, within `limits`.
+    pub(crate) fn new(allowed: Vec<u32>, limits: Limits) -> Self {
+        Self {
+            allowed,
+            limits,
+            counts: Mutex::default(),
+            refusals: Mutex::default(),
+        }
+    }
+
+    /// Whether a peer running as `uid` may use the service.
+    pub(crate) fn allows(&self, uid: u32) -> bool {
+        uid == 0 || self.allowed.contains(&uid)
+    }
+
+    /// A place for one more connection of `uid`, or why there is none.
+    fn permit(self: &Arc<Self>, uid: u32) -> Result<Permit, String> {
+        if uid == 0 {
+            return Ok(Permit {
+                gate: Arc::clone(self),
+                counted: None,
+            });
+        }
+        let mut counts = self.counts();
+        let Counts { total, per_user } = &mut *counts;
+        let mine = per_user.entry(uid).or_insert(0);
+        if *mine >= self.limits.per_user {
+            return Err(format!(
+                "user {uid} already has {mine} connections, the most one user may have"
+            ));
+        }
+        if *total >= self.limits.total {
+            return Err(format!(
+                "the service already has {total} connections, the most it takes"
+            ));
+        }
+        *mine += 1;
+        *total += 1;
+        Ok(Permit {
+            gate: Arc::clone(self),
+            counted: Some(uid),
+        })
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs a refusal, unless one was logged less than [`REFUSAL_LOG_INTERVAL`] ago.
+    fn log_refusal(&self, peer: Peer, reason: &str) {
+        let mut log = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if log
+            .last
+            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL)
+        {
+            log.unlogged += 1;
+            return;
+        }
+        log.last = Some(now);
+        let unlogged = std::mem::take(&mut log.unlogged);
+        warn!(
+            uid = peer.uid,
+            pid = peer.pid,
+            unlogged,
+            "connection turned away: {reason}"
+        );
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(uid) = self.counted {
+            let mut counts = self.gate.counts();
+            counts.total -= 1;
+            if let Some(mine) = counts.per_user.get_mut(&uid) {
+                *mine -= 1;
+                if *mine == 0 {
+                    counts.per_user.remove(&uid);
+                }
+            }
+        }
+    }
+}
+
+/// Takes a freshly accepted connection: turns it away at once, or serves it as host `host` on
+/// a thread of its own.
+pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
+    let peer = match getsockopt(&stream, PeerCredentials) {
+        Ok(credentials) => Peer {
+            uid: credentials.uid(),
+            pid: credentials.pid(),
+        },
+        Err(e) => {
+            warn!("cannot read a connecting peer's credentials: {e}; closed");
+            return;
+        }
+    };
+    let gate = &service.gate;
+    if !gate.allows(peer.uid) {
+        let reason = format!("user {} may not use this service", peer.uid);
+        turn_away(service, stream, peer, Status::Authentication, &reason);
+        return;
+    }
+    let permit = match gate.permit(peer.uid) {
+        Ok(permit) => permit,
+        Err(reason) => {
+            turn_away(service, stream, peer, Status::Full, &reason);
+            return;
+        }
+    };
+    if let Err(e) = stream.set_nonblocking(false) {
+        warn!("cannot set up a host connection: {e}; closed");
+        return;
+    }
+    let session_service = Arc::clone(service);
+    let spawned = std::thread::Builder::new()
+        .name(format!("urom-host-{host}"))
+        .spawn(move || session::serve(&session_service, host, stream, peer, permit));
+    if let Err(e) = spawned {
+        error!("cannot serve a host: {e}");
+    }
+}
+
+/// Answers `stream` with an error, without waiting for room to write it, and closes it.
+fn turn_away(service: &Service, stream: UnixStream, peer: Peer, status: Status, reason: &str) {
+    service.gate.log_refusal(peer, reason);
+    let reason = urom_wire::truncate_at_char_boundary(reason, REASON_LEN - 1);
+    let frame = FrameRepr {
+        seq: 0,
+        body: ControlMessage::Error(ErrorReply { status, reason }),
+    };
+    let mut bytes = vec![0u8; frame.buffer_len()];
+    if let Ok(len) = frame.emit(&mut bytes, service.max_msg_size) {
+        let mut stream = stream;
+        if stream.set_nonblocking(true).is_ok() {
+            let _ = stream.write(&bytes[..len]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_fit_in_the_open_file_limit() {
+        assert_eq!(
+            Limits::fit(1024, 256, 1 << 20),
+            Limits {
+                total: 1024,
+                per_user: 256
+            }
+        );
+        // A quarter of 256 files kept, two files a connection.
+        assert_eq!(
+            Limits::fit(1024, 256, 256),
+            Limits {
+                total: 96,
+                per_user: 96
+            }
+        );
+        assert_eq!(Limits::fit(1024, 256, 10).total, 1);
+    }
+
+    #[test]
+    fn connections_are_bounded_per_user_and_in_total_but_root_is_not_counted() {
+        let gate = Arc::new(Gate::new(
+            vec![1000, 1001],
+            Limits {
+                total: 3,
+                per_user: 2,
+            },
+        ));
+        assert!(gate.allows(0) && gate.allows(1001) && !gate.allows(1002));
+        let first = gate.permit(1000).unwrap();
+        let second = gate.permit(1000).unwrap();
+        let reason = gate.permit(1000).err().unwrap();
+        assert!(reason.contains("user 1000 already has 2"), "{reason}");
+        let other = gate.permit(1001).unwrap();
+        let reason = gate.permit(1001).err().unwrap();
+        assert!(reason.contains("already has 3 connections"), "{reason}");
+        let roots: Vec<Permit> = (0..10).map(|_| gate.permit(0).unwrap()).collect();
+        drop(first);
+        let again = gate.permit(1001).unwrap();
+        drop((second, other, again, roots));
+        assert_eq!(gate.counts().total, 0);
+        assert!(gate.counts().per_user.is_empty());
+    }
+}
