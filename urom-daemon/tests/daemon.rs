@@ -1,5 +1,8 @@
 //! A real `urom-daemon` process with real plugins and workers, driven over its socket.
 
+mod common;
+
+use common::pid_of;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,20 +90,6 @@ fn loopback_at(socket: &Path, data: u64, max: MaxMsgSize) {
         assert!(Instant::now() < deadline, "no answer from the worker");
         conn.wait_recv(Duration::from_millis(10)).unwrap();
     }
-}
-
-/// The pid of the process whose command line mentions `needle`.
-fn pid_of(needle: &str) -> i32 {
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
-            return pid;
-        }
-    }
-    panic!("no process mentions {needle}");
 }
 
 #[test]
