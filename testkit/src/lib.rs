@@ -3,10 +3,17 @@
 //! `cargo test` builds a package's `rlib` but not its `cdylib`, so tests that load a plugin
 //! build the plugin library themselves with [`cdylib`], into the same target directory and
 //! profile as the running test.
+//!
+//! [`daemon`] starts a real daemon, [`control`] talks to it frame by frame, [`host`] drives it
+//! through the host library, [`worker`] starts a worker process and talks to it over a bare
+//! shared-memory channel, [`process`] finds and signals the processes they start.
 #![deny(unsafe_code)]
 
 pub mod control;
 pub mod daemon;
+pub mod host;
+pub mod process;
+pub mod worker;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -77,6 +84,16 @@ fn build(package: &str, artifact: &str) -> PathBuf {
     }
     assert!(path.exists(), "{} was not built", path.display());
     path
+}
+
+/// The user id of `nobody`, the other user tests run programs as.
+pub const NOBODY: u32 = 65534;
+
+/// Makes `command` run as `nobody` (user and group 65534, no supplementary groups); only root
+/// may do so.
+pub fn as_nobody(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    command.uid(NOBODY).gid(NOBODY)
 }
 
 /// A directory under the system's temporary directory, removed with its contents on drop.
