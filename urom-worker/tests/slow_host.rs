@@ -2,7 +2,7 @@
 //! every one of them, once, when it comes back.
 //!
 //! `cargo test` pauses the slow host for 3 s; with `UROM_LONG_TESTS=1` also for 15 and 40 s
-//! (`tests/chaos.sh` sets it).
+//! (`chaos/run.sh` sets it, and runs the chaos suite's slow hosts beside).
 
 mod common;
 
