@@ -22,6 +22,21 @@ impl Daemon {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("urom_daemon_dev.log")).unwrap_or_default()
     }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.0.id()).expect("process ids fit an i32")
+    }
+
+    /// Whether the daemon still runs.
+    pub fn is_running(&self) -> bool {
+        crate::process::alive(self.pid())
+    }
+
+    /// The process of the daemon's worker `worker_id`, if it runs.
+    pub fn worker_pid(&self, worker_id: u64) -> Option<i32> {
+        crate::process::worker_pid(self.pid(), worker_id)
+    }
 }
 
 /// A plugin directory holding each `(package, library)` plugin as `<library>.so`.

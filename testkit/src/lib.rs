@@ -3,10 +3,17 @@
 //! `cargo test` builds a package's `rlib` but not its `cdylib`, so tests that load a plugin
 //! build the plugin library themselves with [`cdylib`], into the same target directory and
 //! profile as the running test.
+//!
+//! [`daemon`] starts a real daemon, [`control`] talks to it frame by frame, [`host`] drives it
+//! through the host library, [`worker`] starts a worker process and talks to it over a bare
+//! shared-memory channel, [`process`] finds and signals the processes they start.
 #![deny(unsafe_code)]
 
 pub mod control;
 pub mod daemon;
+pub mod host;
+pub mod process;
+pub mod worker;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

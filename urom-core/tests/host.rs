@@ -4,7 +4,6 @@
 mod common;
 
 use std::cell::RefCell;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{TIMEOUT, run_worker, start_daemon, start_service};
@@ -12,6 +11,7 @@ use urom_core::graph::{GraphHost, loopback_result};
 use urom_core::host::CompletedTask;
 use urom_core::host::{ProgressEngine, Worker, WorkerState};
 use urom_core::wire::Status;
+use urom_testkit::process::{Signal, signal};
 
 thread_local! {
     static DONE: RefCell<Vec<(Status, u64, u64)>> = const { RefCell::new(Vec::new()) };
@@ -252,12 +252,12 @@ fn a_killed_worker_fails_every_task_in_flight_once() {
     );
 
     // Stop the worker's process first, so that none of the 64 tasks is answered.
-    let pid = worker_pid(9);
-    signal(pid, "-STOP");
+    let pid = daemon.worker_pid(9).expect("worker 9 runs");
+    signal(pid, Signal::SIGSTOP);
     for i in 0..64 {
         graph.loopback(&doomed, i, i, record).unwrap();
     }
-    signal(pid, "-KILL");
+    signal(pid, Signal::SIGKILL);
     let done = wait_for(&mut engine, 64);
     assert_eq!(done.len(), 64);
     assert!(
@@ -276,31 +276,6 @@ fn a_killed_worker_fails_every_task_in_flight_once() {
     // The other worker still answers.
     graph.loopback(&survivor, 5, 55, record).unwrap();
     assert_eq!(wait_for(&mut engine, 1), vec![(Status::Success, 55, 5)]);
-}
-
-fn worker_pid(id: u64) -> i32 {
-    let needle = format!("urom-worker-{id}-");
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(&needle) {
-            return pid;
-        }
-    }
-    panic!("no worker {id}");
-}
-
-fn signal(pid: i32, signal: &str) {
-    assert!(
-        Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()
-            .unwrap()
-            .success()
-    );
 }
 
 /// A daemon that accepts and then says nothing: the host's error names what it waited for.
