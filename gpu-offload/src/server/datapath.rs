@@ -89,6 +89,9 @@ struct Client {
     awaiting: usize,
     /// Epoll said readable and `read` has not returned `WouldBlock` since.
     readable: bool,
+    /// Epoll said the client closed its sending side (or the connection broke): reads return
+    /// end of file once its data is taken, and no new edge will say so.
+    hup: bool,
     /// The client closed its sending side.
     eof: bool,
     in_pending: bool,
@@ -303,6 +306,9 @@ impl DataPath {
                     | EpollFlags::EPOLLERR,
             ) {
                 client.readable = true;
+                if flags.intersects(EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLHUP) {
+                    client.hup = true;
+                }
                 if !client.in_pending {
                     client.in_pending = true;
                     self.pending.push(slot);
@@ -361,6 +367,7 @@ impl DataPath {
             // Data may have arrived before registration: read once without waiting for an
             // edge.
             readable: true,
+            hup: false,
             eof: false,
             in_pending: true,
             in_dirty: false,
@@ -501,8 +508,10 @@ impl DataPath {
                 }
                 Ok(n) => {
                     // A short read emptied the socket: the next arrival raises a new edge, so
-                    // skip the read that would only say `WouldBlock`.
-                    if client.rend + n < client.rbuf.len() {
+                    // skip the read that would only say `WouldBlock`. Not after the peer's
+                    // FIN, whose edge came before this read: only the next read sees the end
+                    // of file, and no edge will ask for it.
+                    if client.rend + n < client.rbuf.len() && !client.hup {
                         client.readable = false;
                     }
                     client.rend += n;
