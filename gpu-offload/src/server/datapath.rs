@@ -51,6 +51,8 @@ const LINGER: Duration = Duration::from_secs(1);
 const IDLE_WAIT: u16 = 50;
 /// How often the sockets are looked at while a thread only awaits answers.
 const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
+/// Reads that a closing client's unread bytes get, at most, before its socket is closed.
+const DRAIN_READS: usize = 4;
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 
@@ -417,27 +419,29 @@ impl DataPath {
             let mut count = 0usize;
             let mut stop = None;
             let mut frame_full = false;
+            // A malformed message at `end`: what precedes it is answered, the rest dropped.
+            let mut bad = false;
             while end < client.rend {
                 let available = &client.rbuf[end..client.rend];
                 let len = match message_length(available, self.max_len) {
                     Ok(Some(len)) if len <= available.len() => len,
                     Ok(_) => break,
                     Err(e) => {
-                        warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; disconnecting it");
-                        stop = Some(ReadOutcome::Close);
+                        warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; answering the requests before it, then disconnecting it");
+                        bad = true;
                         break;
                     }
                 };
                 match GpuMessage::parse(&available[..len], self.max_len) {
                     Ok(GpuMessage::ClientRequest(_)) => {}
                     Ok(other) => {
-                        warn!(thread = self.index, peer = %client.peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; disconnecting it");
-                        stop = Some(ReadOutcome::Close);
+                        warn!(thread = self.index, peer = %client.peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; answering the requests before it, then disconnecting it");
+                        bad = true;
                         break;
                     }
                     Err(e) => {
-                        warn!(thread = self.index, peer = %client.peer, "malformed client_request: {e}; disconnecting it");
-                        stop = Some(ReadOutcome::Close);
+                        warn!(thread = self.index, peer = %client.peer, "malformed client_request: {e}; answering the requests before it, then disconnecting it");
+                        bad = true;
                         break;
                     }
                 }
@@ -471,6 +475,12 @@ impl DataPath {
                 client.awaiting += count;
                 client.rstart = end;
                 moved = true;
+            }
+            if bad {
+                // Read nothing more; close once the answers to what came before are written.
+                client.rend = client.rstart;
+                client.eof = true;
+                client.readable = false;
             }
             if let Some(outcome) = stop {
                 return (outcome, moved);
@@ -638,11 +648,20 @@ impl DataPath {
 
     /// Closes client `slot`: cleanly (FIN after what was written) or at once.
     fn close(&mut self, slot: u32, clean: bool) {
-        let Some(client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
+        let Some(mut client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
             return;
         };
         if clean {
             let _ = client.stream.shutdown(Shutdown::Write);
+        }
+        // Closing with unread bytes resets the connection, which can destroy answers the
+        // client has not read yet: drop what is there first.
+        for _ in 0..DRAIN_READS {
+            match client.stream.read(&mut client.rbuf) {
+                Ok(n) if n > 0 => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => break,
+            }
         }
         debug!(thread = self.index, peer = %client.peer, "client disconnected");
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
