@@ -66,3 +66,65 @@ fn clients_that_half_close_get_every_answer_then_eof_and_are_released() {
     );
     stack.stop_with(SIGINT, true);
 }
+
+/// The CPU time (user and system) process `pid` has used.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading its stat");
+    // The fields after the command name: state is the first, utime the 12th, stime the 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("a stat line")
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .unwrap()
+        .unwrap() as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+#[test]
+fn out_of_descriptors_the_server_waits_and_serves_the_clients_it_has() {
+    let stack = Stack::start_command(
+        urom_testkit::daemon::with_open_file_limit(std::path::Path::new(SERVER), 64),
+        &two_cpus(),
+        2,
+        &[],
+        &[],
+    );
+    let pid = stack.server.0.id();
+    // Far more clients than descriptors: the kernel queues those the server cannot accept.
+    let mut clients: Vec<_> = (0..100).map(|_| stack.connect()).collect();
+    let wall = Duration::from_secs(2);
+    let cpu_before = cpu_time(pid);
+    let started = Instant::now();
+    std::thread::sleep(wall);
+    let cpu = cpu_time(pid) - cpu_before;
+    let wall = started.elapsed();
+    // The first clients were accepted and are served.
+    for (i, client) in clients.iter_mut().enumerate().take(3) {
+        client.write_all(&request_frame(b"served")).unwrap();
+        assert_eq!(read_exactly(client, 18), frame(5, b"devres"), "client {i}");
+    }
+    let log = stack.server_log();
+    let failures = log.matches("accept failed").count();
+    eprintln!("{cpu:?} of CPU in {wall:?}; {failures} `accept failed` lines");
+    assert!(
+        cpu < wall / 5,
+        "the server used {cpu:?} of CPU in {wall:?} while out of descriptors"
+    );
+    assert!(
+        (1..=3).contains(&failures),
+        "{failures} `accept failed` lines in {wall:?}:\n{}",
+        &log[..log.len().min(4096)]
+    );
+    // Descriptors freed, the clients that waited are accepted and served.
+    let last = clients.pop().unwrap();
+    clients.truncate(10);
+    let mut last = last;
+    last.write_all(&request_frame(b"at last")).unwrap();
+    assert_eq!(read_exactly(&mut last, 19), frame(5, b"tsal ta"));
+    drop(clients);
+    stack.stop_with(SIGINT, true);
+}

@@ -35,6 +35,13 @@ use datapath::{DataPath, DataPathConfig, DataPathEnd};
 
 /// How long the server waits for the orchestrator's `shutdown_complete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+/// How long the server stops accepting after the first failed `accept` (out of descriptors and
+/// the like); each failure in a row doubles it, up to [`ACCEPT_PAUSE_MAX`].
+const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(10);
+/// The longest pause in accepting.
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// A failing `accept` is logged at most once per this interval.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Receives requests from TCP clients, has the orchestrator process them, and sends the
 /// responses back.
@@ -150,6 +157,11 @@ pub struct Server {
     control: channel::Control,
     threads: Vec<ThreadHandle>,
     draining: Arc<AtomicBool>,
+    /// Accepting pauses until then after `accept` failed.
+    accept_paused_until: Option<Instant>,
+    /// The next pause after a failed `accept`.
+    accept_pause: Duration,
+    accept_failed: urom_cli::LogEvery,
     _channel_socket: ChannelListener,
 }
 
@@ -265,6 +277,9 @@ impl PendingServer {
             control: channel.control,
             threads,
             draining,
+            accept_paused_until: None,
+            accept_pause: ACCEPT_PAUSE_MIN,
+            accept_failed: urom_cli::LogEvery::new(ACCEPT_LOG_EVERY),
             _channel_socket: self.listener,
         })
     }
@@ -297,17 +312,31 @@ impl Server {
             if stop.load(Ordering::Relaxed) {
                 break None;
             }
+            // While accepting is paused, the listener is not polled: a client waiting in its
+            // queue would wake the loop at once, over and over.
+            let mut wait = channel::TICK;
+            if let Some(until) = self.accept_paused_until {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    self.accept_paused_until = None;
+                } else {
+                    wait = wait.min(left);
+                }
+            }
+            let accepting = self.accept_paused_until.is_none();
             let (listener_ready, control_ready) = {
                 let mut fds = [
-                    PollFd::new(std::os::fd::AsFd::as_fd(&self.listener), PollFlags::POLLIN),
                     PollFd::new(self.control.fd(), PollFlags::POLLIN),
+                    PollFd::new(std::os::fd::AsFd::as_fd(&self.listener), PollFlags::POLLIN),
                 ];
-                let _ = poll(
-                    &mut fds,
-                    PollTimeout::from(channel::TICK.as_millis() as u16),
-                );
+                let polled = if accepting {
+                    &mut fds[..]
+                } else {
+                    &mut fds[..1]
+                };
+                let _ = poll(polled, PollTimeout::from(wait.as_millis().max(1) as u16));
                 let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-                (ready(&fds[0]), ready(&fds[1]))
+                (accepting && ready(&fds[1]), ready(&fds[0]))
             };
             if control_ready {
                 match self.control.poll() {
@@ -374,6 +403,7 @@ impl Server {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    self.accept_pause = ACCEPT_PAUSE_MIN;
                     let index = *next % self.threads.len();
                     let thread = &self.threads[index];
                     *next = next.wrapping_add(1);
@@ -390,10 +420,33 @@ impl Server {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
                 Err(e) => {
-                    // Out of descriptors and the like: try again on the next turn.
-                    warn!("accept failed: {e}");
+                    // Out of descriptors and the like: the clients already served go on; new
+                    // ones wait in the listener's queue while accepting pauses, longer after
+                    // each failure in a row.
+                    let pause = self.accept_pause;
+                    self.accept_pause = (pause * 2).min(ACCEPT_PAUSE_MAX);
+                    let now = Instant::now();
+                    self.accept_paused_until = Some(now + pause);
+                    if let Some(held_back) = self.accept_failed.allow(now) {
+                        warn!(
+                            "accept failed: {e}; accepting pauses for {} ms (longer after each failure in a row, up to {} ms); clients already accepted are served{}",
+                            pause.as_millis(),
+                            ACCEPT_PAUSE_MAX.as_millis(),
+                            if held_back > 0 {
+                                format!(
+                                    "; {held_back} more failures since the last report, unlogged"
+                                )
+                            } else {
+                                String::new()
+                            }
+                        );
+                    }
                     return;
                 }
             }
