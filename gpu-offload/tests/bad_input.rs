@@ -37,7 +37,11 @@ fn offending_clients_are_dropped_and_others_served() {
     // wire_size claims 12 + 257 bytes with --max-message-length 256.
     let mut oversized = vec![0, 0, 1, 13, 0, 0, 0, 4, 0, 0, 1, 1];
     oversized.extend([b'x'; 257]);
-    refused(&stack, &oversized, "exceeds the maximum message size");
+    refused(
+        &stack,
+        &oversized,
+        "a request with a payload of 257 bytes exceeds --max-message-length 256",
+    );
 
     // msg_id 99 is no message.
     refused(
@@ -240,7 +244,7 @@ fn requests_before_a_bad_one_are_answered_then_the_client_closed() {
     assert!(
         stack
             .server_log()
-            .contains("exceeds the maximum message size"),
+            .contains("payload of 257 bytes exceeds --max-message-length 256"),
         "{}",
         stack.server_log()
     );

@@ -270,13 +270,15 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<OrchestratorEnd, OrchestratorError> {
     crate::cli::init_logging(args.common.log_level);
-    let gpu = choose(&args)?;
-    let path = channel::socket_path(&args.channel.comch_channel_name);
     let ours = ChannelParams {
         threads: args.num_gpu_threads,
         max_message_length: args.channel.max_message_length,
         max_concurrent: args.channel.max_concurrent_messages,
     };
+    // Flags that cannot work are refused now, not once the server is there.
+    ours.channel_config().map_err(OrchestratorError::Channel)?;
+    let gpu = choose(&args)?;
+    let path = channel::socket_path(&args.channel.comch_channel_name);
     info!(channel = %path.display(), "connecting to the server");
     let channel = channel::connect(
         &path,

@@ -37,7 +37,8 @@ use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
 use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
-use urom_wire::gpu::{GpuMessage, MsgId, message_length, peek_msg_id};
+use urom_wire::DecodeError;
+use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, message_length, peek_msg_id};
 
 use crate::limits::MIN_READ_BUFFER;
 
@@ -201,7 +202,7 @@ impl DataPath {
         Ok(Self {
             index: config.index,
             max_len: config.max_message_length,
-            max_message: urom_wire::gpu::CLIENT_HEADER_LEN + config.max_message_length,
+            max_message: CLIENT_HEADER_LEN + config.max_message_length,
             max_concurrent: config.max_concurrent,
             frame_capacity: config.frame_capacity,
             channel: config.channel,
@@ -426,6 +427,11 @@ impl DataPath {
                 let len = match message_length(available, self.max_len) {
                     Ok(Some(len)) if len <= available.len() => len,
                     Ok(_) => break,
+                    Err(DecodeError::TooLong { length, .. }) => {
+                        warn!(thread = self.index, peer = %client.peer, "a request with a payload of {} bytes exceeds --max-message-length {}; answering the requests before it, then disconnecting the client", length - CLIENT_HEADER_LEN, self.max_len);
+                        bad = true;
+                        break;
+                    }
                     Err(e) => {
                         warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; answering the requests before it, then disconnecting it");
                         bad = true;

@@ -178,6 +178,8 @@ impl ServerArgs {
 impl PendingServer {
     /// Listens on the channel socket named by `args`.
     pub fn bind(args: ServerArgs) -> Result<Self, ServerError> {
+        // Flags that cannot work are refused now, not once the orchestrator is there.
+        args.params().channel_config()?;
         let path = channel::socket_path(&args.channel.comch_channel_name);
         if args.device_id.is_some() || args.representor_id.is_some() {
             info!(
