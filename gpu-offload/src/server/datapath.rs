@@ -67,6 +67,9 @@ pub(crate) struct DataPathConfig {
     pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     pub wake: Arc<EventFd>,
     pub draining: Arc<AtomicBool>,
+    /// Set by a thread whose data connection broke; the thread then waits for `draining`
+    /// before it closes its clients, so that the server has stopped listening by then.
+    pub lost: Arc<AtomicBool>,
 }
 
 /// How a data-path thread ended.
@@ -180,6 +183,7 @@ pub(crate) struct DataPath {
     incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     wake: Arc<EventFd>,
     draining: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
     clients: Vec<Option<Client>>,
@@ -209,6 +213,7 @@ impl DataPath {
             incoming: config.incoming,
             wake: config.wake,
             draining: config.draining,
+            lost: config.lost,
             epoll,
             events: vec![EpollEvent::empty(); EVENTS],
             clients: Vec::with_capacity(64),
@@ -261,7 +266,15 @@ impl DataPath {
             }
             match self.take_responses() {
                 Ok(took) => progress |= took,
-                Err(()) => break DataPathEnd::OrchestratorGone,
+                Err(()) => {
+                    // Clients closed while the server still listens would take it for alive:
+                    // let the main thread stop listening first.
+                    self.lost.store(true, Ordering::Relaxed);
+                    while !self.draining.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    break DataPathEnd::OrchestratorGone;
+                }
             }
             progress |= self.flush();
             if !progress && self.inflight.len > 0 {

@@ -157,6 +157,8 @@ pub struct Server {
     control: channel::Control,
     threads: Vec<ThreadHandle>,
     draining: Arc<AtomicBool>,
+    /// A data-path thread's data connection broke.
+    lost: Arc<AtomicBool>,
     /// Accepting pauses until then after `accept` failed.
     accept_paused_until: Option<Instant>,
     /// The next pause after a failed `accept`.
@@ -205,6 +207,7 @@ impl PendingServer {
         let channel = self.listener.accept(&params, stop)?;
         info!(threads = params.threads, "orchestrator connected");
         let draining = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(self.args.cpus.len());
         let (ready_tx, ready_rx) = mpsc::channel();
         for (index, (cpu, conn)) in self.args.cpus.iter().zip(channel.data).enumerate() {
@@ -219,6 +222,7 @@ impl PendingServer {
                 incoming: Arc::clone(&incoming),
                 wake: Arc::clone(&wake),
                 draining: Arc::clone(&draining),
+                lost: Arc::clone(&lost),
             };
             let cpu = *cpu;
             let ready = ready_tx.clone();
@@ -279,6 +283,7 @@ impl PendingServer {
             control: channel.control,
             threads,
             draining,
+            lost,
             accept_paused_until: None,
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_failed: urom_cli::LogEvery::new(ACCEPT_LOG_EVERY),
@@ -353,7 +358,9 @@ impl Server {
             if listener_ready {
                 self.accept_clients(&mut next);
             }
-            if self.threads.iter().any(|t| t.join.is_finished()) {
+            if self.lost.load(Ordering::Relaxed)
+                || self.threads.iter().any(|t| t.join.is_finished())
+            {
                 // A thread only ends early when its data connection broke.
                 break Some(ControlEvent::Gone);
             }

@@ -145,7 +145,9 @@ impl Stack {
         assert_eq!(output.status.code(), Some(1));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("the server closed the connection after"),
+            stderr.contains("the server closed the connection after")
+                && stderr.contains("it accepts no new connections: it was stopped")
+                && !stderr.contains("--max-message-length"),
             "{stderr}"
         );
     }
