@@ -132,3 +132,73 @@ fn the_largest_message_length_works() {
     sending.join().unwrap();
     stack.stop_with(SIGINT, true);
 }
+
+#[test]
+fn an_unusable_cpu_or_a_busy_port_is_refused_at_start() {
+    for cpu in ["99999999999", "1000000"] {
+        let server = run_alone(SERVER, &["-p", "0", "--cpu", cpu]);
+        assert_refused(
+            &server,
+            &[&format!(
+                "--cpu {cpu} cannot be used: this process may run only on CPUs"
+            )],
+        );
+        let orchestrator = run_alone(
+            ORCHESTRATOR,
+            &["-t", "1", "--cpu", cpu, "--connect-timeout", "5"],
+        );
+        assert_refused(
+            &orchestrator,
+            &[&format!(
+                "--cpu {cpu} cannot be used: this process may run only on CPUs"
+            )],
+        );
+    }
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let cpu = two_cpus()[0].to_string();
+    let server = run_alone(SERVER, &["-p", &port, "-a", "127.0.0.1", "--cpu", &cpu]);
+    assert_refused(
+        &server,
+        &[&format!("cannot listen on 127.0.0.1:{port}"), "in use"],
+    );
+}
+
+#[test]
+fn each_program_says_what_it_waits_for() {
+    let dir = urom_testkit::TempDir::new("gpu-offload-waiting");
+    let socket = socket_path(&dir);
+    let cpu = two_cpus()[0].to_string();
+    for (program, args, says) in [
+        (
+            SERVER,
+            vec!["-p", "0", "--cpu", &cpu],
+            "waiting for the orchestrator: gpu-offload-orchestrator -c",
+        ),
+        (
+            ORCHESTRATOR,
+            vec!["-t", "1"],
+            "waiting for the server (gpu-offload-server -c",
+        ),
+    ] {
+        let log = dir.path().join("log");
+        let _child = ChildGuard(
+            Command::new(program)
+                .args(["-c", socket.to_str().unwrap()])
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while !read(&log).contains(says) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no `{says}` in\n{}",
+                read(&log)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}

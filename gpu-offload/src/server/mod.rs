@@ -16,6 +16,7 @@ mod datapath;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -98,6 +99,8 @@ pub enum ServerError {
         /// What the OS said.
         source: io::Error,
     },
+    /// A `--cpu` this process may not run on.
+    Cpu(crate::cli::CpuCheckError),
     /// A data-path thread could not be pinned to its CPU.
     Pin(urom_core::PinError),
     /// A data-path thread could not be started.
@@ -111,6 +114,7 @@ impl fmt::Display for ServerError {
         match self {
             Self::Channel(e) => write!(f, "{e}"),
             Self::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            Self::Cpu(e) => write!(f, "{e}"),
             Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
             Self::Thread(e) => write!(f, "cannot start a data-path thread: {e}"),
             Self::OrchestratorGone => {
@@ -137,10 +141,14 @@ pub enum ServerEnd {
     ShutdownByOrchestrator,
 }
 
-/// The server after it bound its channel socket, before the orchestrator connected.
+/// The server after it checked its flags and bound its channel socket and TCP port, before
+/// the orchestrator connected.
 pub struct PendingServer {
     args: ServerArgs,
     listener: ChannelListener,
+    /// The TCP socket, bound to the port but not listening yet: clients that come before the
+    /// orchestrator are refused, not queued.
+    tcp: OwnedFd,
 }
 
 /// A data-path thread as the main thread sees it.
@@ -182,6 +190,9 @@ impl PendingServer {
     pub fn bind(args: ServerArgs) -> Result<Self, ServerError> {
         // Flags that cannot work are refused now, not once the orchestrator is there.
         args.params().channel_config()?;
+        crate::cli::check_cpus(&args.cpus).map_err(ServerError::Cpu)?;
+        let addr = SocketAddr::new(args.listen_address, args.server_listen_port);
+        let tcp = bind_tcp(addr).map_err(|source| ServerError::Listen { addr, source })?;
         let path = channel::socket_path(&args.channel.comch_channel_name);
         if args.device_id.is_some() || args.representor_id.is_some() {
             info!(
@@ -191,7 +202,11 @@ impl PendingServer {
             );
         }
         let listener = ChannelListener::bind(&path)?;
-        Ok(Self { args, listener })
+        Ok(Self {
+            args,
+            listener,
+            tcp,
+        })
     }
 
     /// The channel socket.
@@ -203,7 +218,13 @@ impl PendingServer {
     /// on TCP.
     pub fn start(self, stop: &AtomicBool) -> Result<Server, ServerError> {
         let params = self.args.params();
-        info!(channel = %self.listener.path().display(), "waiting for the orchestrator");
+        info!(
+            channel = %self.listener.path().display(),
+            "waiting for the orchestrator: gpu-offload-orchestrator -c {} -t {} --max-message-length {}; clients are accepted once it is connected",
+            self.args.channel.comch_channel_name,
+            params.threads,
+            params.max_message_length
+        );
         let channel = self.listener.accept(&params, stop)?;
         info!(threads = params.threads, "orchestrator connected");
         let draining = Arc::new(AtomicBool::new(false));
@@ -268,10 +289,7 @@ impl PendingServer {
             return Err(e);
         }
         let addr = SocketAddr::new(self.args.listen_address, self.args.server_listen_port);
-        let listener = match TcpListener::bind(addr).and_then(|l| {
-            l.set_nonblocking(true)?;
-            Ok(l)
-        }) {
+        let listener = match listen_tcp(self.tcp) {
             Ok(listener) => listener,
             Err(source) => {
                 stop_threads(&draining, threads);
@@ -290,6 +308,35 @@ impl PendingServer {
             _channel_socket: self.listener,
         })
     }
+}
+
+/// A TCP socket bound to `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` sets it), not
+/// listening yet.
+fn bind_tcp(addr: SocketAddr) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6, bind, setsockopt, socket,
+        sockopt,
+    };
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    match addr {
+        SocketAddr::V4(addr) => bind(fd.as_raw_fd(), &SockaddrIn::from(addr))?,
+        SocketAddr::V6(addr) => bind(fd.as_raw_fd(), &SockaddrIn6::from(addr))?,
+    }
+    Ok(fd)
+}
+
+/// Starts listening on the socket [`bind_tcp`] made.
+fn listen_tcp(fd: OwnedFd) -> io::Result<TcpListener> {
+    use nix::sys::socket::{Backlog, listen};
+    listen(&fd, Backlog::new(1024).unwrap_or(Backlog::MAXCONN))?;
+    let listener = TcpListener::from(fd);
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 fn stop_threads(draining: &AtomicBool, threads: Vec<ThreadHandle>) -> Vec<DataPathEnd> {
