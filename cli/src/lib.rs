@@ -227,6 +227,51 @@ pub fn init_logging(
     Ok(())
 }
 
+/// Holds back a log line that repeats: the first occurrence is logged, then at most one per
+/// `interval`, which says how many were held back since the last one logged. Time is given by
+/// the caller.
+///
+/// ```
+/// # use std::time::{Duration, Instant};
+/// let mut accept_failed = urom_cli::LogEvery::new(Duration::from_secs(5));
+/// let now = Instant::now();
+/// if let Some(held_back) = accept_failed.allow(now) {
+///     tracing::warn!(held_back, "accept failed");
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LogEvery {
+    interval: std::time::Duration,
+    last: Option<std::time::Instant>,
+    held_back: u64,
+}
+
+impl LogEvery {
+    /// Logs at most once per `interval`.
+    pub const fn new(interval: std::time::Duration) -> Self {
+        Self {
+            interval,
+            last: None,
+            held_back: 0,
+        }
+    }
+
+    /// An occurrence at `now`: `Some(n)` when it is to be logged, `n` being the occurrences
+    /// held back since the last one logged; `None` when it is to be held back.
+    pub fn allow(&mut self, now: std::time::Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < self.interval => {
+                self.held_back += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
+        }
+    }
+}
+
 /// Value parser for a CPU list like `2-3,6`; an empty list is refused.
 pub fn parse_cpuset(text: &str) -> Result<CpuSet, String> {
     let set: CpuSet = text.parse().map_err(|e| format!("{e}"))?;
@@ -274,6 +319,21 @@ pub fn listen_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_every_logs_the_first_then_once_per_interval_with_the_count_held_back() {
+        use std::time::{Duration, Instant};
+        let mut log = LogEvery::new(Duration::from_secs(5));
+        let start = Instant::now();
+        assert_eq!(log.allow(start), Some(0));
+        for ms in 1..=1000 {
+            assert_eq!(log.allow(start + Duration::from_millis(ms)), None);
+        }
+        assert_eq!(log.allow(start + Duration::from_secs(5)), Some(1000));
+        assert_eq!(log.allow(start + Duration::from_secs(6)), None);
+        assert_eq!(log.allow(start + Duration::from_secs(60)), Some(1));
+        assert_eq!(log.allow(start + Duration::from_secs(66)), Some(0));
+    }
 
     #[test]
     fn a_unix_socket_appears_listening_with_its_mode_and_never_over_another() {

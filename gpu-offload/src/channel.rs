@@ -43,7 +43,8 @@ use urom_wire::gpu::channel::{
 };
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage};
 
-use crate::limits::{BATCH_BYTES, MAX_CHANNEL_SLOTS};
+use crate::limits::{self, BATCH_BYTES};
+use urom_core::transport::shm::MAX_MAPPING_LEN;
 
 /// The channel name used when `-c/--comch-channel-name` is not given.
 pub const DEFAULT_CHANNEL_NAME: &str = "dpu_gpu_remote_offload";
@@ -97,13 +98,16 @@ impl ChannelParams {
             .map(|frame| frame.max(MaxMsgSize::MIN));
         let max_msg_size = frame
             .and_then(|frame| MaxMsgSize::new(frame).ok())
-            .ok_or(ChannelError::MessageTooLong(self.max_message_length))?;
+            .filter(|frame| {
+                limits::mapping_len(frame.as_u32(), self.max_concurrent) <= MAX_MAPPING_LEN
+            })
+            .ok_or(ChannelError::MessageTooLong {
+                len: self.max_message_length,
+                max_concurrent: self.max_concurrent,
+            })?;
         Ok(ChannelConfig {
             max_msg_size,
-            slots: self
-                .max_concurrent
-                .next_power_of_two()
-                .clamp(2, MAX_CHANNEL_SLOTS),
+            slots: limits::channel_slots(self.max_concurrent),
             wait: WaitMode::Adaptive {
                 spin: Duration::from_micros(20),
             },
@@ -184,8 +188,14 @@ pub enum ChannelError {
         /// The orchestrator's `--max-message-length`.
         orchestrator: u32,
     },
-    /// `--max-message-length` gives frames larger than the transport carries.
-    MessageTooLong(u32),
+    /// `--max-message-length` gives frames larger than the transport carries, or data
+    /// connections larger than it maps, with `--max-concurrent-messages`.
+    MessageTooLong {
+        /// The `--max-message-length`.
+        len: u32,
+        /// The `--max-concurrent-messages`.
+        max_concurrent: u32,
+    },
     /// A data connection could not be set up.
     DataSetup(ConnectError),
     /// The peer broke the consumer-id exchange.
@@ -243,12 +253,30 @@ impl fmt::Display for ChannelError {
                  (--max-message-length {server}), the orchestrator {orchestrator}; start both \
                  with the same value"
             ),
-            Self::MessageTooLong(len) => write!(
-                f,
-                "--max-message-length {len} is too long: a frame may be at most {} bytes, \
-                 headers included",
-                MaxMsgSize::MAX
-            ),
+            Self::MessageTooLong {
+                len,
+                max_concurrent,
+            } => {
+                write!(
+                    f,
+                    "--max-message-length {len} is too long: with --max-concurrent-messages \
+                     {max_concurrent} it can be at most {} (payload bytes, headers excluded)",
+                    limits::max_message_length_for(*max_concurrent)
+                )?;
+                if limits::max_message_length_for(*max_concurrent) < limits::MAX_MESSAGE_LENGTH {
+                    let fewer = (1..=*max_concurrent)
+                        .rev()
+                        .find(|&n| limits::max_message_length_for(n) >= *len)
+                        .filter(|_| *len <= limits::MAX_MESSAGE_LENGTH);
+                    if let Some(fewer) = fewer {
+                        write!(f, ", or {len} with --max-concurrent-messages {fewer}")?;
+                    }
+                }
+                f.write_str(
+                    "; each data connection maps one frame slot per request in flight each \
+                     way, at most 2 GiB",
+                )
+            }
             Self::DataSetup(e) => write!(f, "data channel setup failed: {e}"),
             Self::ConsumerId(what) => write!(f, "consumer id exchange failed: {what}"),
             Self::Stopped => f.write_str("stopped by a signal during channel setup"),
@@ -698,7 +726,7 @@ mod tests {
         };
         assert!(matches!(
             huge.channel_config(),
-            Err(ChannelError::MessageTooLong(_))
+            Err(ChannelError::MessageTooLong { .. })
         ));
     }
 }

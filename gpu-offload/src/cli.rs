@@ -72,3 +72,48 @@ pub fn init_logging(level: u8) {
     // Without a directory nothing can fail.
     let _ = urom_cli::init_logging(level, None, "", false);
 }
+
+/// A `--cpu` this process may not run on.
+#[derive(Debug, Clone)]
+pub struct CpuCheckError {
+    /// The `--cpu`.
+    pub cpu: usize,
+    /// The CPUs this process may run on, as a list like `0-3,6`.
+    pub allowed: String,
+}
+
+impl fmt::Display for CpuCheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "--cpu {} cannot be used: this process may run only on CPUs {}",
+            self.cpu, self.allowed
+        )
+    }
+}
+
+impl std::error::Error for CpuCheckError {}
+
+/// Checks that this process may run on every one of `cpus`, so that a `--cpu` that cannot
+/// work is refused at start rather than when its thread is pinned. Passes when the allowed
+/// set cannot be read.
+pub fn check_cpus(cpus: &[usize]) -> Result<(), CpuCheckError> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let Ok(allowed) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return Ok(());
+    };
+    let may_run = |cpu: usize| cpu < CpuSet::count() && allowed.is_set(cpu).unwrap_or(false);
+    match cpus.iter().copied().find(|&cpu| !may_run(cpu)) {
+        None => Ok(()),
+        Some(cpu) => {
+            let mut set = urom_wire::CpuSet::new();
+            for allowed in (0..CpuSet::count()).filter(|&c| may_run(c)) {
+                let _ = set.insert(allowed);
+            }
+            Err(CpuCheckError {
+                cpu,
+                allowed: set.to_string(),
+            })
+        }
+    }
+}

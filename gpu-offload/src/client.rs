@@ -166,6 +166,32 @@ impl fmt::Display for Stats {
     }
 }
 
+/// What a new connection to the server finds, asked after the server closed one: whether the
+/// server is still there tells a refused client from a server that went away.
+#[derive(Debug)]
+pub enum ServerProbe {
+    /// The server accepted the connection: it is up, and closed this client alone.
+    Accepting,
+    /// The connection was refused: the server stopped listening (it was stopped or ended).
+    Refused,
+    /// Neither could be told.
+    Unknown(io::Error),
+}
+
+impl ServerProbe {
+    /// Connects to `server` and hangs up.
+    fn of(server: SocketAddr) -> Self {
+        match TcpStream::connect_timeout(&server, PROBE_TIMEOUT) {
+            Ok(_) => Self::Accepting,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Self::Refused,
+            Err(e) => Self::Unknown(e),
+        }
+    }
+}
+
+/// How long the client waits for a connection that tells whether the server is still there.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Why a client run failed.
 #[derive(Debug)]
 pub enum ClientError {
@@ -194,7 +220,7 @@ pub enum ClientError {
         /// Responses it had received.
         received: u64,
     },
-    /// The server closed the connection before answering everything.
+    /// The server closed the connection (or reset it) before answering everything.
     ServerClosed {
         /// The thread.
         thread: usize,
@@ -202,6 +228,12 @@ pub enum ClientError {
         received: u64,
         /// Responses it expected.
         expected: u64,
+        /// Requests it had sent.
+        sent: u64,
+        /// Payload bytes of each request.
+        payload: usize,
+        /// What a new connection to the server found just after.
+        server: ServerProbe,
     },
     /// A response's header is impossible.
     Malformed {
@@ -249,12 +281,35 @@ impl fmt::Display for ClientError {
                 thread,
                 received,
                 expected,
-            } => write!(
-                f,
-                "thread {thread}: the server closed the connection after {received} of \
-                 {expected} responses (a message longer than the server's \
-                 --max-message-length is refused this way)"
-            ),
+                sent,
+                payload,
+                server,
+            } => {
+                write!(
+                    f,
+                    "thread {thread}: the server closed the connection after {received} of \
+                     {expected} responses"
+                )?;
+                if sent > received {
+                    write!(f, ", {} requests sent unanswered", sent - received)?;
+                }
+                match server {
+                    ServerProbe::Refused => f.write_str(
+                        "; it accepts no new connections: it was stopped, or it ended (for \
+                         example because its orchestrator went away)",
+                    ),
+                    ServerProbe::Accepting => write!(
+                        f,
+                        "; it still accepts connections, so it refused this client, for \
+                         example for a request longer than its --max-message-length (these \
+                         requests have {payload}-byte payloads) or for too many clients \
+                         waiting (see the server's log)"
+                    ),
+                    ServerProbe::Unknown(e) => {
+                        write!(f, "; whether it still runs is unknown: {e}")
+                    }
+                }
+            }
             Self::Malformed {
                 thread,
                 index,
@@ -362,6 +417,14 @@ fn run_thread(
     barrier.wait();
     let mut stream = connected?;
     let io_error = |source| ClientError::Io { thread, source };
+    let server_closed = |received, sent| ClientError::ServerClosed {
+        thread,
+        received,
+        expected: config.iterations,
+        sent,
+        payload: config.message.len(),
+        server: ServerProbe::of(config.server),
+    };
     stream.set_nodelay(true).map_err(io_error)?;
     stream
         .set_read_timeout(Some(config.timeout))
@@ -392,7 +455,12 @@ fn run_thread(
         if to_send > 0 {
             stream
                 .write_all(&batch[..to_send * request.len()])
-                .map_err(io_error)?;
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                        server_closed(received, sent)
+                    }
+                    _ => io_error(e),
+                })?;
             sent += to_send as u64;
         }
         if rstart > 0 {
@@ -401,13 +469,7 @@ fn run_thread(
             rstart = 0;
         }
         let n = match stream.read(&mut rbuf[rend..]) {
-            Ok(0) => {
-                return Err(ClientError::ServerClosed {
-                    thread,
-                    received,
-                    expected: config.iterations,
-                });
-            }
+            Ok(0) => return Err(server_closed(received, sent)),
             Ok(n) => n,
             Err(e)
                 if matches!(
@@ -418,6 +480,9 @@ fn run_thread(
                 return Err(ClientError::Timeout { thread, received });
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                return Err(server_closed(received, sent));
+            }
             Err(e) => return Err(io_error(e)),
         };
         rend += n;

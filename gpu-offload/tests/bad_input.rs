@@ -37,7 +37,11 @@ fn offending_clients_are_dropped_and_others_served() {
     // wire_size claims 12 + 257 bytes with --max-message-length 256.
     let mut oversized = vec![0, 0, 1, 13, 0, 0, 0, 4, 0, 0, 1, 1];
     oversized.extend([b'x'; 257]);
-    refused(&stack, &oversized, "exceeds the maximum message size");
+    refused(
+        &stack,
+        &oversized,
+        "a request with a payload of 257 bytes exceeds --max-message-length 256",
+    );
 
     // msg_id 99 is no message.
     refused(
@@ -212,4 +216,37 @@ fn a_processor_that_answers_wrongly_costs_only_that_client() {
         "{text}"
     );
     drop(channel.control);
+}
+
+#[test]
+fn requests_before_a_bad_one_are_answered_then_the_client_closed() {
+    let stack = Stack::two_threads();
+    let mut oversized = vec![0, 0, 1, 13, 0, 0, 0, 4, 0, 0, 1, 1];
+    oversized.extend([b'x'; 257]);
+    // One request, and more than a thread may have in flight (128), each followed by the bad
+    // message in the same write.
+    for count in [1usize, 3, 500] {
+        let mut stream = stack.connect();
+        let mut bytes = request_frame(b"valid").repeat(count);
+        bytes.extend_from_slice(&oversized);
+        stream.write_all(&bytes).unwrap();
+        let answer = frame(5, b"dilav");
+        let answers = read_exactly(&mut stream, answer.len() * count);
+        assert!(
+            answers.chunks(answer.len()).all(|a| a == answer),
+            "{count} requests: a wrong answer"
+        );
+        assert!(
+            closed_by_server(&mut stream),
+            "{count} requests: the client was not closed after its answers"
+        );
+    }
+    assert!(
+        stack
+            .server_log()
+            .contains("payload of 257 bytes exceeds --max-message-length 256"),
+        "{}",
+        stack.server_log()
+    );
+    stack.stop_with(SIGINT, true);
 }

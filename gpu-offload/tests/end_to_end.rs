@@ -17,11 +17,19 @@ fn clients_of_one_and_four_threads_get_every_response_right() {
     let output = run_client(stack.port, 1, 1, &too_long, &reversed(&too_long), 1);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("closed the connection"), "{stderr}");
+    assert!(
+        stderr.contains("the server closed the connection after 0 of 1 responses")
+            && stderr.contains("still accepts connections")
+            && stderr.contains("257-byte payloads"),
+        "{stderr}"
+    );
     let output = run_client(stack.port, 2, 100, "ABCD", "DCBA", 8);
     assert_client_ok(&output, 200, "after a refused client");
     let log = stack.server_log();
-    assert!(log.contains("malformed message from client"), "{log}");
+    assert!(
+        log.contains("a request with a payload of 257 bytes exceeds --max-message-length 256"),
+        "{log}"
+    );
     stack.stop_with(SIGINT, true);
 }
 
@@ -129,6 +137,29 @@ fn a_side_that_dies_makes_the_other_exit_with_an_error() {
     assert_eq!(status.code(), Some(1));
     let log = stack.orchestrator_log();
     assert!(log.contains("the server went away"), "{log}");
+}
+
+#[test]
+fn a_client_whose_server_ends_with_its_orchestrator_is_told_so() {
+    let mut stack = Stack::two_threads();
+    let port = stack.port;
+    let running = std::thread::spawn(move || run_client(port, 2, u64::MAX / 8, "xyz", "zyx", 64));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = stack.orchestrator.0.kill();
+    let output = running.join().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the server closed the connection after")
+            && stderr.contains("it accepts no new connections: it was stopped, or it ended")
+            && !stderr.contains("--max-message-length"),
+        "{stderr}"
+    );
+    let status = stack
+        .server
+        .wait_timeout(TIMEOUT)
+        .expect("the server did not exit");
+    assert_eq!(status.code(), Some(1));
 }
 
 #[test]

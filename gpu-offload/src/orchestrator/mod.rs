@@ -107,6 +107,8 @@ pub enum OrchestratorError {
     Cuda(CudaError),
     /// The channel to the server could not be set up.
     Channel(ChannelError),
+    /// A `--cpu` this process may not run on.
+    Cpu(crate::cli::CpuCheckError),
     /// The processor's threads could not be started.
     Start(StartError),
     /// The server went away without shutting down.
@@ -118,6 +120,7 @@ impl fmt::Display for OrchestratorError {
         match self {
             Self::Cuda(e) => write!(f, "{e}"),
             Self::Channel(e) => write!(f, "{e}"),
+            Self::Cpu(e) => write!(f, "{e}"),
             Self::Start(e) => write!(f, "{e}"),
             Self::ServerGone => f.write_str("the server went away without shutting down"),
         }
@@ -270,14 +273,23 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<OrchestratorEnd, OrchestratorError> {
     crate::cli::init_logging(args.common.log_level);
-    let gpu = choose(&args)?;
-    let path = channel::socket_path(&args.channel.comch_channel_name);
     let ours = ChannelParams {
         threads: args.num_gpu_threads,
         max_message_length: args.channel.max_message_length,
         max_concurrent: args.channel.max_concurrent_messages,
     };
-    info!(channel = %path.display(), "connecting to the server");
+    // Flags that cannot work are refused now, not once the server is there.
+    ours.channel_config().map_err(OrchestratorError::Channel)?;
+    crate::cli::check_cpus(&args.cpus).map_err(OrchestratorError::Cpu)?;
+    let gpu = choose(&args)?;
+    let path = channel::socket_path(&args.channel.comch_channel_name);
+    info!(
+        channel = %path.display(),
+        "waiting for the server (gpu-offload-server -c {} with {} --cpu flags) for up to {} s (--connect-timeout)",
+        args.channel.comch_channel_name,
+        ours.threads,
+        args.connect_timeout
+    );
     let channel = channel::connect(
         &path,
         &ours,

@@ -37,7 +37,8 @@ use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
 use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
-use urom_wire::gpu::{GpuMessage, MsgId, message_length, peek_msg_id};
+use urom_wire::DecodeError;
+use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, message_length, peek_msg_id};
 
 use crate::limits::MIN_READ_BUFFER;
 
@@ -51,6 +52,8 @@ const LINGER: Duration = Duration::from_secs(1);
 const IDLE_WAIT: u16 = 50;
 /// How often the sockets are looked at while a thread only awaits answers.
 const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
+/// Reads that a closing client's unread bytes get, at most, before its socket is closed.
+const DRAIN_READS: usize = 4;
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 
@@ -64,6 +67,9 @@ pub(crate) struct DataPathConfig {
     pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     pub wake: Arc<EventFd>,
     pub draining: Arc<AtomicBool>,
+    /// Set by a thread whose data connection broke; the thread then waits for `draining`
+    /// before it closes its clients, so that the server has stopped listening by then.
+    pub lost: Arc<AtomicBool>,
 }
 
 /// How a data-path thread ended.
@@ -89,6 +95,9 @@ struct Client {
     awaiting: usize,
     /// Epoll said readable and `read` has not returned `WouldBlock` since.
     readable: bool,
+    /// Epoll said the client closed its sending side (or the connection broke): reads return
+    /// end of file once its data is taken, and no new edge will say so.
+    hup: bool,
     /// The client closed its sending side.
     eof: bool,
     in_pending: bool,
@@ -174,6 +183,7 @@ pub(crate) struct DataPath {
     incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     wake: Arc<EventFd>,
     draining: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
     clients: Vec<Option<Client>>,
@@ -196,13 +206,14 @@ impl DataPath {
         Ok(Self {
             index: config.index,
             max_len: config.max_message_length,
-            max_message: urom_wire::gpu::CLIENT_HEADER_LEN + config.max_message_length,
+            max_message: CLIENT_HEADER_LEN + config.max_message_length,
             max_concurrent: config.max_concurrent,
             frame_capacity: config.frame_capacity,
             channel: config.channel,
             incoming: config.incoming,
             wake: config.wake,
             draining: config.draining,
+            lost: config.lost,
             epoll,
             events: vec![EpollEvent::empty(); EVENTS],
             clients: Vec::with_capacity(64),
@@ -255,7 +266,15 @@ impl DataPath {
             }
             match self.take_responses() {
                 Ok(took) => progress |= took,
-                Err(()) => break DataPathEnd::OrchestratorGone,
+                Err(()) => {
+                    // Clients closed while the server still listens would take it for alive:
+                    // let the main thread stop listening first.
+                    self.lost.store(true, Ordering::Relaxed);
+                    while !self.draining.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    break DataPathEnd::OrchestratorGone;
+                }
             }
             progress |= self.flush();
             if !progress && self.inflight.len > 0 {
@@ -303,6 +322,9 @@ impl DataPath {
                     | EpollFlags::EPOLLERR,
             ) {
                 client.readable = true;
+                if flags.intersects(EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLHUP) {
+                    client.hup = true;
+                }
                 if !client.in_pending {
                     client.in_pending = true;
                     self.pending.push(slot);
@@ -361,6 +383,7 @@ impl DataPath {
             // Data may have arrived before registration: read once without waiting for an
             // edge.
             readable: true,
+            hup: false,
             eof: false,
             in_pending: true,
             in_dirty: false,
@@ -410,27 +433,34 @@ impl DataPath {
             let mut count = 0usize;
             let mut stop = None;
             let mut frame_full = false;
+            // A malformed message at `end`: what precedes it is answered, the rest dropped.
+            let mut bad = false;
             while end < client.rend {
                 let available = &client.rbuf[end..client.rend];
                 let len = match message_length(available, self.max_len) {
                     Ok(Some(len)) if len <= available.len() => len,
                     Ok(_) => break,
+                    Err(DecodeError::TooLong { length, .. }) => {
+                        warn!(thread = self.index, peer = %client.peer, "a request with a payload of {} bytes exceeds --max-message-length {}; answering the requests before it, then disconnecting the client", length - CLIENT_HEADER_LEN, self.max_len);
+                        bad = true;
+                        break;
+                    }
                     Err(e) => {
-                        warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; disconnecting it");
-                        stop = Some(ReadOutcome::Close);
+                        warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; answering the requests before it, then disconnecting it");
+                        bad = true;
                         break;
                     }
                 };
                 match GpuMessage::parse(&available[..len], self.max_len) {
                     Ok(GpuMessage::ClientRequest(_)) => {}
                     Ok(other) => {
-                        warn!(thread = self.index, peer = %client.peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; disconnecting it");
-                        stop = Some(ReadOutcome::Close);
+                        warn!(thread = self.index, peer = %client.peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; answering the requests before it, then disconnecting it");
+                        bad = true;
                         break;
                     }
                     Err(e) => {
-                        warn!(thread = self.index, peer = %client.peer, "malformed client_request: {e}; disconnecting it");
-                        stop = Some(ReadOutcome::Close);
+                        warn!(thread = self.index, peer = %client.peer, "malformed client_request: {e}; answering the requests before it, then disconnecting it");
+                        bad = true;
                         break;
                     }
                 }
@@ -464,6 +494,12 @@ impl DataPath {
                 client.awaiting += count;
                 client.rstart = end;
                 moved = true;
+            }
+            if bad {
+                // Read nothing more; close once the answers to what came before are written.
+                client.rend = client.rstart;
+                client.eof = true;
+                client.readable = false;
             }
             if let Some(outcome) = stop {
                 return (outcome, moved);
@@ -501,8 +537,10 @@ impl DataPath {
                 }
                 Ok(n) => {
                     // A short read emptied the socket: the next arrival raises a new edge, so
-                    // skip the read that would only say `WouldBlock`.
-                    if client.rend + n < client.rbuf.len() {
+                    // skip the read that would only say `WouldBlock`. Not after the peer's
+                    // FIN, whose edge came before this read: only the next read sees the end
+                    // of file, and no edge will ask for it.
+                    if client.rend + n < client.rbuf.len() && !client.hup {
                         client.readable = false;
                     }
                     client.rend += n;
@@ -629,11 +667,20 @@ impl DataPath {
 
     /// Closes client `slot`: cleanly (FIN after what was written) or at once.
     fn close(&mut self, slot: u32, clean: bool) {
-        let Some(client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
+        let Some(mut client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
             return;
         };
         if clean {
             let _ = client.stream.shutdown(Shutdown::Write);
+        }
+        // Closing with unread bytes resets the connection, which can destroy answers the
+        // client has not read yet: drop what is there first.
+        for _ in 0..DRAIN_READS {
+            match client.stream.read(&mut client.rbuf) {
+                Ok(n) if n > 0 => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => break,
+            }
         }
         debug!(thread = self.index, peer = %client.peer, "client disconnected");
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);

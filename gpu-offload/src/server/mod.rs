@@ -16,6 +16,7 @@ mod datapath;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -35,6 +36,13 @@ use datapath::{DataPath, DataPathConfig, DataPathEnd};
 
 /// How long the server waits for the orchestrator's `shutdown_complete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+/// How long the server stops accepting after the first failed `accept` (out of descriptors and
+/// the like); each failure in a row doubles it, up to [`ACCEPT_PAUSE_MAX`].
+const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(10);
+/// The longest pause in accepting.
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// A failing `accept` is logged at most once per this interval.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Receives requests from TCP clients, has the orchestrator process them, and sends the
 /// responses back.
@@ -91,6 +99,8 @@ pub enum ServerError {
         /// What the OS said.
         source: io::Error,
     },
+    /// A `--cpu` this process may not run on.
+    Cpu(crate::cli::CpuCheckError),
     /// A data-path thread could not be pinned to its CPU.
     Pin(urom_core::PinError),
     /// A data-path thread could not be started.
@@ -104,6 +114,7 @@ impl fmt::Display for ServerError {
         match self {
             Self::Channel(e) => write!(f, "{e}"),
             Self::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            Self::Cpu(e) => write!(f, "{e}"),
             Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
             Self::Thread(e) => write!(f, "cannot start a data-path thread: {e}"),
             Self::OrchestratorGone => {
@@ -130,10 +141,14 @@ pub enum ServerEnd {
     ShutdownByOrchestrator,
 }
 
-/// The server after it bound its channel socket, before the orchestrator connected.
+/// The server after it checked its flags and bound its channel socket and TCP port, before
+/// the orchestrator connected.
 pub struct PendingServer {
     args: ServerArgs,
     listener: ChannelListener,
+    /// The TCP socket, bound to the port but not listening yet: clients that come before the
+    /// orchestrator are refused, not queued.
+    tcp: OwnedFd,
 }
 
 /// A data-path thread as the main thread sees it.
@@ -150,6 +165,13 @@ pub struct Server {
     control: channel::Control,
     threads: Vec<ThreadHandle>,
     draining: Arc<AtomicBool>,
+    /// A data-path thread's data connection broke.
+    lost: Arc<AtomicBool>,
+    /// Accepting pauses until then after `accept` failed.
+    accept_paused_until: Option<Instant>,
+    /// The next pause after a failed `accept`.
+    accept_pause: Duration,
+    accept_failed: urom_cli::LogEvery,
     _channel_socket: ChannelListener,
 }
 
@@ -166,6 +188,11 @@ impl ServerArgs {
 impl PendingServer {
     /// Listens on the channel socket named by `args`.
     pub fn bind(args: ServerArgs) -> Result<Self, ServerError> {
+        // Flags that cannot work are refused now, not once the orchestrator is there.
+        args.params().channel_config()?;
+        crate::cli::check_cpus(&args.cpus).map_err(ServerError::Cpu)?;
+        let addr = SocketAddr::new(args.listen_address, args.server_listen_port);
+        let tcp = bind_tcp(addr).map_err(|source| ServerError::Listen { addr, source })?;
         let path = channel::socket_path(&args.channel.comch_channel_name);
         if args.device_id.is_some() || args.representor_id.is_some() {
             info!(
@@ -175,7 +202,11 @@ impl PendingServer {
             );
         }
         let listener = ChannelListener::bind(&path)?;
-        Ok(Self { args, listener })
+        Ok(Self {
+            args,
+            listener,
+            tcp,
+        })
     }
 
     /// The channel socket.
@@ -187,10 +218,17 @@ impl PendingServer {
     /// on TCP.
     pub fn start(self, stop: &AtomicBool) -> Result<Server, ServerError> {
         let params = self.args.params();
-        info!(channel = %self.listener.path().display(), "waiting for the orchestrator");
+        info!(
+            channel = %self.listener.path().display(),
+            "waiting for the orchestrator: gpu-offload-orchestrator -c {} -t {} --max-message-length {}; clients are accepted once it is connected",
+            self.args.channel.comch_channel_name,
+            params.threads,
+            params.max_message_length
+        );
         let channel = self.listener.accept(&params, stop)?;
         info!(threads = params.threads, "orchestrator connected");
         let draining = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(self.args.cpus.len());
         let (ready_tx, ready_rx) = mpsc::channel();
         for (index, (cpu, conn)) in self.args.cpus.iter().zip(channel.data).enumerate() {
@@ -205,6 +243,7 @@ impl PendingServer {
                 incoming: Arc::clone(&incoming),
                 wake: Arc::clone(&wake),
                 draining: Arc::clone(&draining),
+                lost: Arc::clone(&lost),
             };
             let cpu = *cpu;
             let ready = ready_tx.clone();
@@ -250,10 +289,7 @@ impl PendingServer {
             return Err(e);
         }
         let addr = SocketAddr::new(self.args.listen_address, self.args.server_listen_port);
-        let listener = match TcpListener::bind(addr).and_then(|l| {
-            l.set_nonblocking(true)?;
-            Ok(l)
-        }) {
+        let listener = match listen_tcp(self.tcp) {
             Ok(listener) => listener,
             Err(source) => {
                 stop_threads(&draining, threads);
@@ -265,9 +301,42 @@ impl PendingServer {
             control: channel.control,
             threads,
             draining,
+            lost,
+            accept_paused_until: None,
+            accept_pause: ACCEPT_PAUSE_MIN,
+            accept_failed: urom_cli::LogEvery::new(ACCEPT_LOG_EVERY),
             _channel_socket: self.listener,
         })
     }
+}
+
+/// A TCP socket bound to `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` sets it), not
+/// listening yet.
+fn bind_tcp(addr: SocketAddr) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6, bind, setsockopt, socket,
+        sockopt,
+    };
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    match addr {
+        SocketAddr::V4(addr) => bind(fd.as_raw_fd(), &SockaddrIn::from(addr))?,
+        SocketAddr::V6(addr) => bind(fd.as_raw_fd(), &SockaddrIn6::from(addr))?,
+    }
+    Ok(fd)
+}
+
+/// Starts listening on the socket [`bind_tcp`] made.
+fn listen_tcp(fd: OwnedFd) -> io::Result<TcpListener> {
+    use nix::sys::socket::{Backlog, listen};
+    listen(&fd, Backlog::new(1024).unwrap_or(Backlog::MAXCONN))?;
+    let listener = TcpListener::from(fd);
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 fn stop_threads(draining: &AtomicBool, threads: Vec<ThreadHandle>) -> Vec<DataPathEnd> {
@@ -297,17 +366,31 @@ impl Server {
             if stop.load(Ordering::Relaxed) {
                 break None;
             }
+            // While accepting is paused, the listener is not polled: a client waiting in its
+            // queue would wake the loop at once, over and over.
+            let mut wait = channel::TICK;
+            if let Some(until) = self.accept_paused_until {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    self.accept_paused_until = None;
+                } else {
+                    wait = wait.min(left);
+                }
+            }
+            let accepting = self.accept_paused_until.is_none();
             let (listener_ready, control_ready) = {
                 let mut fds = [
-                    PollFd::new(std::os::fd::AsFd::as_fd(&self.listener), PollFlags::POLLIN),
                     PollFd::new(self.control.fd(), PollFlags::POLLIN),
+                    PollFd::new(std::os::fd::AsFd::as_fd(&self.listener), PollFlags::POLLIN),
                 ];
-                let _ = poll(
-                    &mut fds,
-                    PollTimeout::from(channel::TICK.as_millis() as u16),
-                );
+                let polled = if accepting {
+                    &mut fds[..]
+                } else {
+                    &mut fds[..1]
+                };
+                let _ = poll(polled, PollTimeout::from(wait.as_millis().max(1) as u16));
                 let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-                (ready(&fds[0]), ready(&fds[1]))
+                (accepting && ready(&fds[1]), ready(&fds[0]))
             };
             if control_ready {
                 match self.control.poll() {
@@ -322,7 +405,9 @@ impl Server {
             if listener_ready {
                 self.accept_clients(&mut next);
             }
-            if self.threads.iter().any(|t| t.join.is_finished()) {
+            if self.lost.load(Ordering::Relaxed)
+                || self.threads.iter().any(|t| t.join.is_finished())
+            {
                 // A thread only ends early when its data connection broke.
                 break Some(ControlEvent::Gone);
             }
@@ -374,6 +459,7 @@ impl Server {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    self.accept_pause = ACCEPT_PAUSE_MIN;
                     let index = *next % self.threads.len();
                     let thread = &self.threads[index];
                     *next = next.wrapping_add(1);
@@ -390,10 +476,33 @@ impl Server {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
                 Err(e) => {
-                    // Out of descriptors and the like: try again on the next turn.
-                    warn!("accept failed: {e}");
+                    // Out of descriptors and the like: the clients already served go on; new
+                    // ones wait in the listener's queue while accepting pauses, longer after
+                    // each failure in a row.
+                    let pause = self.accept_pause;
+                    self.accept_pause = (pause * 2).min(ACCEPT_PAUSE_MAX);
+                    let now = Instant::now();
+                    self.accept_paused_until = Some(now + pause);
+                    if let Some(held_back) = self.accept_failed.allow(now) {
+                        warn!(
+                            "accept failed: {e}; accepting pauses for {} ms (longer after each failure in a row, up to {} ms); clients already accepted are served{}",
+                            pause.as_millis(),
+                            ACCEPT_PAUSE_MAX.as_millis(),
+                            if held_back > 0 {
+                                format!(
+                                    "; {held_back} more failures since the last report, unlogged"
+                                )
+                            } else {
+                                String::new()
+                            }
+                        );
+                    }
                     return;
                 }
             }

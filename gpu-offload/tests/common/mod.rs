@@ -42,9 +42,26 @@ impl Stack {
     /// Starts a server on loopback with one thread per entry of `cpus`, then an orchestrator
     /// with `threads` processor threads, and waits until clients may connect.
     pub fn start(cpus: &[usize], threads: u32, server_extra: &[&str], orch_extra: &[&str]) -> Self {
+        Self::start_command(
+            Command::new(SERVER),
+            cpus,
+            threads,
+            server_extra,
+            orch_extra,
+        )
+    }
+
+    /// [`Stack::start`] with the server started by `server` (the server program and any
+    /// arguments before its own), which must keep its process id.
+    pub fn start_command(
+        mut server: Command,
+        cpus: &[usize],
+        threads: u32,
+        server_extra: &[&str],
+        orch_extra: &[&str],
+    ) -> Self {
         let dir = TempDir::new("gpu-offload-test");
         let socket = dir.path().join("channel.sock");
-        let mut server = Command::new(SERVER);
         server.args(["-c", socket.to_str().unwrap(), "-p", "0", "-a", "127.0.0.1"]);
         for cpu in cpus {
             server.arg("--cpu").arg(cpu.to_string());
@@ -128,7 +145,9 @@ impl Stack {
         assert_eq!(output.status.code(), Some(1));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("the server closed the connection after"),
+            stderr.contains("the server closed the connection after")
+                && stderr.contains("it accepts no new connections: it was stopped")
+                && !stderr.contains("--max-message-length"),
             "{stderr}"
         );
     }

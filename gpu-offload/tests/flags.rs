@@ -1,0 +1,204 @@
+//! Flags that cannot work are refused when a program starts, before it waits for its peer,
+//! with a message that names what would work.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+use urom_testkit::ChildGuard;
+
+/// Runs `program` with `args` on a channel nobody else uses; it must exit on its own.
+fn run_alone(program: &str, args: &[&str]) -> Output {
+    let dir = urom_testkit::TempDir::new("gpu-offload-flags");
+    let socket = socket_path(&dir);
+    let mut child = ChildGuard(
+        Command::new(program)
+            .args(["-c", socket.to_str().unwrap()])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let status = child.wait_timeout(TIMEOUT);
+    assert!(
+        status.is_some(),
+        "{program} {args:?} went on waiting for its peer"
+    );
+    let mut output = Output {
+        status: status.unwrap(),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    use std::io::Read;
+    let _ = child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut output.stdout);
+    let _ = child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut output.stderr);
+    output
+}
+
+fn assert_refused(output: &Output, says: &[&str]) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    for words in says {
+        assert!(stderr.contains(words), "no `{words}` in\n{stderr}");
+    }
+}
+
+#[test]
+fn a_message_length_too_long_for_the_mapping_is_refused_at_start_naming_the_largest() {
+    let cpu = two_cpus()[0].to_string();
+    for length in ["16777204", "8388461"] {
+        let server = run_alone(
+            SERVER,
+            &["-p", "0", "--cpu", &cpu, "--max-message-length", length],
+        );
+        let orchestrator = run_alone(
+            ORCHESTRATOR,
+            &[
+                "-t",
+                "1",
+                "--connect-timeout",
+                "5",
+                "--max-message-length",
+                length,
+            ],
+        );
+        for output in [server, orchestrator] {
+            assert_refused(
+                &output,
+                &[
+                    &format!("--max-message-length {length} is too long"),
+                    "--max-concurrent-messages 128 it can be at most 8388460 (payload bytes",
+                ],
+            );
+        }
+    }
+    // Fewer requests in flight leave room for longer messages, as the message says.
+    let output = run_alone(
+        SERVER,
+        &[
+            "-p",
+            "0",
+            "--cpu",
+            &cpu,
+            "--max-message-length",
+            "16777204",
+            "--max-concurrent-messages",
+            "1024",
+        ],
+    );
+    assert_refused(
+        &output,
+        &[
+            "at most 1048428",
+            "or 16777204 with --max-concurrent-messages 32",
+        ],
+    );
+}
+
+#[test]
+fn the_largest_message_length_works() {
+    let largest = "8388460";
+    let stack = Stack::start(
+        &two_cpus()[..1],
+        1,
+        &["--max-message-length", largest],
+        &["--max-message-length", largest],
+    );
+    round_trip(&stack, b"small");
+    let payload: Vec<u8> = (0..8_388_460u32).map(|i| (i % 251) as u8).collect();
+    let mut stream = stack.connect();
+    let request = request_frame(&payload);
+    let mut writer = stream.try_clone().unwrap();
+    let sending = std::thread::spawn(move || writer.write_all(&request).unwrap());
+    let reversed: Vec<u8> = payload.iter().rev().copied().collect();
+    let want = frame(5, &reversed);
+    assert!(
+        read_exactly(&mut stream, want.len()) == want,
+        "a wrong answer"
+    );
+    sending.join().unwrap();
+    stack.stop_with(SIGINT, true);
+}
+
+#[test]
+fn an_unusable_cpu_or_a_busy_port_is_refused_at_start() {
+    for cpu in ["99999999999", "1000000"] {
+        let server = run_alone(SERVER, &["-p", "0", "--cpu", cpu]);
+        assert_refused(
+            &server,
+            &[&format!(
+                "--cpu {cpu} cannot be used: this process may run only on CPUs"
+            )],
+        );
+        let orchestrator = run_alone(
+            ORCHESTRATOR,
+            &["-t", "1", "--cpu", cpu, "--connect-timeout", "5"],
+        );
+        assert_refused(
+            &orchestrator,
+            &[&format!(
+                "--cpu {cpu} cannot be used: this process may run only on CPUs"
+            )],
+        );
+    }
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let cpu = two_cpus()[0].to_string();
+    let server = run_alone(SERVER, &["-p", &port, "-a", "127.0.0.1", "--cpu", &cpu]);
+    assert_refused(
+        &server,
+        &[&format!("cannot listen on 127.0.0.1:{port}"), "in use"],
+    );
+}
+
+#[test]
+fn each_program_says_what_it_waits_for() {
+    let dir = urom_testkit::TempDir::new("gpu-offload-waiting");
+    let socket = socket_path(&dir);
+    let cpu = two_cpus()[0].to_string();
+    for (program, args, says) in [
+        (
+            SERVER,
+            vec!["-p", "0", "--cpu", &cpu],
+            "waiting for the orchestrator: gpu-offload-orchestrator -c",
+        ),
+        (
+            ORCHESTRATOR,
+            vec!["-t", "1"],
+            "waiting for the server (gpu-offload-server -c",
+        ),
+    ] {
+        let log = dir.path().join("log");
+        let _child = ChildGuard(
+            Command::new(program)
+                .args(["-c", socket.to_str().unwrap()])
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while !read(&log).contains(says) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no `{says}` in\n{}",
+                read(&log)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
