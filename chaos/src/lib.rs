@@ -26,9 +26,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use urom_core::graph::GraphHost;
 use urom_core::host::{Idle, ProgressEngine, Service, Worker};
-use urom_testkit::daemon::{self, Daemon, plugin_dir};
+use urom_testkit::TempDir;
+use urom_testkit::daemon::{self, Daemon};
 use urom_testkit::host::try_run_worker;
-use urom_testkit::{TempDir, binary};
 use urom_wire::MaxMsgSize;
 
 /// How long anything that should happen soon may take before a scenario calls it a hang.
@@ -274,21 +274,7 @@ impl Report {
 /// A daemon offering the graph and faulty plugins (as `worker_graph` and `worker_faulty`),
 /// started with `extra` flags.
 pub fn graph_daemon(extra: &[&str]) -> (TempDir, Daemon) {
-    let plugins = TempDir::new("urom-chaos-plugins");
-    let dir = plugin_dir(
-        &plugins,
-        &[
-            ("urom-plugin-graph", "worker_graph"),
-            ("urom-plugin-faulty", "worker_faulty"),
-        ],
-    );
-    let daemon = daemon::start_daemon(
-        binary("urom-daemon", "urom-daemon"),
-        dir.to_str().expect("a UTF-8 path"),
-        extra,
-        true,
-    );
-    (plugins, daemon)
+    daemon::graph_and_faulty(extra)
 }
 
 /// What ends every scenario: the daemon still runs, a new host (its own connection, at the

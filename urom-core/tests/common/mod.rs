@@ -8,19 +8,5 @@ use urom_testkit::{TempDir, binary};
 
 /// A daemon offering the graph and faulty plugins.
 pub fn start_daemon() -> (TempDir, Daemon) {
-    let plugins = TempDir::new("urom-host-plugins");
-    let dir = plugin_dir(
-        &plugins,
-        &[
-            ("urom-plugin-graph", "worker_graph"),
-            ("urom-plugin-faulty", "worker_faulty"),
-        ],
-    );
-    let daemon = daemon::start_daemon(
-        binary("urom-daemon", "urom-daemon"),
-        dir.to_str().unwrap(),
-        &[],
-        true,
-    );
-    (plugins, daemon)
+    daemon::graph_and_faulty(&[])
 }
