@@ -7,7 +7,7 @@
 //! so that a command is read from one while notifications go out on the other. New hosts are
 //! accepted and handshaken on a side thread and handed over through a queue.
 
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -25,6 +25,7 @@ use urom_wire::data::{
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
+use crate::accept::accept_hosts;
 use crate::backlog::{BACKLOG_LIMIT, Backlog};
 use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
 
@@ -35,8 +36,6 @@ const FRAMES_PER_TURN: usize = 64;
 const SPIN_TURNS_BEFORE_NAP: u32 = 4096;
 /// How long one nap lasts at most; a frame on the only host channel ends it early.
 const NAP: Duration = Duration::from_millis(1);
-/// How often the acceptor thread looks for new hosts and for the worker stopping.
-const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// How many busy turns pass between two checks that the parent still runs.
 const PARENT_CHECK_TURNS: u32 = 1 << 16;
 
@@ -460,127 +459,5 @@ impl Outbound {
             return Err(Status::NotConnected);
         }
         Ok(())
-    }
-}
-
-/// How many hosts may be setting up their channels at once.
-const MAX_HANDSHAKES: usize = 16;
-
-/// Accepts hosts until `stop` is set, each host's channel set up on a thread of its own.
-///
-/// A host whose user this worker does not serve is closed at once. The shared-memory
-/// handshake of each host runs beside the others, bounded by the channel's handshake timeout,
-/// so that a host that connects and then says nothing delays no one else; at most
-/// [`MAX_HANDSHAKES`] run at once, and a host connecting beyond them is closed at once.
-fn accept_hosts(
-    listener: UnixListener,
-    config: ChannelConfig,
-    allow_uids: &[u32],
-    arrive: mpsc::Sender<Channel>,
-    stop: &AtomicBool,
-) {
-    let own_uid = nix::unistd::geteuid().as_raw();
-    if let Err(e) = listener.set_nonblocking(true) {
-        warn!("cannot make the host socket non-blocking: {e}; no host can connect");
-        return;
-    }
-    let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                match host_uid(&stream) {
-                    Ok(uid) if may_serve(uid, own_uid, allow_uids) => {}
-                    Ok(uid) => {
-                        warn!(
-                            "refused a host of user {uid}: not this worker's user, root or an --allow-uid"
-                        );
-                        continue;
-                    }
-                    Err(e) => {
-                        warn!("refused a host whose user cannot be read: {e}");
-                        continue;
-                    }
-                }
-                let Some(slot) = HandshakeSlot::take(&handshakes) else {
-                    warn!(
-                        "turned a host away: {MAX_HANDSHAKES} hosts are already setting up their channels"
-                    );
-                    continue;
-                };
-                let arrive = arrive.clone();
-                let spawned =
-                    thread::Builder::new()
-                        .name("urom-handshake".into())
-                        .spawn(move || {
-                            let _slot = slot;
-                            let connected = stream
-                                .set_nonblocking(false)
-                                .map_err(|e| e.to_string())
-                                .and_then(|()| {
-                                    Channel::offer(stream, &config).map_err(|e| e.to_string())
-                                });
-                            match connected {
-                                // The worker may be gone by now; then so is the host.
-                                Ok(conn) => {
-                                    let _ = arrive.send(conn);
-                                }
-                                Err(reason) => warn!("a host could not connect: {reason}"),
-                            }
-                        });
-                if let Err(e) = spawned {
-                    warn!("cannot set up a host's channel: {e}");
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
-            Err(e) => {
-                warn!("accepting a host failed: {e}");
-                thread::sleep(ACCEPT_POLL);
-            }
-        }
-    }
-}
-
-/// One of the [`MAX_HANDSHAKES`] handshakes that may run at once, given back when dropped.
-struct HandshakeSlot(Arc<std::sync::atomic::AtomicUsize>);
-
-impl HandshakeSlot {
-    fn take(running: &Arc<std::sync::atomic::AtomicUsize>) -> Option<Self> {
-        running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_HANDSHAKES).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Self(Arc::clone(running)))
-    }
-}
-
-impl Drop for HandshakeSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Whether a host run by `uid` may use a worker run by `own_uid` that allows `allow_uids`.
-fn may_serve(uid: u32, own_uid: u32, allow_uids: &[u32]) -> bool {
-    uid == own_uid || uid == 0 || allow_uids.contains(&uid)
-}
-
-/// The user of the process at the other end of `stream`.
-fn host_uid(stream: &UnixStream) -> nix::Result<u32> {
-    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
-        .map(|credentials| credentials.uid())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_of_the_workers_user_root_and_allowed_users_are_served() {
-        assert!(may_serve(1000, 1000, &[]));
-        assert!(may_serve(0, 1000, &[]));
-        assert!(may_serve(1001, 1000, &[1001, 1002]));
-        assert!(!may_serve(1003, 1000, &[1001, 1002]));
-        assert!(!may_serve(1001, 1000, &[]));
     }
 }

@@ -12,6 +12,7 @@
 //! plugin is closed and the process exits 0.
 #![deny(unsafe_code)]
 
+mod accept;
 mod args;
 mod backlog;
 mod dispatch;
