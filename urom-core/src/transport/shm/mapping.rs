@@ -106,8 +106,9 @@ impl Mapping {
             // SAFETY: the offsets come from `Layout` (see its offset table), which keeps the
             // control block (256 bytes, 128-aligned) and `slot_count * stride` slot bytes
             // (128-aligned, `stride >= 8 + slot_size`) inside `layout.total <= self.len` bytes
-            // of the live mapping; a zeroed control block is a valid initial `RingCtl`; the
-            // connection that owns `self` owns the returned rings too and drops them first; the
+            // of the live mapping; a zeroed control block is a valid initial `RingCtl`; each
+            // half of the connection that uses a returned ring holds the mapping alive (an
+            // `Arc` of its link) for as long as it has the ring; the
             // peer process is bound by the same ring protocol (and cannot break memory safety
             // here if it is not: every value it writes is checked by `shm::ring`).
             unsafe {
