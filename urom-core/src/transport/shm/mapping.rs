@@ -105,7 +105,7 @@ impl Mapping {
             };
             // SAFETY: the offsets come from `Layout` (see its offset table), which keeps the
             // control block (256 bytes, 128-aligned) and `slot_count * stride` slot bytes
-            // (128-aligned, `stride >= 8 + slot_size`) inside `layout.total <= self.len` bytes
+            // (128-aligned, `stride >= 8 + slot_size`) inside `layout.total <= self.map.len()` bytes
             // of the live mapping; a zeroed control block is a valid initial `RingCtl`; each
             // half of the connection that uses a returned ring holds the mapping alive (an
             // `Arc` of its link) for as long as it has the ring; the
