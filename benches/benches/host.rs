@@ -10,6 +10,7 @@
 //! printed: the comparison to trust on a VM. `cargo bench -p urom-benches --bench host`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use criterion::Criterion;
 use urom_benches::{
@@ -17,7 +18,7 @@ use urom_benches::{
 };
 use urom_core::graph::GraphHost;
 use urom_core::host::CompletedTask;
-use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
+use urom_core::host::{Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::daemon::{plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, cdylib};
 
@@ -63,18 +64,12 @@ fn main() {
         .set_service(&service)
         .set_plugins(graph.id())
         .set_cpuset([PEER_CORE].into_iter().collect());
-    let mut starting = worker_config
+    let api_worker = worker_config
         .start(&mut engine)
         .map_err(|(_, e)| e)
-        .unwrap();
-    let api_worker = loop {
-        engine.progress();
-        match starting.try_running() {
-            Ok(running) => break running,
-            Err(StartProgress::Starting(again)) => starting = again,
-            Err(StartProgress::Failed(_, e)) => panic!("{e}"),
-        }
-    };
+        .unwrap()
+        .wait_running(&mut engine, Duration::from_secs(60))
+        .unwrap_or_else(|progress| panic!("the worker did not run: {progress:?}"));
     let (_raw_worker, mut raw) = worker(&dir, "raw", &graph_path, false);
     let frame = loopback_frame();
 

@@ -21,18 +21,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Progresses `engine` until `worker` runs.
 pub fn run_worker(engine: &mut ProgressEngine, worker: Worker<Idle>) -> Result<Worker<Running>> {
-    let mut starting = worker.start(engine).map_err(|(_, e)| anyhow!("{e}"))?;
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        engine.progress();
-        match starting.try_running() {
-            Ok(running) => return Ok(running),
-            Err(StartProgress::Starting(again)) => starting = again,
-            Err(StartProgress::Failed(_, e)) => bail!("worker failed to start: {e}"),
-        }
-        if Instant::now() > deadline {
-            bail!("worker did not start within {TIMEOUT:?}");
-        }
+    let starting = worker.start(engine).map_err(|(_, e)| anyhow!("{e}"))?;
+    match starting.wait_running(engine, TIMEOUT) {
+        Ok(running) => Ok(running),
+        Err(StartProgress::Starting(_)) => bail!("worker did not start within {TIMEOUT:?}"),
+        Err(StartProgress::Failed(_, e)) => bail!("worker failed to start: {e}"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The host library against a real daemon: a service on the daemon's socket, a worker brought
 //! to running by progressing its engine.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
 
@@ -31,17 +31,12 @@ pub fn try_run_worker(
     engine: &mut ProgressEngine,
     worker: Worker<Idle>,
 ) -> Result<Worker<Running>, String> {
-    let mut starting = worker.start(engine).map_err(|(_, e)| e.to_string())?;
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        engine.progress();
-        match starting.try_running() {
-            Ok(running) => return Ok(running),
-            Err(StartProgress::Starting(again)) => starting = again,
-            Err(StartProgress::Failed(_, e)) => return Err(e.to_string()),
+    let starting = worker.start(engine).map_err(|(_, e)| e.to_string())?;
+    match starting.wait_running(engine, TIMEOUT) {
+        Ok(running) => Ok(running),
+        Err(StartProgress::Starting(_)) => {
+            Err(format!("the worker did not start within {TIMEOUT:?}"))
         }
-        if Instant::now() > deadline {
-            return Err(format!("the worker did not start within {TIMEOUT:?}"));
-        }
+        Err(StartProgress::Failed(_, e)) => Err(e.to_string()),
     }
 }

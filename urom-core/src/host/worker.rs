@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
 use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 use super::control::{ControlError, Reply};
 use super::engine::Poll;
@@ -624,6 +625,27 @@ impl fmt::Debug for StartProgress {
 }
 
 impl Worker<Starting> {
+    /// Progresses `engine` until the worker runs or fails; still starting after `timeout`, it
+    /// is handed back as [`StartProgress::Starting`].
+    pub fn wait_running(
+        mut self,
+        engine: &mut ProgressEngine,
+        timeout: Duration,
+    ) -> Result<Worker<Running>, StartProgress> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            engine.progress();
+            match self.try_running() {
+                Err(StartProgress::Starting(again))
+                    if deadline.is_none_or(|deadline| Instant::now() < deadline) =>
+                {
+                    self = again;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// The running worker once the engine's progress has set it up.
     pub fn try_running(self) -> Result<Worker<Running>, StartProgress> {
         let outcome = match &self.data.core.borrow().phase {
