@@ -13,6 +13,7 @@
 //!   sample plugin's messages;
 //! * [`host`]: the progress engine and the typestate contexts `Service` and `Worker`, whose
 //!   commands are tasks from preallocated task slots; `Domain` will follow;
+//! * [`auth`]: how a remote host and the service prove to each other that they share a secret;
 //! * beside them, the rules the daemon and the worker share: [`plugin_id`] (plugin ids are
 //!   single bits, at most 62 plugins), [`worker_command`] (the worker's command line) and
 //!   [`worker_env`] (the environment entries a host may give its worker).
@@ -26,6 +27,8 @@ pub use urom_wire as wire;
 
 #[cfg(not(loom))]
 pub mod abi;
+#[cfg(not(loom))]
+pub mod auth;
 #[cfg(not(loom))]
 pub mod graph;
 #[cfg(not(loom))]

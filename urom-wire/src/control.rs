@@ -1,8 +1,10 @@
 //! Bodies exchanged between a host and the daemon over the control socket.
 //!
 //! A session: the host sends [`Hello`]; the daemon answers [`AuthChallenge`] (or an
-//! [`ErrorReply`] when version or message size do not match); the host answers
-//! [`AuthResponse`]; the daemon answers `Ack` or an error. Then any number of requests, each
+//! [`ErrorReply`] when version or message size do not match). A local host answers
+//! [`AuthResponse`] and the daemon `Ack` or an error; a remote host, challenged for a shared
+//! secret, answers [`SecretProof`] and the daemon [`ServiceProof`] (so the host knows it reached
+//! the real service) or an error. Then any number of requests, each
 //! answered by the reply of its kind or by an [`ErrorReply`], with the request's sequence number.
 //! [`WorkerExit`] events arrive unsolicited with sequence number 0.
 //!
@@ -13,6 +15,8 @@
 //!                     8 [64] identity (NUL-padded UTF-8)                          = 72
 //! AuthChallenge       0 u32 method | 4 u32 reserved | 8 [32] nonce                = 40
 //! AuthResponse        0 u32 method | 4 u32 reserved | 8 [32] proof                = 40
+//! SecretProof         0 [32] host nonce | 32 [32] proof                           = 64
+//! ServiceProof        0 [32] proof                                                = 32
 //! Ack, PluginListRequest, CpusetRequest                                           = 0
 //! Error               0 i32 status | 4 u32 reserved | 8 [120] reason (NUL-padded) = 128
 //! PluginListReply     0 u32 count | 4 u32 reserved | 8 count x PluginInfo (64 each)
@@ -67,6 +71,10 @@ message_family! {
         AuthChallenge(AuthChallenge),
         /// [`AuthResponse`].
         AuthResponse(AuthResponse),
+        /// [`SecretProof`].
+        SecretProof(SecretProof),
+        /// [`ServiceProof`].
+        ServiceProof(ServiceProof),
         /// The request succeeded (authentication, destroy).
         Ack,
         /// [`ErrorReply`].
@@ -234,6 +242,70 @@ impl Message<'_> for AuthResponse {
 
     fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
         emit_auth(dst, self.method, &self.proof);
+        Ok(())
+    }
+}
+
+/// Remote host -> daemon, answering a [`AuthMethod::SharedSecret`] challenge: its own fresh
+/// nonce, and a keyed hash of both nonces and its identity that only a holder of the secret can
+/// compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretProof {
+    /// Fresh random bytes the service's proof must cover.
+    pub nonce: [u8; AUTH_DATA_LEN],
+    /// The host's proof.
+    pub proof: [u8; AUTH_DATA_LEN],
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct SecretProofWire {
+    nonce: [u8; AUTH_DATA_LEN],
+    proof: [u8; AUTH_DATA_LEN],
+}
+assert_eq_size!(SecretProofWire, [u8; 64]);
+
+impl Message<'_> for SecretProof {
+    const FIXED_LEN: usize = size_of::<SecretProofWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let wire: &SecretProofWire = exact(body)?;
+        Ok(Self {
+            nonce: wire.nonce,
+            proof: wire.proof,
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        put(
+            dst,
+            &SecretProofWire {
+                nonce: self.nonce,
+                proof: self.proof,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Daemon -> remote host, accepting its [`SecretProof`]: the service's own proof of the secret,
+/// over both nonces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceProof {
+    /// The service's proof.
+    pub proof: [u8; AUTH_DATA_LEN],
+}
+
+impl Message<'_> for ServiceProof {
+    const FIXED_LEN: usize = AUTH_DATA_LEN;
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let proof: &[u8; AUTH_DATA_LEN] = exact(body)?;
+        Ok(Self { proof: *proof })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        put(dst, &self.proof);
         Ok(())
     }
 }

@@ -65,6 +65,10 @@ int_enum! {
         Ack = 0x0104,
         /// Daemon -> host: [`crate::control::ErrorReply`].
         Error = 0x0105,
+        /// Host -> daemon: [`crate::control::SecretProof`].
+        SecretProof = 0x0106,
+        /// Daemon -> host: [`crate::control::ServiceProof`].
+        ServiceProof = 0x0107,
         /// Host -> daemon: which plugins are there?
         PluginListRequest = 0x0110,
         /// Daemon -> host: the plugin records.

@@ -6,7 +6,7 @@ mod common;
 use common::{Family, GOLDEN, golden};
 use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
-    PluginInfo, SpawnResult, SpawnWorker, WORKER_ID_ANY, WorkerExit,
+    PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, WORKER_ID_ANY, WorkerExit,
 };
 use urom_wire::data::{Command, DataMessage, Notification};
 use urom_wire::gpu::GpuMessage;
@@ -57,6 +57,19 @@ fn control(name: &str) -> FrameRepr<ControlMessage<'static>> {
             ControlMessage::AuthResponse(AuthResponse {
                 method: AuthMethod::SharedSecret,
                 proof: nonce(0x20),
+            }),
+        ),
+        "secret_proof" => (
+            2,
+            ControlMessage::SecretProof(SecretProof {
+                nonce: nonce(0x40),
+                proof: nonce(0x60),
+            }),
+        ),
+        "service_proof" => (
+            2,
+            ControlMessage::ServiceProof(ServiceProof {
+                proof: nonce(0x80),
             }),
         ),
         "ack" => (2, ControlMessage::Ack),

@@ -6,7 +6,7 @@ mod common;
 use proptest::prelude::*;
 use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
-    PluginInfo, SpawnResult, SpawnWorker, WorkerExit,
+    PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, WorkerExit,
 };
 use urom_wire::data::{Command, DataMessage, Notification, max_notify_payload};
 use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
@@ -20,6 +20,8 @@ enum Spec {
     Hello(u16, u32, String),
     AuthChallenge(u32, [u8; 32]),
     AuthResponse(u32, [u8; 32]),
+    SecretProof([u8; 32], [u8; 32]),
+    ServiceProof([u8; 32]),
     Ack,
     Error(i32, String),
     PluginListRequest,
@@ -45,6 +47,8 @@ fn spec() -> impl Strategy<Value = Spec> {
         (any::<u16>(), any::<u32>(), text(63)).prop_map(|(v, m, i)| Spec::Hello(v, m, i)),
         (any::<u32>(), any::<[u8; 32]>()).prop_map(|(m, n)| Spec::AuthChallenge(m, n)),
         (any::<u32>(), any::<[u8; 32]>()).prop_map(|(m, p)| Spec::AuthResponse(m, p)),
+        (any::<[u8; 32]>(), any::<[u8; 32]>()).prop_map(|(n, p)| Spec::SecretProof(n, p)),
+        any::<[u8; 32]>().prop_map(Spec::ServiceProof),
         Just(Spec::Ack),
         (any::<i32>(), text(119)).prop_map(|(s, r)| Spec::Error(s, r)),
         Just(Spec::PluginListRequest),
@@ -92,6 +96,11 @@ fn with_message(spec: &Spec, check: impl FnOnce(ControlMessage<'_>)) {
             method: AuthMethod::from_raw(*method),
             proof: *proof,
         }),
+        Spec::SecretProof(nonce, proof) => ControlMessage::SecretProof(SecretProof {
+            nonce: *nonce,
+            proof: *proof,
+        }),
+        Spec::ServiceProof(proof) => ControlMessage::ServiceProof(ServiceProof { proof: *proof }),
         Spec::Ack => ControlMessage::Ack,
         Spec::Error(status, reason) => ControlMessage::Error(ErrorReply {
             status: Status::from_raw(*status),

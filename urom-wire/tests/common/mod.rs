@@ -79,6 +79,19 @@ pub const GOLDEN: &[Golden] = &[
               202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f",
     },
     Golden {
+        name: "secret_proof",
+        family: Family::Control,
+        hex: "55524f4d 0100 0601 58000000 00000000 0200000000000000
+              404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f
+              606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f",
+    },
+    Golden {
+        name: "service_proof",
+        family: Family::Control,
+        hex: "55524f4d 0100 0701 38000000 00000000 0200000000000000
+              808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f",
+    },
+    Golden {
         name: "ack",
         family: Family::Control,
         hex: "55524f4d 0100 0401 18000000 00000000 0200000000000000",
