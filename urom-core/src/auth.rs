@@ -279,7 +279,10 @@ mod tests {
             }
         );
         let missing = SharedSecret::read(&dir.join("missing")).unwrap_err();
-        assert!(missing.to_string().contains("cannot read key file"), "{missing}");
+        assert!(
+            missing.to_string().contains("cannot read key file"),
+            "{missing}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

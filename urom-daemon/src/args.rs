@@ -82,6 +82,22 @@ pub struct Args {
     /// Most host connections at once from one user other than root.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections_per_user: u32,
+
+    /// Also listen for hosts on other machines over UCX at this address, `IP:PORT` (e.g.
+    /// `0.0.0.0:18515`; port 0 picks a free one, logged at startup). Needs a build with the
+    /// `ucx` feature, `--key-file`, and, when the daemon runs as root, `--remote-user`.
+    #[arg(long, value_name = "IP:PORT")]
+    pub listen_ucx: Option<std::net::SocketAddr>,
+
+    /// The secret hosts on other machines must prove they hold: a file only the daemon's user
+    /// may read (mode 600), of at least 16 bytes.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// The user (name or id) that workers of hosts on other machines run as; never root.
+    /// [default: the daemon's own user, when it is not root]
+    #[arg(long, value_name = "USER")]
+    pub remote_user: Option<String>,
 }
 
 impl urom_cli::JsonArgs for Args {}

@@ -114,7 +114,7 @@ impl Gate {
     }
 
     /// A place for one more connection of `uid`, or why there is none.
-    fn permit(self: &Arc<Self>, uid: u32) -> Result<Permit, String> {
+    pub(crate) fn permit(self: &Arc<Self>, uid: u32) -> Result<Permit, String> {
         if uid == 0 {
             return Ok(Permit {
                 gate: Arc::clone(self),
@@ -213,10 +213,18 @@ pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
         warn!("cannot set up a host connection: {e}; closed");
         return;
     }
+    let halves = match urom_core::transport::stream::split_unix(stream) {
+        Ok(halves) => halves,
+        Err(e) => {
+            warn!("cannot set up a host connection: {e}; closed");
+            return;
+        }
+    };
     let session_service = Arc::clone(service);
+    let client = session::Client::Local(peer);
     let spawned = std::thread::Builder::new()
         .name(format!("urom-host-{host}"))
-        .spawn(move || session::serve(&session_service, host, stream, peer, permit));
+        .spawn(move || session::serve(&session_service, host, halves, client, permit));
     if let Err(e) = spawned {
         error!("cannot serve a host: {e}");
     }

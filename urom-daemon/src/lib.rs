@@ -16,6 +16,7 @@ pub mod args;
 pub mod discovery;
 mod gate;
 pub mod registry;
+pub mod remote;
 mod session;
 mod sys;
 
@@ -73,6 +74,8 @@ pub enum DaemonRunError {
     },
     /// The stop signals could not be hooked.
     Signals(io::Error),
+    /// Hosts on other machines cannot be served as asked.
+    Remote(remote::RemoteSetupError),
 }
 
 impl fmt::Display for DaemonRunError {
@@ -91,6 +94,7 @@ impl fmt::Display for DaemonRunError {
                 write!(f, "cannot listen on {}: {source}", path.display())
             }
             Self::Signals(e) => write!(f, "cannot install the SIGTERM handler: {e}"),
+            Self::Remote(e) => write!(f, "{e}"),
         }
     }
 }
@@ -105,7 +109,18 @@ pub(crate) struct Service {
     gate: Arc<gate::Gate>,
     discovery: Discovery,
     registry: Arc<Registry>,
+    /// How hosts on other machines are let in, when the daemon listens for them.
+    remote: Option<RemoteHosts>,
     stopping: AtomicBool,
+}
+
+/// What the daemon needs to serve hosts on other machines.
+#[derive(Debug)]
+pub(crate) struct RemoteHosts {
+    /// The secret they must prove they hold.
+    secret: urom_core::auth::SharedSecret,
+    /// The user their workers run as.
+    uid: u32,
 }
 
 impl Service {
@@ -146,6 +161,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         Some(requested) => requested,
         None => allowed,
     };
+    let remote = remote::remote_hosts(&args).map_err(DaemonRunError::Remote)?;
     let worker_bin = args.worker_bin.clone().unwrap_or_else(default_worker_bin);
     let own_uid = nix::unistd::geteuid().as_raw();
     let mut allowed_uids = args.allow_uids.clone();
@@ -189,6 +205,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             max_workers: args.max_workers,
             busy_poll: args.worker_busy_poll,
         })),
+        remote,
         stopping: AtomicBool::new(false),
     });
     // Probe in the background from now on, so that the first hosts find the plugins known.
@@ -207,7 +224,13 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         "urom daemon started"
     );
 
-    let next_host = AtomicU64::new(1);
+    let next_host = Arc::new(AtomicU64::new(1));
+    #[cfg(feature = "ucx")]
+    if let Some(address) = args.listen_ucx {
+        let bound = remote::listen(&service, address, Arc::clone(&next_host))
+            .map_err(DaemonRunError::Remote)?;
+        info!(address = %bound, "listening for hosts on other machines over UCX");
+    }
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {

@@ -110,12 +110,35 @@ pub struct SpawnRequest {
 struct Worker {
     pid: Pid,
     gid: u32,
-    owner: u32,
+    owner: Owner,
     plugins: PluginMask,
     /// The directory that holds its socket, removed when it ends.
     dir: PathBuf,
     socket: PathBuf,
     hosts: HashSet<HostId>,
+}
+
+/// Who a host is, for deciding which workers it may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The Unix user its workers run as: a local host's own, a remote host's the one the daemon
+    /// was told to give remote hosts.
+    pub uid: u32,
+    /// For a host on another machine, the identity it authenticated with.
+    pub remote: Option<String>,
+}
+
+impl Owner {
+    /// A host on this machine running as `uid`.
+    pub fn local(uid: u32) -> Self {
+        Self { uid, remote: None }
+    }
+
+    /// Whether a host that is `self` may use a worker that `owner` started: its own, or any
+    /// when it is local root. A remote host is never root.
+    fn may_use(&self, owner: &Owner) -> bool {
+        self == owner || (self.uid == 0 && self.remote.is_none())
+    }
 }
 
 /// A user a worker runs as, other than the daemon's.
@@ -191,7 +214,7 @@ impl Registry {
     pub fn spawn_or_attach(
         self: &Arc<Self>,
         host: HostId,
-        uid: u32,
+        owner: &Owner,
         request: &SpawnRequest,
         offered: &[PluginEntry],
     ) -> Result<(u64, PathBuf), ServiceError> {
@@ -203,17 +226,17 @@ impl Registry {
             return Err(ServiceError::new(Status::NotPermitted, refused.to_string()));
         }
         // Before the lock: the user database may be slow to answer.
-        let run_as = self.worker_user(uid)?;
+        let run_as = self.worker_user(owner.uid)?;
         let (id, socket) = {
             let mut inner = self.lock();
             match inner.workers.get_mut(&request.worker_id) {
                 Some(worker) => {
-                    attach(request, worker, uid)?;
+                    attach(request, worker, owner)?;
                     worker.hosts.insert(host);
                     info!(worker = request.worker_id, host, "host attached");
                     (request.worker_id, worker.socket.clone())
                 }
-                None => self.spawn(&mut inner, host, uid, run_as, request, offered)?,
+                None => self.spawn(&mut inner, host, owner, run_as, request, offered)?,
             }
         };
         self.wait_until_listening(id, &socket)?;
@@ -268,7 +291,7 @@ impl Registry {
         self: &Arc<Self>,
         inner: &mut Inner,
         host: HostId,
-        uid: u32,
+        owner: &Owner,
         run_as: Option<WorkerUser>,
         request: &SpawnRequest,
         offered: &[PluginEntry],
@@ -312,6 +335,7 @@ impl Registry {
         let process_uid = run_as
             .as_ref()
             .map_or(self.own_uid, |user| user.credentials.uid.as_raw());
+        let uid = owner.uid;
         let allow_uids = if uid == process_uid || uid == 0 {
             Vec::new()
         } else {
@@ -321,10 +345,10 @@ impl Registry {
             .config
             .socket_dir
             .join(format!("urom-worker-{id}-{}", inner.spawned));
-        let owner = run_as
+        let dir_owner = run_as
             .as_ref()
             .map(|user| (user.credentials.uid, user.credentials.gid));
-        worker_dir(&dir, owner, !allow_uids.is_empty()).map_err(|e| {
+        worker_dir(&dir, dir_owner, !allow_uids.is_empty()).map_err(|e| {
             ServiceError::new(
                 Status::OperatingSystem,
                 format!(
@@ -395,7 +419,7 @@ impl Registry {
             Worker {
                 pid,
                 gid: request.gid,
-                owner: uid,
+                owner: owner.clone(),
                 plugins: request.plugins,
                 dir,
                 socket: socket.clone(),
@@ -486,17 +510,14 @@ impl Registry {
     }
 
     /// Stops a worker the host owns, gracefully then forcefully.
-    pub fn destroy(&self, host: HostId, uid: u32, id: u64) -> Result<(), ServiceError> {
+    pub fn destroy(&self, host: HostId, owner: &Owner, id: u64) -> Result<(), ServiceError> {
         {
             let mut inner = self.lock();
             let worker = inner.workers.get_mut(&id).ok_or_else(|| {
                 ServiceError::new(Status::NotFound, format!("there is no worker {id}"))
             })?;
-            if worker.owner != uid && uid != 0 {
-                return Err(ServiceError::new(
-                    Status::NotPermitted,
-                    format!("worker {id} belongs to another user"),
-                ));
+            if !owner.may_use(&worker.owner) {
+                return Err(not_yours(id));
             }
             // The host asking is answered directly, not with an exit event.
             worker.hosts.remove(&host);
@@ -505,13 +526,13 @@ impl Registry {
         Ok(())
     }
 
-    /// The ids of the workers of group `gid` that `uid` may see, in order.
-    pub fn by_gid(&self, uid: u32, gid: u32) -> Vec<u64> {
+    /// The ids of the workers of group `gid` that `owner` may see, in order.
+    pub fn by_gid(&self, owner: &Owner, gid: u32) -> Vec<u64> {
         let inner = self.lock();
         let mut ids: Vec<u64> = inner
             .workers
             .iter()
-            .filter(|(_, w)| w.gid == gid && (w.owner == uid || uid == 0))
+            .filter(|(_, w)| w.gid == gid && owner.may_use(&w.owner))
             .map(|(&id, _)| id)
             .collect();
         ids.sort_unstable();
@@ -635,14 +656,18 @@ fn worker_dir(
     Ok(())
 }
 
+fn not_yours(id: u64) -> ServiceError {
+    ServiceError::new(
+        Status::NotPermitted,
+        format!("worker {id} belongs to another user"),
+    )
+}
+
 /// Checks that a host may attach to `worker` as asked.
-fn attach(request: &SpawnRequest, worker: &Worker, uid: u32) -> Result<(), ServiceError> {
+fn attach(request: &SpawnRequest, worker: &Worker, owner: &Owner) -> Result<(), ServiceError> {
     let id = request.worker_id;
-    if worker.owner != uid && uid != 0 {
-        return Err(ServiceError::new(
-            Status::NotPermitted,
-            format!("worker {id} belongs to another user"),
-        ));
+    if !owner.may_use(&worker.owner) {
+        return Err(not_yours(id));
     }
     if !request.env.is_empty() {
         return Err(ServiceError::new(

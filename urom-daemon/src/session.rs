@@ -6,16 +6,17 @@
 //! [`HELLO_TIMEOUT`] of being accepted is answered with an error and closed.
 
 use std::io::{self, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
+use urom_core::auth::{self, AuthBytes, Transcript};
 use urom_core::plugin_id::PluginMask;
+use urom_core::transport::stream::{StreamReader, StreamWriter};
 use urom_wire::control::{
-    AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo, SpawnResult,
-    WorkerExit,
+    AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo, ServiceProof,
+    SpawnResult, WorkerExit,
 };
 use urom_wire::frame::frame_length;
 use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
@@ -23,7 +24,7 @@ use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION,
 use crate::Service;
 use crate::discovery::PluginEntry;
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit};
-use crate::registry::{HostEvents, HostId, ServiceError, SpawnRequest};
+use crate::registry::{HostEvents, HostId, Owner, ServiceError, SpawnRequest};
 
 /// How often a blocked read looks at the stop flag.
 const READ_POLL: Duration = Duration::from_millis(200);
@@ -52,7 +53,7 @@ enum End {
 
 /// The sending half of a host connection, shared with the threads that report worker exits.
 struct HostLink {
-    writer: Mutex<UnixStream>,
+    writer: Mutex<StreamWriter>,
     max: MaxMsgSize,
 }
 
@@ -92,37 +93,58 @@ enum State {
     Ready,
 }
 
-/// Serves one host, run by `peer` and admitted with `permit`, until it leaves or the daemon
-/// stops.
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone)]
+pub(crate) enum Client {
+    /// A process on this machine, known by its socket's credentials.
+    Local(Peer),
+    /// A host on another machine, which must prove that it holds the shared secret.
+    // Only the UCX listener lets one in.
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    Remote {
+        /// Its network address, for the log.
+        address: String,
+    },
+}
+
+/// Serves one host, `client`, admitted with `permit`, until it leaves or the daemon stops.
 pub(crate) fn serve(
     service: &Service,
     host: HostId,
-    stream: UnixStream,
-    peer: Peer,
+    (mut stream, mut writer): (StreamReader, StreamWriter),
+    client: Client,
     permit: Permit,
 ) {
     let handshake_deadline = Instant::now() + HELLO_TIMEOUT;
     // The connection's place is given back when the session ends.
     let _permit = permit;
-    let Peer { uid, pid } = peer;
-    let writer = match stream.try_clone() {
-        Ok(writer) => writer,
-        Err(e) => {
-            warn!(host, "cannot set up the connection: {e}");
-            return;
-        }
-    };
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let _ = stream.set_read_timeout(Some(READ_POLL));
     let link = Arc::new(HostLink {
         writer: Mutex::new(writer),
         max: service.max_msg_size,
     });
-    info!(host, uid, pid, "host connected");
+    let owner = match &client {
+        Client::Local(Peer { uid, pid }) => {
+            info!(host, uid, pid, "host connected");
+            Owner::local(*uid)
+        }
+        Client::Remote { address } => {
+            info!(host, address, "remote host connected");
+            // Nobody until it authenticates.
+            Owner {
+                uid: u32::MAX,
+                remote: Some(String::new()),
+            }
+        }
+    };
     let mut session = Session {
         service,
         host,
-        uid,
+        client,
+        owner,
+        challenge: [0; urom_wire::control::AUTH_DATA_LEN],
+        identity: String::new(),
         stream,
         link,
         buf: vec![0; service.max_msg_size.get()],
@@ -140,7 +162,7 @@ pub(crate) fn serve(
     match end {
         End::Closed => info!(host, "host disconnected"),
         End::Shutdown => info!(host, "closing the host's connection: the service stops"),
-        End::Misbehaved(why) => warn!(host, uid, pid, "host disconnected: {why}"),
+        End::Misbehaved(why) => warn!(host, client = ?session.client, "host disconnected: {why}"),
         End::Io(e) => warn!(host, "host connection failed: {e}"),
     }
 }
@@ -148,8 +170,14 @@ pub(crate) fn serve(
 struct Session<'s> {
     service: &'s Service,
     host: HostId,
-    uid: u32,
-    stream: UnixStream,
+    client: Client,
+    /// Who the host is once it authenticated.
+    owner: Owner,
+    /// The nonce of the authentication challenge.
+    challenge: AuthBytes,
+    /// The identity the host said hello with.
+    identity: String,
+    stream: StreamReader,
     link: Arc<HostLink>,
     buf: Vec<u8>,
     state: State,
@@ -248,7 +276,11 @@ impl Session<'_> {
     /// at most [`LINGER`] and [`LINGER_BYTES`]. Closing a socket with unread bytes would reset
     /// the connection instead, and the host could lose the reply.
     fn close_after_refusal(&mut self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        self.link
+            .writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shutdown();
         let deadline = Instant::now() + LINGER;
         let limit = LINGER_BYTES.max(self.buf.len());
         let mut dropped = 0;
@@ -311,14 +343,36 @@ impl Session<'_> {
                     ));
                 }
                 info!(host = self.host, identity = hello.identity, "hello");
+                let method = match self.client {
+                    Client::Local(_) => AuthMethod::PeerCredentials,
+                    Client::Remote { .. } => AuthMethod::SharedSecret,
+                };
+                self.challenge = match auth::fresh_nonce() {
+                    Ok(nonce) => nonce,
+                    Err(e) => {
+                        return Err(self.refuse(
+                            seq,
+                            Status::OperatingSystem,
+                            &format!("cannot draw a random challenge: {e}"),
+                        ));
+                    }
+                };
+                self.identity = hello.identity.to_owned();
                 let challenge = AuthChallenge {
-                    method: AuthMethod::PeerCredentials,
-                    nonce: nonce(),
+                    method,
+                    nonce: self.challenge,
                 };
                 self.reply(seq, ControlMessage::AuthChallenge(challenge))?;
                 self.state = State::AwaitAuth;
             }
             (State::AwaitAuth, ControlMessage::AuthResponse(response)) => {
+                let Client::Local(peer) = &self.client else {
+                    return Err(self.refuse(
+                        seq,
+                        Status::Authentication,
+                        "a host on another machine must prove the shared secret",
+                    ));
+                };
                 if response.method != AuthMethod::PeerCredentials {
                     return Err(self.refuse(
                         seq,
@@ -326,19 +380,59 @@ impl Session<'_> {
                         "only peer-credential authentication is offered on a local socket",
                     ));
                 }
-                if !self.service.allows(self.uid) {
+                if !self.service.allows(peer.uid) {
                     return Err(self.refuse(
                         seq,
                         Status::Authentication,
-                        &format!("user {} may not use this service", self.uid),
+                        &format!("user {} may not use this service", peer.uid),
                     ));
                 }
-                self.service
-                    .registry
-                    .add_host(self.host, Arc::clone(&self.link) as Arc<dyn HostEvents>);
-                self.plugins = self.service.discover();
-                self.state = State::Ready;
+                self.authenticated();
                 self.reply(seq, ControlMessage::Ack)?;
+            }
+            (State::AwaitAuth, ControlMessage::SecretProof(proof)) => {
+                let (Client::Remote { address }, Some(remote)) =
+                    (&self.client, &self.service.remote)
+                else {
+                    return Err(self.refuse(
+                        seq,
+                        Status::Authentication,
+                        "a local host authenticates with its Unix credentials",
+                    ));
+                };
+                let transcript = Transcript {
+                    service_nonce: &self.challenge,
+                    host_nonce: &proof.nonce,
+                    identity: &self.identity,
+                };
+                if !remote.secret.check_host_proof(&transcript, &proof.proof) {
+                    warn!(
+                        host = self.host,
+                        address,
+                        identity = self.identity,
+                        "remote host failed authentication: wrong proof of the shared secret"
+                    );
+                    return Err(self.refuse(
+                        seq,
+                        Status::Authentication,
+                        "wrong proof of the shared secret: the host's key file differs from the service's",
+                    ));
+                }
+                let answer = ServiceProof {
+                    proof: remote.secret.service_proof(&transcript),
+                };
+                self.owner = Owner {
+                    uid: remote.uid,
+                    remote: Some(self.identity.clone()),
+                };
+                info!(
+                    host = self.host,
+                    address,
+                    identity = self.identity,
+                    "remote host authenticated"
+                );
+                self.authenticated();
+                self.reply(seq, ControlMessage::ServiceProof(answer))?;
             }
             (State::Ready, ControlMessage::PluginListRequest) => {
                 let infos: Vec<PluginInfo> = self
@@ -365,7 +459,7 @@ impl Session<'_> {
                 };
                 let result = self.service.registry.spawn_or_attach(
                     self.host,
-                    self.uid,
+                    &self.owner,
                     &request,
                     &self.plugins,
                 );
@@ -386,14 +480,14 @@ impl Session<'_> {
                 match self
                     .service
                     .registry
-                    .destroy(self.host, self.uid, worker_id)
+                    .destroy(self.host, &self.owner, worker_id)
                 {
                     Ok(()) => self.reply(seq, ControlMessage::Ack)?,
                     Err(error) => self.reply_error(seq, &error)?,
                 }
             }
             (State::Ready, ControlMessage::WorkersByGidRequest { gid }) => {
-                let ids = self.service.registry.by_gid(self.uid, gid);
+                let ids = self.service.registry.by_gid(&self.owner, gid);
                 self.reply(seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
             }
             (state, body) => {
@@ -411,6 +505,15 @@ impl Session<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The host proved who it is: it may make requests now.
+    fn authenticated(&mut self) {
+        self.service
+            .registry
+            .add_host(self.host, Arc::clone(&self.link) as Arc<dyn HostEvents>);
+        self.plugins = self.service.discover();
+        self.state = State::Ready;
     }
 
     fn reply(&self, seq: u64, body: ControlMessage<'_>) -> Result<(), End> {
@@ -440,11 +543,116 @@ fn header_seq(bytes: &[u8]) -> u64 {
     urom_wire::frame::peek_seq(bytes).unwrap_or(0)
 }
 
-/// Fresh random bytes for a challenge.
-fn nonce() -> [u8; urom_wire::control::AUTH_DATA_LEN] {
-    let mut nonce = [0u8; urom_wire::control::AUTH_DATA_LEN];
-    if let Err(e) = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut nonce)) {
-        warn!("cannot read /dev/urandom ({e}); the challenge nonce is not random");
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+
+    use urom_core::auth::SharedSecret;
+    use urom_core::host::{Service as HostService, ServiceStartError};
+    use urom_core::transport::shm::ShmConnection;
+    use urom_core::transport::{Channel, ChannelConfig};
+    use urom_wire::CpuSet;
+
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    use crate::RemoteHosts;
+    use crate::discovery::Discovery;
+    use crate::gate::{Gate, Limits};
+    use crate::registry::{Registry, WorkerConfig};
+
+    const SECRET: &[u8] = b"the service's shared secret";
+
+    fn service(dir: &std::path::Path) -> Arc<Service> {
+        let config = WorkerConfig {
+            worker_bin: PathBuf::from("urom-worker"),
+            max_msg_size: MaxMsgSize::DEFAULT,
+            log_dir: dir.to_owned(),
+            log_level: 50,
+            socket_dir: dir.to_owned(),
+            cpuset: "0".parse::<CpuSet>().unwrap(),
+            max_workers: 4,
+            busy_poll: false,
+        };
+        Arc::new(Service {
+            max_msg_size: MaxMsgSize::DEFAULT,
+            cpuset: config.cpuset,
+            gate: Arc::new(Gate::new(
+                Vec::new(),
+                Limits {
+                    total: 8,
+                    per_user: 8,
+                },
+            )),
+            discovery: Discovery::new(PathBuf::from("urom-daemon")),
+            registry: Arc::new(Registry::new(config)),
+            remote: Some(RemoteHosts {
+                secret: SharedSecret::from_bytes(SECRET),
+                uid: 0,
+            }),
+            stopping: AtomicBool::new(false),
+        })
     }
-    nonce
+
+    /// A host on the other end of a channel to a remote session, with `key` in its key file.
+    fn remote_host(
+        key: &[u8],
+        dir: &std::path::Path,
+    ) -> Result<HostService<urom_core::host::Running>, ServiceStartError> {
+        let service = service(dir);
+        let config = ChannelConfig::default();
+        let (daemon_end, host_end) = ShmConnection::pair(&config).unwrap();
+        let permit = service.gate.permit(0).unwrap();
+        std::thread::spawn(move || {
+            let client = Client::Remote {
+                address: "test".into(),
+            };
+            let halves = urom_core::transport::stream::split_channel(daemon_end.into());
+            serve(&service, 1, halves, client, permit);
+        });
+        let key_file = dir.join("key");
+        std::fs::write(&key_file, key).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        HostService::new()
+            .set_key_file(&key_file)
+            .set_identity("rank-0")
+            .start_on(Channel::from(host_end))
+            .map_err(|(_, e)| e)
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("urom-session-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_remote_host_with_the_secret_is_served() {
+        let dir = temp_dir("right");
+        let service = remote_host(SECRET, &dir).expect("the host authenticates");
+        assert_eq!(service.cpuset(), "0".parse::<CpuSet>().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_remote_host_with_another_secret_is_refused() {
+        let dir = temp_dir("wrong");
+        let error = remote_host(b"not the service's shared secret", &dir)
+            .err()
+            .expect("refused");
+        let text = error.to_string();
+        assert!(
+            matches!(
+                error,
+                ServiceStartError::Control(urom_core::host::ControlError::Refused {
+                    status: Status::Authentication,
+                    ..
+                })
+            ),
+            "{text}"
+        );
+        assert!(text.contains("wrong proof of the shared secret"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

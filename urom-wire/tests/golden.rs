@@ -68,9 +68,7 @@ fn control(name: &str) -> FrameRepr<ControlMessage<'static>> {
         ),
         "service_proof" => (
             2,
-            ControlMessage::ServiceProof(ServiceProof {
-                proof: nonce(0x80),
-            }),
+            ControlMessage::ServiceProof(ServiceProof { proof: nonce(0x80) }),
         ),
         "ack" => (2, ControlMessage::Ack),
         "error" => (

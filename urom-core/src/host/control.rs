@@ -11,7 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use crate::wire::control::{AuthMethod, AuthResponse, ControlMessage, Hello, WorkerExit};
+use crate::auth::{self, SharedSecret, Transcript};
+use crate::transport::stream::{self, StreamReader, StreamWriter};
+use crate::wire::control::{
+    AuthMethod, AuthResponse, ControlMessage, Hello, IDENTITY_LEN, SecretProof, WorkerExit,
+};
 use crate::wire::frame::frame_length;
 use crate::wire::{FRAME_HEADER_LEN, FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};
 
@@ -149,7 +153,7 @@ type ExitWatchers = Mutex<HashMap<u64, Vec<mpsc::Sender<WorkerExit>>>>;
 
 /// The connection to the daemon.
 pub(crate) struct ControlChannel {
-    writer: Mutex<UnixStream>,
+    writer: Mutex<StreamWriter>,
     max: MaxMsgSize,
     next_seq: AtomicU64,
     waiters: Arc<Waiters>,
@@ -157,49 +161,111 @@ pub(crate) struct ControlChannel {
 }
 
 impl ControlChannel {
-    /// Connects, says hello and authenticates, then starts the reader thread.
+    /// Connects to a daemon on this machine, says hello and authenticates with this process's
+    /// Unix credentials, then starts the reader thread.
     pub(crate) fn connect(
         socket: &Path,
         max: MaxMsgSize,
         identity: &str,
     ) -> Result<Arc<Self>, ControlError> {
-        let mut stream = UnixStream::connect(socket).map_err(io_error)?;
-        stream
+        let stream = UnixStream::connect(socket).map_err(io_error)?;
+        let (reader, writer) = stream::split_unix(stream).map_err(io_error)?;
+        Self::open(reader, writer, max, identity, None)
+    }
+
+    /// Says hello on a connected stream and authenticates: with a `secret` (a daemon on
+    /// another machine) by proving it and checking the daemon's proof, else with this
+    /// process's Unix credentials. Then starts the reader thread.
+    pub(crate) fn open(
+        mut reader: StreamReader,
+        mut writer: StreamWriter,
+        max: MaxMsgSize,
+        identity: &str,
+        secret: Option<&SharedSecret>,
+    ) -> Result<Arc<Self>, ControlError> {
+        reader
             .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
             .map_err(io_error)?;
+        let identity = crate::wire::truncate_at_char_boundary(identity, IDENTITY_LEN - 1);
         let hello = Hello {
             protocol_version: PROTOCOL_VERSION,
             max_msg_size: max.as_u32(),
-            identity: crate::wire::truncate_at_char_boundary(identity, 63),
+            identity,
         };
-        send_handshake(&mut stream, max, 1, ControlMessage::Hello(hello))?;
-        let reply = read_frame(&mut stream, max).map_err(|e| e.timed_out("the hello"))?;
-        reply.refusal()?;
+        let mut handshake = Handshake {
+            reader: &mut reader,
+            writer: &mut writer,
+            max,
+        };
+        let reply = handshake.exchange(1, ControlMessage::Hello(hello), "the hello")?;
         let ControlMessage::AuthChallenge(challenge) = reply.message() else {
             return Err(ControlError::Protocol("no authentication challenge".into()));
         };
-        if challenge.method != AuthMethod::PeerCredentials {
-            return Err(ControlError::Protocol(format!(
-                "authentication method {:?} is not supported on a local socket",
-                challenge.method
-            )));
+        match (challenge.method, secret) {
+            (AuthMethod::PeerCredentials, None) => {
+                let response = AuthResponse {
+                    method: AuthMethod::PeerCredentials,
+                    proof: [0; 32],
+                };
+                let reply = handshake.exchange(
+                    2,
+                    ControlMessage::AuthResponse(response),
+                    "the authentication",
+                )?;
+                if !matches!(reply.message(), ControlMessage::Ack) {
+                    return Err(ControlError::Protocol(
+                        "authentication was not acknowledged".into(),
+                    ));
+                }
+            }
+            (AuthMethod::SharedSecret, Some(secret)) => {
+                let nonce = auth::fresh_nonce().map_err(|e| ControlError::Io(e.to_string()))?;
+                let transcript = Transcript {
+                    service_nonce: &challenge.nonce,
+                    host_nonce: &nonce,
+                    identity,
+                };
+                let proof = SecretProof {
+                    nonce,
+                    proof: secret.host_proof(&transcript),
+                };
+                let reply = handshake.exchange(
+                    2,
+                    ControlMessage::SecretProof(proof),
+                    "the authentication",
+                )?;
+                let ControlMessage::ServiceProof(service) = reply.message() else {
+                    return Err(ControlError::Protocol(
+                        "the service did not prove that it holds the shared secret".into(),
+                    ));
+                };
+                if !secret.check_service_proof(&transcript, &service.proof) {
+                    return Err(ControlError::Refused {
+                        status: Status::Authentication,
+                        reason: "the service's proof of the shared secret is wrong: it does not \
+                                 hold the same key, or someone else answered"
+                            .into(),
+                    });
+                }
+            }
+            (AuthMethod::SharedSecret, None) => {
+                return Err(ControlError::Refused {
+                    status: Status::Authentication,
+                    reason: format!(
+                        "the service asks for a shared secret; give a key file ({})",
+                        auth::KEY_FILE_VAR
+                    ),
+                });
+            }
+            (method, _) => {
+                return Err(ControlError::Protocol(format!(
+                    "authentication method {method:?} is not supported here"
+                )));
+            }
         }
-        let response = AuthResponse {
-            method: AuthMethod::PeerCredentials,
-            proof: [0; 32],
-        };
-        send_handshake(&mut stream, max, 2, ControlMessage::AuthResponse(response))?;
-        let reply = read_frame(&mut stream, max).map_err(|e| e.timed_out("the authentication"))?;
-        reply.refusal()?;
-        if !matches!(reply.message(), ControlMessage::Ack) {
-            return Err(ControlError::Protocol(
-                "authentication was not acknowledged".into(),
-            ));
-        }
-        stream.set_read_timeout(None).map_err(io_error)?;
-        let reader = stream.try_clone().map_err(io_error)?;
+        reader.set_read_timeout(None).map_err(io_error)?;
         let channel = Arc::new(Self {
-            writer: Mutex::new(stream),
+            writer: Mutex::new(writer),
             max,
             next_seq: AtomicU64::new(3),
             waiters: Arc::default(),
@@ -249,7 +315,7 @@ impl ControlChannel {
 
     /// Closes the connection: the daemon tears down the workers only this host used.
     pub(crate) fn close(&self) {
-        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Both);
+        lock(&self.writer).hang_up();
     }
 }
 
@@ -267,7 +333,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The reader thread: replies to their waiters, exit events to their watchers. When the
 /// daemon goes away, dropping every sender tells everyone.
-fn route_replies(mut reader: UnixStream, max: MaxMsgSize, waiters: &Waiters, exits: &ExitWatchers) {
+fn route_replies(
+    mut reader: StreamReader,
+    max: MaxMsgSize,
+    waiters: &Waiters,
+    exits: &ExitWatchers,
+) {
     while let Ok(reply) = read_frame(&mut reader, max) {
         if let ControlMessage::WorkerExited(exit) = reply.message() {
             if let Some(watchers) = lock(exits).remove(&exit.worker_id) {
@@ -287,7 +358,7 @@ fn route_replies(mut reader: UnixStream, max: MaxMsgSize, waiters: &Waiters, exi
 }
 
 fn write_frame(
-    stream: &mut UnixStream,
+    stream: &mut StreamWriter,
     max: MaxMsgSize,
     seq: u64,
     body: ControlMessage<'_>,
@@ -300,24 +371,39 @@ fn write_frame(
     stream.write_all(&bytes).map_err(io_error)
 }
 
-/// Sends a handshake frame. A daemon that turns the connection away (a user it does not serve,
-/// too many connections, a handshake too slow) answers with an error and hangs up, possibly
-/// before this frame arrived: its reason is worth more than the broken pipe.
-fn send_handshake(
-    stream: &mut UnixStream,
+/// The two halves of a connection during the handshake.
+struct Handshake<'a> {
+    reader: &'a mut StreamReader,
+    writer: &'a mut StreamWriter,
     max: MaxMsgSize,
-    seq: u64,
-    body: ControlMessage<'_>,
-) -> Result<(), ControlError> {
-    write_frame(stream, max, seq, body).map_err(|sent| {
-        match read_frame(stream, max).map(|reply| reply.refusal()) {
-            Ok(Err(refused)) => refused,
-            _ => sent,
-        }
-    })
 }
 
-fn read_frame(stream: &mut UnixStream, max: MaxMsgSize) -> Result<Reply, ReadError> {
+impl Handshake<'_> {
+    /// Sends a handshake frame and reads the answer, which must not be an error reply. A
+    /// daemon that turns the connection away (a user it does not serve, too many connections, a
+    /// handshake too slow) answers with an error and hangs up, possibly before this frame
+    /// arrived: its reason is worth more than the broken pipe.
+    fn exchange(
+        &mut self,
+        seq: u64,
+        body: ControlMessage<'_>,
+        waited_for: &'static str,
+    ) -> Result<Reply, ControlError> {
+        if let Err(sent) = write_frame(self.writer, self.max, seq, body) {
+            return Err(
+                match read_frame(self.reader, self.max).map(|r| r.refusal()) {
+                    Ok(Err(refused)) => refused,
+                    _ => sent,
+                },
+            );
+        }
+        let reply = read_frame(self.reader, self.max).map_err(|e| e.timed_out(waited_for))?;
+        reply.refusal()?;
+        Ok(reply)
+    }
+}
+
+fn read_frame(stream: &mut StreamReader, max: MaxMsgSize) -> Result<Reply, ReadError> {
     let mut bytes = vec![0u8; FRAME_HEADER_LEN];
     stream.read_exact(&mut bytes)?;
     let len = frame_length(&bytes, max)
@@ -328,4 +414,94 @@ fn read_frame(stream: &mut UnixStream, max: MaxMsgSize) -> Result<Reply, ReadErr
     FrameRepr::<ControlMessage>::parse(&bytes, max)
         .map_err(|e| ControlError::Protocol(e.to_string()))?;
     Ok(Reply { bytes, max })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::control::AuthChallenge;
+
+    /// A service that answers the handshake as `answer` says, on the other end of a stream.
+    fn fake_service(
+        method: AuthMethod,
+        answer: impl FnOnce(&SecretProof) -> ControlMessage<'static> + Send + 'static,
+    ) -> (StreamReader, StreamWriter) {
+        let (host, service) = UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let (mut reader, mut writer) = stream::split_unix(service).unwrap();
+            let max = MaxMsgSize::DEFAULT;
+            let _hello = read_frame(&mut reader, max).ok().unwrap();
+            let challenge = AuthChallenge {
+                method,
+                nonce: [7; 32],
+            };
+            write_frame(
+                &mut writer,
+                max,
+                1,
+                ControlMessage::AuthChallenge(challenge),
+            )
+            .unwrap();
+            let Ok(reply) = read_frame(&mut reader, max) else {
+                return;
+            };
+            if let ControlMessage::SecretProof(proof) = reply.message() {
+                write_frame(&mut writer, max, 2, answer(&proof)).unwrap();
+            }
+        });
+        stream::split_unix(host).unwrap()
+    }
+
+    fn open(
+        halves: (StreamReader, StreamWriter),
+        secret: Option<&SharedSecret>,
+    ) -> Result<Arc<ControlChannel>, ControlError> {
+        let (reader, writer) = halves;
+        ControlChannel::open(reader, writer, MaxMsgSize::DEFAULT, "rank-0", secret)
+    }
+
+    #[test]
+    fn a_service_that_cannot_prove_the_secret_is_refused() {
+        let secret = SharedSecret::from_bytes(b"the host's shared secret");
+        let forged = fake_service(AuthMethod::SharedSecret, |_| {
+            ControlMessage::ServiceProof(crate::wire::control::ServiceProof { proof: [9; 32] })
+        });
+        let error = open(forged, Some(&secret)).err().unwrap();
+        assert!(
+            matches!(&error, ControlError::Refused { status: Status::Authentication, reason } if reason.contains("proof of the shared secret is wrong")),
+            "{error}"
+        );
+
+        let acked = fake_service(AuthMethod::SharedSecret, |_| ControlMessage::Ack);
+        let error = open(acked, Some(&secret)).err().unwrap();
+        assert!(
+            error.to_string().contains("did not prove that it holds"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_service_that_proves_the_secret_is_accepted() {
+        let secret = SharedSecret::from_bytes(b"the host's shared secret");
+        let service_secret = secret.clone();
+        let honest = fake_service(AuthMethod::SharedSecret, move |proof| {
+            let transcript = Transcript {
+                service_nonce: &[7; 32],
+                host_nonce: &proof.nonce,
+                identity: "rank-0",
+            };
+            assert!(service_secret.check_host_proof(&transcript, &proof.proof));
+            ControlMessage::ServiceProof(crate::wire::control::ServiceProof {
+                proof: service_secret.service_proof(&transcript),
+            })
+        });
+        assert!(open(honest, Some(&secret)).is_ok());
+    }
+
+    #[test]
+    fn a_secret_challenge_without_a_key_file_says_what_is_missing() {
+        let remote = fake_service(AuthMethod::SharedSecret, |_| ControlMessage::Ack);
+        let error = open(remote, None).err().unwrap();
+        assert!(error.to_string().contains(auth::KEY_FILE_VAR), "{error}");
+    }
 }

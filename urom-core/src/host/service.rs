@@ -9,7 +9,9 @@ use super::control::{ControlChannel, ControlError};
 use super::engine::OneShot;
 use super::service_file::{SERVICE_FILE_VAR, ServiceFileError, lookup_service};
 use super::{Idle, ProgressEngine, Running, State};
-use crate::wire::control::ControlMessage;
+use crate::auth::{KEY_FILE_VAR, KeyFileError, SharedSecret};
+use crate::transport::{Channel, ChannelConfig, ConnectError, stream};
+use crate::wire::control::{ControlMessage, EndpointKind};
 use crate::wire::{CpuSet, MaxMsgSize, MaxMsgSizeError};
 
 /// Where the daemon's socket is when nothing says otherwise: `/run/urom/urom.sock`, else
@@ -63,6 +65,10 @@ pub enum ServiceStartError {
         /// The service's host.
         dev_hostname: String,
     },
+    /// The key file for a remote service cannot be used.
+    KeyFile(KeyFileError),
+    /// The remote service cannot be reached.
+    Connect(ConnectError),
     /// Talking to the daemon failed.
     Control(ControlError),
 }
@@ -75,6 +81,8 @@ impl fmt::Display for ServiceStartError {
                 f,
                 "the service runs on {dev_hostname}; reaching another machine needs the ucx transport, not built in"
             ),
+            Self::KeyFile(e) => write!(f, "{e}"),
+            Self::Connect(e) => write!(f, "cannot reach the service: {e}"),
             Self::Control(e) => write!(f, "{e}"),
         }
     }
@@ -91,6 +99,9 @@ struct Config {
     service_file: Option<PathBuf>,
     device_pci: Option<String>,
     identity: String,
+    /// The service on another machine, `HOST:PORT`.
+    remote: Option<String>,
+    key_file: Option<PathBuf>,
 }
 
 /// What a running service shares with its workers, on any thread.
@@ -163,6 +174,8 @@ impl Service<Idle> {
                 service_file: std::env::var_os(SERVICE_FILE_VAR).map(PathBuf::from),
                 device_pci: None,
                 identity: format!("pid {}", std::process::id()),
+                remote: None,
+                key_file: std::env::var_os(KEY_FILE_VAR).map(PathBuf::from),
             }),
             data: (),
         }
@@ -205,7 +218,22 @@ impl Service<Idle> {
         self
     }
 
-    /// How this host introduces itself in the daemon's log.
+    /// A service on another machine, `HOST:PORT` (an IP address, or a name the resolver
+    /// knows), reached over UCX and authenticated with the key file; overrides the socket and
+    /// the service file.
+    pub fn set_remote(mut self, address: impl Into<String>) -> Self {
+        self.config.remote = Some(address.into());
+        self
+    }
+
+    /// The file holding the secret shared with a remote service [default: `$UROM_KEY_FILE`].
+    pub fn set_key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.key_file = Some(path.into());
+        self
+    }
+
+    /// How this host introduces itself in the daemon's log; a remote service knows the host
+    /// by it: its workers are this identity's.
     pub fn set_identity(mut self, identity: impl Into<String>) -> Self {
         self.config.identity = identity.into();
         self
@@ -213,7 +241,24 @@ impl Service<Idle> {
 
     /// Connects and authenticates, then reads the plugins and the CPU set.
     pub fn start(self) -> Result<Service<Running>, (Self, ServiceStartError)> {
-        match self.connect() {
+        let connected = self.connect().and_then(|channel| self.query(channel));
+        self.running(connected)
+    }
+
+    /// Starts on a channel already connected to a service (a transport of the caller's
+    /// choosing), authenticating with the key file as a remote host does.
+    pub fn start_on(self, channel: Channel) -> Result<Service<Running>, (Self, ServiceStartError)> {
+        let connected = self
+            .open_remote(channel)
+            .and_then(|channel| self.query(channel));
+        self.running(connected)
+    }
+
+    fn running(
+        self,
+        connected: Result<Shared, ServiceStartError>,
+    ) -> Result<Service<Running>, (Self, ServiceStartError)> {
+        match connected {
             Ok(shared) => Ok(Service {
                 config: self.config,
                 data: Connected {
@@ -222,6 +267,26 @@ impl Service<Idle> {
             }),
             Err(error) => Err((self, error)),
         }
+    }
+
+    /// Authenticates on `channel` with the shared secret.
+    fn open_remote(&self, channel: Channel) -> Result<Arc<ControlChannel>, ServiceStartError> {
+        let key_file = self.config.key_file.as_deref().ok_or_else(|| {
+            ServiceStartError::KeyFile(KeyFileError::Unreadable {
+                path: PathBuf::from(format!("${KEY_FILE_VAR}")),
+                reason: "no key file given: a remote service needs one".into(),
+            })
+        })?;
+        let secret = SharedSecret::read(key_file).map_err(ServiceStartError::KeyFile)?;
+        let (reader, writer) = stream::split_channel(channel);
+        ControlChannel::open(
+            reader,
+            writer,
+            self.config.max_msg_size,
+            &self.config.identity,
+            Some(&secret),
+        )
+        .map_err(ServiceStartError::Control)
     }
 
     fn socket(&self) -> Result<PathBuf, ServiceStartError> {
@@ -245,11 +310,21 @@ impl Service<Idle> {
         Ok(default_service_socket())
     }
 
-    fn connect(&self) -> Result<Shared, ServiceStartError> {
+    fn connect(&self) -> Result<Arc<ControlChannel>, ServiceStartError> {
+        if let Some(address) = &self.config.remote {
+            let config = ChannelConfig::new(self.config.max_msg_size);
+            let channel = Channel::connect(EndpointKind::Ucx, address.as_bytes(), &config)
+                .map_err(ServiceStartError::Connect)?;
+            return self.open_remote(channel);
+        }
         let socket = self.socket()?;
+        ControlChannel::connect(&socket, self.config.max_msg_size, &self.config.identity)
+            .map_err(ServiceStartError::Control)
+    }
+
+    /// Reads the plugins and the CPU set.
+    fn query(&self, channel: Arc<ControlChannel>) -> Result<Shared, ServiceStartError> {
         let max = self.config.max_msg_size;
-        let channel = ControlChannel::connect(&socket, max, &self.config.identity)
-            .map_err(ServiceStartError::Control)?;
         let reply = channel
             .call(ControlMessage::PluginListRequest)
             .map_err(ServiceStartError::Control)?;

@@ -10,7 +10,8 @@
 //! * [`shm`]: two processes on one machine, rings in a shared mapping;
 //! * [`loopback`]: both ends in one process, for tests;
 //! * [`Channel`]: whichever of them reaches the peer; the host, the worker and the GPU offload
-//!   programs hold channels and never name a transport. UCX across machines will join here.
+//!   programs hold channels and never name a transport. UCX across machines will join here;
+//! * [`stream`]: a Unix socket or a channel as a byte stream, for the control protocol.
 //!
 //! The same conformance suite (`tests/conformance.rs`) runs against each.
 //!
@@ -27,6 +28,7 @@ mod channel;
 pub mod loopback;
 #[allow(unsafe_code)]
 pub mod shm;
+pub mod stream;
 
 pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};
 

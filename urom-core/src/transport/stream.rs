@@ -1,0 +1,290 @@
+//! Byte streams for the control protocol: a Unix socket on one machine, or a [`Channel`] (UCX)
+//! to another.
+//!
+//! The control protocol (host <-> daemon) is a stream of frames that each side reads with
+//! [`Read`] and writes with [`Write`]. Over a channel, every `write` goes out as one transport
+//! frame and `read` hands out the bytes of received frames in order, so the same reader and
+//! writer code serves both. It copies each frame once; the control path is not a hot path.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use super::{
+    Channel, ChannelReceiver, ChannelSender, FrameReceiver, FrameRecvError, FrameSendError,
+    FrameSender, HalfControl, PeerGoneError, Transport,
+};
+
+/// How long a read or write without a timeout waits between looks (it then waits again).
+const FOREVER_STEP: Duration = Duration::from_secs(3600);
+
+/// The reading half of a control stream.
+pub enum StreamReader {
+    /// A Unix socket.
+    Unix(UnixStream),
+    /// A channel's receiving half.
+    Channel(ChannelReader),
+}
+
+/// The writing half of a control stream.
+pub enum StreamWriter {
+    /// A Unix socket.
+    Unix(UnixStream),
+    /// A channel's sending half.
+    Channel(ChannelWriter),
+}
+
+/// A stream's two halves.
+pub fn split_unix(stream: UnixStream) -> io::Result<(StreamReader, StreamWriter)> {
+    let writer = stream.try_clone()?;
+    Ok((StreamReader::Unix(stream), StreamWriter::Unix(writer)))
+}
+
+/// A channel's two halves, as a stream.
+pub fn split_channel(channel: Channel) -> (StreamReader, StreamWriter) {
+    let (tx, rx) = channel.into_split();
+    (
+        StreamReader::Channel(ChannelReader {
+            rx,
+            frame: Vec::new(),
+            offset: 0,
+            timeout: None,
+        }),
+        StreamWriter::Channel(ChannelWriter { tx, timeout: None }),
+    )
+}
+
+impl StreamReader {
+    /// How long a `read` waits before it fails with [`io::ErrorKind::WouldBlock`]; `None`
+    /// waits for ever.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Self::Unix(stream) => stream.set_read_timeout(timeout),
+            Self::Channel(reader) => {
+                reader.timeout = timeout;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl StreamWriter {
+    /// How long a `write` may wait for room before it fails with [`io::ErrorKind::TimedOut`];
+    /// `None` waits for ever.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Self::Unix(stream) => stream.set_write_timeout(timeout),
+            Self::Channel(writer) => {
+                writer.timeout = timeout;
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the stream in this direction: the peer reads what was written, then the end.
+    pub fn shutdown(&mut self) {
+        match self {
+            Self::Unix(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
+            Self::Channel(writer) => writer.tx.close(),
+        }
+    }
+
+    /// Ends the stream both ways at once, waking a thread blocked reading the other half (on a
+    /// channel, the reader wakes once the peer closes in turn).
+    pub fn hang_up(&mut self) {
+        match self {
+            Self::Unix(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+            Self::Channel(writer) => writer.tx.close(),
+        }
+    }
+}
+
+impl Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Self::Unix(stream) => stream.read(buf),
+            Self::Channel(reader) => reader.read(buf),
+        }
+    }
+}
+
+impl Write for StreamWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Unix(stream) => stream.write(buf),
+            Self::Channel(writer) => writer.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A channel's receiving half read as a byte stream.
+pub struct ChannelReader {
+    rx: ChannelReceiver,
+    /// The frame being handed out, and how much of it has been.
+    frame: Vec<u8>,
+    offset: usize,
+    timeout: Option<Duration>,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        while self.offset == self.frame.len() {
+            match self.rx.recv() {
+                Ok(Some(frame)) => {
+                    self.frame.clear();
+                    self.frame.extend_from_slice(frame);
+                    self.offset = 0;
+                }
+                Ok(None) => {
+                    let wait = match deadline {
+                        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                        None => FOREVER_STEP,
+                    };
+                    if wait.is_zero() {
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
+                    self.rx.wait_recv(wait).map_err(recv_error)?;
+                }
+                Err(FrameRecvError::PeerGone(PeerGoneError::Closed)) => return Ok(0),
+                Err(e) => return Err(recv_error(e)),
+            }
+        }
+        let n = buf.len().min(self.frame.len() - self.offset);
+        buf[..n].copy_from_slice(&self.frame[self.offset..self.offset + n]);
+        self.offset += n;
+        Ok(n)
+    }
+}
+
+/// A channel's sending half written as a byte stream.
+pub struct ChannelWriter {
+    tx: ChannelSender,
+    timeout: Option<Duration>,
+}
+
+impl Write for ChannelWriter {
+    /// Sends up to one maximum-size frame of `buf` as one transport frame.
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.tx.max_msg_size().get());
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        loop {
+            match self.tx.send(&buf[..n]) {
+                Ok(()) => return Ok(n),
+                Err(FrameSendError::Full) => {
+                    let wait = match deadline {
+                        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                        None => FOREVER_STEP,
+                    };
+                    if wait.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the peer does not take what is sent to it",
+                        ));
+                    }
+                    self.tx.wait_send(wait).map_err(send_error)?;
+                }
+                Err(e) => return Err(send_error(e)),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn recv_error(e: FrameRecvError) -> io::Error {
+    let kind = match e {
+        FrameRecvError::PeerGone(PeerGoneError::Closed) => io::ErrorKind::UnexpectedEof,
+        FrameRecvError::PeerGone(PeerGoneError::Died) => io::ErrorKind::ConnectionReset,
+        FrameRecvError::Closed => io::ErrorKind::NotConnected,
+        FrameRecvError::Protocol(_) => io::ErrorKind::InvalidData,
+    };
+    io::Error::new(kind, e.to_string())
+}
+
+fn send_error(e: FrameSendError) -> io::Error {
+    let kind = match e {
+        FrameSendError::PeerGone(_) => io::ErrorKind::BrokenPipe,
+        FrameSendError::Closed => io::ErrorKind::NotConnected,
+        FrameSendError::TooLarge { .. } | FrameSendError::Protocol(_) => io::ErrorKind::InvalidData,
+        FrameSendError::Full => io::ErrorKind::WouldBlock,
+    };
+    io::Error::new(kind, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::ChannelConfig;
+    use crate::transport::shm::ShmConnection;
+    use crate::wire::MaxMsgSize;
+
+    fn channels() -> (Channel, Channel) {
+        let config = ChannelConfig {
+            slots: 4,
+            ..ChannelConfig::new(MaxMsgSize::new(MaxMsgSize::MIN).unwrap())
+        };
+        let (a, b) = ShmConnection::pair(&config).unwrap();
+        (a.into(), b.into())
+    }
+
+    fn pair() -> ((StreamReader, StreamWriter), (StreamReader, StreamWriter)) {
+        let (a, b) = channels();
+        (split_channel(a), split_channel(b))
+    }
+
+    #[test]
+    fn bytes_written_are_read_in_order_across_frame_boundaries() {
+        let ((_, mut writer), (mut reader, _)) = pair();
+        let message: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let sender = std::thread::spawn(move || {
+            writer.write_all(&message).unwrap();
+            writer.shutdown();
+            message
+        });
+        let mut received = Vec::new();
+        reader.read_to_end(&mut received).unwrap();
+        assert_eq!(received, sender.join().unwrap());
+    }
+
+    #[test]
+    fn a_read_times_out_and_a_dead_peer_is_an_error() {
+        let (a, peer) = channels();
+        let (mut reader, _writer) = split_channel(a);
+        reader
+            .set_read_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        let error = reader.read(&mut [0; 8]).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+        peer.simulate_crash();
+        reader.set_read_timeout(None).unwrap();
+        let error = reader.read(&mut [0; 8]).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::ConnectionReset, "{error}");
+    }
+
+    #[test]
+    fn a_write_to_a_peer_that_reads_nothing_times_out() {
+        let ((_, mut writer), _peer) = pair();
+        writer
+            .set_write_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        let frame = [0u8; 64];
+        let error = (0..100)
+            .find_map(|_| writer.write_all(&frame).err())
+            .expect("the rings fill up");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+    }
+}
