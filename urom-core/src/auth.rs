@@ -15,16 +15,30 @@
 //! Each side picks a fresh 32-byte nonce per session, so neither proof can be replayed to the
 //! other side or to a later session; the two labels keep a proof from being reflected back as the
 //! other side's. Proofs are HMAC-SHA256 and compared in constant time.
+//!
+//! A worker that serves remote hosts has a key of its own, which its daemon made and gave it
+//! when it started it. The daemon hands that key to each remote host it lets use the worker,
+//! sealed with a pad only that host can compute ([`SharedSecret::worker_key_pad`]: a keyed hash
+//! of the session's transcript and the worker's id), and the host then runs the same exchange
+//! with the worker on the fresh data channel ([`challenge`] on the worker's side, [`prove`] on
+//! the host's) before any command. So a worker serves only hosts its daemon vouched for, and an
+//! eavesdropper learns nothing it could use.
 
 use std::fmt;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::wire::control::AUTH_DATA_LEN;
+use crate::transport::{FrameReceiver, FrameSender, Transport};
+use crate::wire::control::{
+    AUTH_DATA_LEN, AuthChallenge, AuthMethod, ControlMessage, ErrorReply, SecretProof,
+    ServiceProof,
+};
+use crate::wire::{FrameRepr, MaxMsgSize, Status};
 
 /// The environment variable naming the key file of a host that talks to a remote service.
 pub const KEY_FILE_VAR: &str = "UROM_KEY_FILE";
@@ -35,6 +49,7 @@ const MAX_KEY_FILE_LEN: u64 = 4096;
 
 const HOST_LABEL: &[u8] = b"urom host proof v1";
 const SERVICE_LABEL: &[u8] = b"urom service proof v1";
+const WORKER_KEY_LABEL: &[u8] = b"urom worker key v1";
 
 /// A nonce or a proof.
 pub type AuthBytes = [u8; AUTH_DATA_LEN];
@@ -174,6 +189,20 @@ impl SharedSecret {
         self.check(SERVICE_LABEL, transcript, proof)
     }
 
+    /// The pad that seals a worker's key for the host of this session: the daemon sends
+    /// `key ^ pad`, and only a holder of the secret who took part in the session can compute
+    /// the pad again ([`seal`] both seals and opens).
+    pub fn worker_key_pad(&self, transcript: &Transcript<'_>, worker_id: u64) -> AuthBytes {
+        let mut mac = self.mac(WORKER_KEY_LABEL, transcript);
+        mac.update(&worker_id.to_le_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// This secret's bytes as a worker key, when it is one (exactly 32 bytes).
+    pub fn as_worker_key(&self) -> Option<&AuthBytes> {
+        self.0.as_slice().try_into().ok()
+    }
+
     fn mac(&self, label: &[u8], transcript: &Transcript<'_>) -> Hmac<Sha256> {
         let mut mac =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
@@ -204,6 +233,167 @@ pub struct Transcript<'a> {
     pub host_nonce: &'a AuthBytes,
     /// The identity the host said hello with.
     pub identity: &'a str,
+}
+
+/// `key` sealed with (or, sealed, opened with) `pad`.
+pub fn seal(key: &AuthBytes, pad: &AuthBytes) -> AuthBytes {
+    core::array::from_fn(|i| key[i] ^ pad[i])
+}
+
+/// Why a peer on a fresh channel was not let in, or could not get in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// The channel failed.
+    Channel(String),
+    /// The peer did not answer within the time allowed.
+    TimedOut,
+    /// The peer's proof is wrong, or the peer refused ours.
+    Refused(String),
+    /// The peer sent something else than the exchange expects.
+    Protocol(String),
+}
+
+impl fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Channel(e) => write!(f, "the channel failed during authentication: {e}"),
+            Self::TimedOut => f.write_str("the peer did not authenticate in time"),
+            Self::Refused(why) => write!(f, "authentication refused: {why}"),
+            Self::Protocol(what) => write!(f, "unexpected message during authentication: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for HandshakeError {}
+
+/// The accepting side of the exchange on a fresh channel (a worker): challenges the peer to
+/// prove `key`, checks its proof and proves `key` in turn. A peer that fails is told why.
+pub fn challenge<T: Transport + ?Sized>(
+    conn: &mut T,
+    key: &SharedSecret,
+    identity: &str,
+    timeout: Duration,
+) -> Result<(), HandshakeError> {
+    let deadline = Instant::now() + timeout;
+    let max = conn.max_msg_size();
+    let nonce = fresh_nonce().map_err(|e| HandshakeError::Channel(e.to_string()))?;
+    let challenge = AuthChallenge {
+        method: AuthMethod::SharedSecret,
+        nonce,
+    };
+    send(conn, 1, ControlMessage::AuthChallenge(challenge))?;
+    let proof = receive(conn, max, deadline, |message| match message {
+        ControlMessage::SecretProof(proof) => Some(proof),
+        _ => None,
+    })?;
+    let transcript = Transcript {
+        service_nonce: &nonce,
+        host_nonce: &proof.nonce,
+        identity,
+    };
+    if !key.check_host_proof(&transcript, &proof.proof) {
+        let reason = "wrong proof of the worker's key: this host was not sent by its daemon";
+        let error = ErrorReply {
+            status: Status::Authentication,
+            reason,
+        };
+        let _ = send(conn, 2, ControlMessage::Error(error));
+        return Err(HandshakeError::Refused(reason.into()));
+    }
+    let answer = ServiceProof {
+        proof: key.service_proof(&transcript),
+    };
+    send(conn, 2, ControlMessage::ServiceProof(answer))
+}
+
+/// The connecting side of the exchange on a fresh channel (a host): answers the peer's
+/// challenge with a proof of `key` and checks the peer's proof.
+pub fn prove<T: Transport + ?Sized>(
+    conn: &mut T,
+    key: &SharedSecret,
+    identity: &str,
+    timeout: Duration,
+) -> Result<(), HandshakeError> {
+    let deadline = Instant::now() + timeout;
+    let max = conn.max_msg_size();
+    let challenge = receive(conn, max, deadline, |message| match message {
+        ControlMessage::AuthChallenge(c) if c.method == AuthMethod::SharedSecret => Some(c),
+        _ => None,
+    })?;
+    let nonce = fresh_nonce().map_err(|e| HandshakeError::Channel(e.to_string()))?;
+    let transcript = Transcript {
+        service_nonce: &challenge.nonce,
+        host_nonce: &nonce,
+        identity,
+    };
+    let proof = SecretProof {
+        nonce,
+        proof: key.host_proof(&transcript),
+    };
+    send(conn, 2, ControlMessage::SecretProof(proof))?;
+    let answer = receive(conn, max, deadline, |message| match message {
+        ControlMessage::ServiceProof(answer) => Some(answer),
+        _ => None,
+    })?;
+    if key.check_service_proof(&transcript, &answer.proof) {
+        Ok(())
+    } else {
+        Err(HandshakeError::Refused(
+            "the peer's proof of the key is wrong: it is not the worker the daemon named".into(),
+        ))
+    }
+}
+
+fn send<T: Transport + ?Sized>(
+    conn: &mut T,
+    seq: u64,
+    body: ControlMessage<'_>,
+) -> Result<(), HandshakeError> {
+    let frame = FrameRepr { seq, body };
+    let mut bytes = vec![0; frame.buffer_len()];
+    let len = frame
+        .emit(&mut bytes, conn.max_msg_size())
+        .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
+    let (tx, _) = conn.split();
+    // A fresh channel has room for the few frames of the exchange.
+    tx.send(&bytes[..len])
+        .map_err(|e| HandshakeError::Channel(e.to_string()))
+}
+
+/// Waits for the next frame until `deadline` and takes from it what `expect` picks; an error
+/// reply is a refusal.
+fn receive<T: Transport + ?Sized, M>(
+    conn: &mut T,
+    max: MaxMsgSize,
+    deadline: Instant,
+    expect: impl FnOnce(ControlMessage<'_>) -> Option<M>,
+) -> Result<M, HandshakeError> {
+    let (_, rx) = conn.split();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(HandshakeError::TimedOut);
+        }
+        let ready = rx
+            .wait_recv(left)
+            .map_err(|e| HandshakeError::Channel(e.to_string()))?;
+        if !ready {
+            continue;
+        }
+        let Some(bytes) = rx
+            .recv()
+            .map_err(|e| HandshakeError::Channel(e.to_string()))?
+        else {
+            continue;
+        };
+        let frame = FrameRepr::<ControlMessage>::parse(bytes, max)
+            .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
+        if let ControlMessage::Error(error) = frame.body {
+            return Err(HandshakeError::Refused(error.reason.to_owned()));
+        }
+        let kind = urom_wire::Body::kind(&frame.body);
+        return expect(frame.body).ok_or_else(|| HandshakeError::Protocol(format!("{kind:?}")));
+    }
 }
 
 /// Fresh random bytes from the operating system.
@@ -284,6 +474,57 @@ mod tests {
             "{missing}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_sealed_worker_key_opens_only_with_the_sessions_pad() {
+        let secret = SharedSecret::from_bytes(b"correct horse battery staple");
+        let (s, h) = (fresh_nonce().unwrap(), fresh_nonce().unwrap());
+        let session = transcript(&s, &h, "rank-0");
+        let key = fresh_nonce().unwrap();
+        let sealed = seal(&key, &secret.worker_key_pad(&session, 7));
+        assert_ne!(sealed, key);
+        assert_eq!(seal(&sealed, &secret.worker_key_pad(&session, 7)), key);
+        assert_ne!(seal(&sealed, &secret.worker_key_pad(&session, 8)), key);
+        let other = transcript(&h, &s, "rank-0");
+        assert_ne!(seal(&sealed, &secret.worker_key_pad(&other, 7)), key);
+    }
+
+    fn channel_pair() -> (crate::transport::Channel, crate::transport::Channel) {
+        let config = crate::transport::ChannelConfig::default();
+        let (a, b) = crate::transport::shm::ShmConnection::pair(&config).unwrap();
+        (a.into(), b.into())
+    }
+
+    #[test]
+    fn a_host_with_the_workers_key_gets_in_and_one_without_is_refused() {
+        const SOON: Duration = Duration::from_secs(10);
+        let key = SharedSecret::from_bytes(&fresh_nonce().unwrap());
+        let (mut worker, mut host) = channel_pair();
+        let worker_key = key.clone();
+        let accepting =
+            std::thread::spawn(move || challenge(&mut worker, &worker_key, "worker 3", SOON));
+        prove(&mut host, &key, "worker 3", SOON).expect("the host gets in");
+        accepting.join().unwrap().expect("the worker lets it in");
+
+        let (mut worker, mut host) = channel_pair();
+        let worker_key = key.clone();
+        let accepting =
+            std::thread::spawn(move || challenge(&mut worker, &worker_key, "worker 3", SOON));
+        let wrong = SharedSecret::from_bytes(&fresh_nonce().unwrap());
+        let refused = prove(&mut host, &wrong, "worker 3", SOON).unwrap_err();
+        assert!(
+            matches!(&refused, HandshakeError::Refused(why) if why.contains("not sent by its daemon")),
+            "{refused}"
+        );
+        assert!(matches!(
+            accepting.join().unwrap(),
+            Err(HandshakeError::Refused(_))
+        ));
+
+        let (_silent, mut host) = channel_pair();
+        let error = prove(&mut host, &key, "worker 3", Duration::from_millis(50)).unwrap_err();
+        assert_eq!(error, HandshakeError::TimedOut);
     }
 
     #[test]
