@@ -35,8 +35,7 @@ use sha2::Sha256;
 
 use crate::transport::{FrameReceiver, FrameSender, Transport};
 use crate::wire::control::{
-    AUTH_DATA_LEN, AuthChallenge, AuthMethod, ControlMessage, ErrorReply, SecretProof,
-    ServiceProof,
+    AUTH_DATA_LEN, AuthChallenge, AuthMethod, ControlMessage, ErrorReply, SecretProof, ServiceProof,
 };
 use crate::wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -44,6 +43,8 @@ use crate::wire::{FrameRepr, MaxMsgSize, Status};
 pub const KEY_FILE_VAR: &str = "UROM_KEY_FILE";
 /// The fewest bytes a secret may have.
 pub const MIN_SECRET_LEN: usize = 16;
+/// Length of a worker key.
+pub const AUTH_KEY_LEN: usize = AUTH_DATA_LEN;
 /// The most bytes of a key file that are read.
 const MAX_KEY_FILE_LEN: u64 = 4096;
 
@@ -233,6 +234,11 @@ pub struct Transcript<'a> {
     pub host_nonce: &'a AuthBytes,
     /// The identity the host said hello with.
     pub identity: &'a str,
+}
+
+/// The identity both sides of the exchange with worker `id` use.
+pub fn worker_identity(id: u64) -> String {
+    format!("worker {id}")
 }
 
 /// `key` sealed with (or, sealed, opened with) `pad`.

@@ -39,6 +39,12 @@ pub mod flag {
     pub const ALLOW_UID: &str = "allow-uid";
     /// Stop when the process that started the worker ends.
     pub const EXIT_WITH_PARENT: &str = "exit-with-parent";
+    /// Also accept hosts over UCX, at this `IP:PORT`.
+    pub const LISTEN_UCX: &str = "listen-ucx";
+    /// The file holding the key hosts over UCX must prove; read and removed at start.
+    pub const UCX_KEY_FILE: &str = "ucx-key-file";
+    /// The file the worker writes the UCX address it listens on to, as `IP:PORT`.
+    pub const UCX_ADDRESS_FILE: &str = "ucx-address-file";
 }
 
 /// The log level a worker logs at unless told otherwise: 50, info.
@@ -136,6 +142,21 @@ pub struct WorkerCommand {
     pub allow_uids: Vec<u32>,
     /// Stop when the process that started the worker ends.
     pub exit_with_parent: bool,
+    /// Also accept hosts on other machines, over UCX.
+    pub ucx: Option<UcxListen>,
+}
+
+/// How a worker accepts hosts on other machines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UcxListen {
+    /// Where to listen, `IP:PORT` (port 0: any free port).
+    pub address: std::net::SocketAddr,
+    /// The file holding the worker's key (32 bytes), which every such host must prove; the
+    /// worker reads it, then removes it.
+    pub key_file: PathBuf,
+    /// Where the worker writes the address it listens on, as `IP:PORT` text, before it
+    /// accepts hosts on its Unix socket.
+    pub address_file: PathBuf,
 }
 
 impl WorkerCommand {
@@ -155,6 +176,7 @@ impl WorkerCommand {
             busy_poll: false,
             allow_uids: Vec::new(),
             exit_with_parent: false,
+            ucx: None,
         }
     }
 
@@ -193,6 +215,11 @@ impl WorkerCommand {
             option(&mut args, flag::ALLOW_UID, uid.to_string());
         }
         switch(&mut args, flag::EXIT_WITH_PARENT, self.exit_with_parent);
+        if let Some(ucx) = &self.ucx {
+            option(&mut args, flag::LISTEN_UCX, ucx.address.to_string());
+            option(&mut args, flag::UCX_KEY_FILE, &ucx.key_file);
+            option(&mut args, flag::UCX_ADDRESS_FILE, &ucx.address_file);
+        }
         args
     }
 }
@@ -245,6 +272,11 @@ mod tests {
         command.busy_poll = true;
         command.allow_uids = vec![1000, 1001];
         command.exit_with_parent = true;
+        command.ucx = Some(UcxListen {
+            address: "10.0.0.1:0".parse().unwrap(),
+            key_file: "/tmp/w.key".into(),
+            address_file: "/tmp/w.addr".into(),
+        });
         let args: Vec<String> = command
             .to_args()
             .into_iter()
@@ -254,7 +286,8 @@ mod tests {
             args.join(" "),
             "--plugin /p/a.so:0x1 --plugin /p/b.so:0x4 --id 0 --gid 0 --cpuset 0-1 \
              --max-msg-size 4096 --log-level 50 --log-dir /tmp/logs --listen /tmp/w.sock \
-             --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent"
+             --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent \
+             --listen-ucx 10.0.0.1:0 --ucx-key-file /tmp/w.key --ucx-address-file /tmp/w.addr"
         );
     }
 }

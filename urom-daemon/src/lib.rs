@@ -204,6 +204,10 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             cpuset,
             max_workers: args.max_workers,
             busy_poll: args.worker_busy_poll,
+            ucx_listen: args
+                .listen_ucx
+                .filter(|_| remote.is_some())
+                .map(|address| address.ip()),
         })),
         remote,
         stopping: AtomicBool::new(false),

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,8 +28,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, Uid, User};
 use tracing::{error, info, warn};
+use urom_core::auth::AuthBytes;
 use urom_core::plugin_id::PluginMask;
-use urom_core::worker_command::{PluginSpec, WorkerCommand};
+use urom_core::worker_command::{PluginSpec, UcxListen, WorkerCommand};
 use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
 use urom_wire::{CpuSet, MaxMsgSize, Status};
 
@@ -42,6 +43,10 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The name of a worker's socket inside its directory.
 const WORKER_SOCKET: &str = "worker.sock";
+/// The worker's key for hosts on other machines, in its directory until it has read it.
+const WORKER_UCX_KEY: &str = "ucx.key";
+/// Where in its directory the worker says where it listens over UCX.
+const WORKER_UCX_ADDRESS: &str = "ucx.address";
 
 /// Identifies one host connection.
 pub type HostId = u64;
@@ -87,6 +92,9 @@ pub struct WorkerConfig {
     pub cpuset: CpuSet,
     /// The most workers at once.
     pub max_workers: u32,
+    /// Where workers also listen for hosts on other machines over UCX (port 0: any free one),
+    /// when the daemon serves such hosts.
+    pub ucx_listen: Option<std::net::IpAddr>,
     /// Whether workers spin when idle.
     pub busy_poll: bool,
 }
@@ -116,6 +124,28 @@ struct Worker {
     dir: PathBuf,
     socket: PathBuf,
     hosts: HashSet<HostId>,
+    /// How hosts on other machines reach it.
+    ucx: Option<WorkerUcx>,
+}
+
+/// How hosts on other machines reach a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerUcx {
+    /// The key they must prove to it.
+    pub key: AuthBytes,
+    /// Its UCX listener, `IP:PORT`.
+    pub listener: String,
+}
+
+/// A worker a host may now connect to.
+#[derive(Debug, Clone)]
+pub struct Reachable {
+    /// Its id.
+    pub id: u64,
+    /// Its Unix socket.
+    pub socket: PathBuf,
+    /// How to reach it from another machine, when it can be.
+    pub ucx: Option<WorkerUcx>,
 }
 
 /// Who a host is, for deciding which workers it may use.
@@ -217,7 +247,7 @@ impl Registry {
         owner: &Owner,
         request: &SpawnRequest,
         offered: &[PluginEntry],
-    ) -> Result<(u64, PathBuf), ServiceError> {
+    ) -> Result<Reachable, ServiceError> {
         if let Some(refused) = request
             .env
             .iter()
@@ -240,7 +270,35 @@ impl Registry {
             }
         };
         self.wait_until_listening(id, &socket)?;
-        Ok((id, socket))
+        let ucx = self.ucx_of(id)?;
+        Ok(Reachable { id, socket, ucx })
+    }
+
+    /// How hosts on other machines reach worker `id`: read from the address file it wrote
+    /// before its Unix socket, the first time it is asked for.
+    fn ucx_of(&self, id: u64) -> Result<Option<WorkerUcx>, ServiceError> {
+        let mut inner = self.lock();
+        let Some(worker) = inner.workers.get_mut(&id) else {
+            return Err(ServiceError::new(
+                Status::Initialization,
+                format!("worker {id} ended while starting"),
+            ));
+        };
+        if let Some(ucx) = &mut worker.ucx
+            && ucx.listener.is_empty()
+        {
+            let file = worker.dir.join(WORKER_UCX_ADDRESS);
+            ucx.listener = std::fs::read_to_string(&file).map_err(|e| {
+                ServiceError::new(
+                    Status::Initialization,
+                    format!(
+                        "worker {id} did not say where it listens over UCX ({}: {e})",
+                        file.display()
+                    ),
+                )
+            })?;
+        }
+        Ok(worker.ucx.clone())
     }
 
     /// The user a worker for a host of user `uid` runs as, when not the daemon's: the host's,
@@ -358,6 +416,12 @@ impl Registry {
             )
         })?;
         let socket = dir.join(WORKER_SOCKET);
+        let ucx = match self.config.ucx_listen {
+            Some(ip) => Some(self.worker_key(&dir, dir_owner, ip).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(&dir);
+            })?),
+            None => None,
+        };
         let (log, staged_log) = match self.worker_log(id, inner.spawned) {
             Ok(log) => log,
             Err(error) => {
@@ -378,6 +442,7 @@ impl Registry {
             busy_poll: self.config.busy_poll,
             allow_uids,
             exit_with_parent: true,
+            ucx: ucx.as_ref().map(|(_, listen)| listen.clone()),
         };
         let mut command = Command::new(&self.config.worker_bin);
         command
@@ -424,6 +489,10 @@ impl Registry {
                 dir,
                 socket: socket.clone(),
                 hosts: HashSet::from([host]),
+                ucx: ucx.map(|(key, _)| WorkerUcx {
+                    key,
+                    listener: String::new(),
+                }),
             },
         );
         info!(worker = id, pid = pid.as_raw(), gid = request.gid, %cpuset, plugins = format_args!("{:#x}", request.plugins), "worker spawned");
@@ -483,6 +552,39 @@ impl Registry {
     }
 
     /// Waits for a new worker's socket, or for it to die trying.
+    /// Makes a fresh key for a worker that listens over UCX and writes it where only the
+    /// worker's user can read it (the worker removes it once read).
+    fn worker_key(
+        &self,
+        dir: &std::path::Path,
+        owner: Option<(Uid, nix::unistd::Gid)>,
+        ip: std::net::IpAddr,
+    ) -> Result<(AuthBytes, UcxListen), ServiceError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            ServiceError::new(Status::OperatingSystem, format!("cannot {what}: {e}"))
+        };
+        let key = urom_core::auth::fresh_nonce().map_err(|e| failed("make a worker key", &e))?;
+        let key_file = dir.join(WORKER_UCX_KEY);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key_file)
+            .map_err(|e| failed("write the worker key", &e))?;
+        file.write_all(&key)
+            .map_err(|e| failed("write the worker key", &e))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid.as_raw()), Some(gid.as_raw()))
+                .map_err(|e| failed("give the worker its key", &e))?;
+        }
+        let listen = UcxListen {
+            address: std::net::SocketAddr::new(ip, 0),
+            key_file,
+            address_file: dir.join(WORKER_UCX_ADDRESS),
+        };
+        Ok((key, listen))
+    }
+
     fn wait_until_listening(&self, id: u64, socket: &std::path::Path) -> Result<(), ServiceError> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {

@@ -15,8 +15,8 @@ use urom_core::auth::{self, AuthBytes, Transcript};
 use urom_core::plugin_id::PluginMask;
 use urom_core::transport::stream::{StreamReader, StreamWriter};
 use urom_wire::control::{
-    AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo, ServiceProof,
-    SpawnResult, WorkerExit,
+    AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo,
+    SealedUcxAddress, ServiceProof, SpawnResult, WorkerExit,
 };
 use urom_wire::frame::frame_length;
 use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
@@ -24,7 +24,7 @@ use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION,
 use crate::Service;
 use crate::discovery::PluginEntry;
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit};
-use crate::registry::{HostEvents, HostId, Owner, ServiceError, SpawnRequest};
+use crate::registry::{HostEvents, HostId, Owner, Reachable, ServiceError, SpawnRequest};
 
 /// How often a blocked read looks at the stop flag.
 const READ_POLL: Duration = Duration::from_millis(200);
@@ -144,6 +144,7 @@ pub(crate) fn serve(
         client,
         owner,
         challenge: [0; urom_wire::control::AUTH_DATA_LEN],
+        host_nonce: [0; urom_wire::control::AUTH_DATA_LEN],
         identity: String::new(),
         stream,
         link,
@@ -175,6 +176,8 @@ struct Session<'s> {
     owner: Owner,
     /// The nonce of the authentication challenge.
     challenge: AuthBytes,
+    /// A remote host's nonce, from its proof.
+    host_nonce: AuthBytes,
     /// The identity the host said hello with.
     identity: String,
     stream: StreamReader,
@@ -425,6 +428,7 @@ impl Session<'_> {
                     uid: remote.uid,
                     remote: Some(self.identity.clone()),
                 };
+                self.host_nonce = proof.nonce;
                 info!(
                     host = self.host,
                     address,
@@ -463,13 +467,12 @@ impl Session<'_> {
                     &request,
                     &self.plugins,
                 );
-                match result {
-                    Ok((worker_id, socket)) => {
-                        let address = socket.as_os_str().as_encoded_bytes();
+                match result.and_then(|worker| self.spawn_result(worker)) {
+                    Ok((worker_id, endpoint, address)) => {
                         let result = SpawnResult {
                             worker_id,
-                            endpoint: EndpointKind::UnixSocket,
-                            address,
+                            endpoint,
+                            address: &address,
                         };
                         self.reply(seq, ControlMessage::SpawnResult(result))?;
                     }
@@ -505,6 +508,39 @@ impl Session<'_> {
             }
         }
         Ok(())
+    }
+
+    /// How the host reaches `worker`: its Unix socket from this machine; from another, its UCX
+    /// listener, with its key sealed for this session.
+    fn spawn_result(
+        &self,
+        worker: Reachable,
+    ) -> Result<(u64, EndpointKind, Vec<u8>), ServiceError> {
+        let (Client::Remote { .. }, Some(remote)) = (&self.client, &self.service.remote) else {
+            let address = worker.socket.as_os_str().as_encoded_bytes().to_vec();
+            return Ok((worker.id, EndpointKind::UnixSocket, address));
+        };
+        let ucx = worker.ucx.ok_or_else(|| {
+            ServiceError::new(
+                Status::NotSupported,
+                format!("worker {} does not listen over UCX", worker.id),
+            )
+        })?;
+        let transcript = Transcript {
+            service_nonce: &self.challenge,
+            host_nonce: &self.host_nonce,
+            identity: &self.identity,
+        };
+        let pad = remote.secret.worker_key_pad(&transcript, worker.id);
+        let sealed = SealedUcxAddress {
+            sealed_key: auth::seal(&ucx.key, &pad),
+            listener: &ucx.listener,
+        };
+        let mut address = vec![0; sealed.encoded_len()];
+        sealed
+            .emit(&mut address)
+            .expect("the buffer has the address's length");
+        Ok((worker.id, EndpointKind::UcxSealed, address))
     }
 
     /// The host proved who it is: it may make requests now.
@@ -574,6 +610,7 @@ mod tests {
             cpuset: "0".parse::<CpuSet>().unwrap(),
             max_workers: 4,
             busy_poll: false,
+            ucx_listen: None,
         };
         Arc::new(Service {
             max_msg_size: MaxMsgSize::DEFAULT,

@@ -581,8 +581,59 @@ int_enum! {
         UnixSocket = 1,
         /// A shared-memory channel whose descriptors travel with this frame (`SCM_RIGHTS`).
         SharedMemory = 2,
-        /// A UCX worker address, in the address.
+        /// A UCX listener, as `IP:PORT` text in the address (an unspecified IP such as
+        /// `0.0.0.0` means the address the host reached the daemon at).
         Ucx = 3,
+        /// A UCX listener that lets in only hosts holding the worker's key: the address is
+        /// the key sealed for this host's session (32 bytes, see [`SealedUcxAddress`]), then
+        /// the listener as for [`EndpointKind::Ucx`].
+        UcxSealed = 4,
+    }
+}
+
+/// The address of an [`EndpointKind::UcxSealed`] endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedUcxAddress<'a> {
+    /// The worker's key, sealed for the host.
+    pub sealed_key: [u8; AUTH_DATA_LEN],
+    /// The listener, `IP:PORT`.
+    pub listener: &'a str,
+}
+
+impl<'a> SealedUcxAddress<'a> {
+    /// Splits a spawn result's address.
+    pub fn parse(address: &'a [u8]) -> Result<Self, DecodeError> {
+        let (key, listener) =
+            address
+                .split_first_chunk::<AUTH_DATA_LEN>()
+                .ok_or(DecodeError::Truncated {
+                    needed: AUTH_DATA_LEN,
+                    available: address.len(),
+                })?;
+        let listener = core::str::from_utf8(listener).map_err(|_| DecodeError::TextNotUtf8 {
+            field: "sealed_ucx_address.listener",
+        })?;
+        Ok(Self {
+            sealed_key: *key,
+            listener,
+        })
+    }
+
+    /// Length of the address bytes.
+    pub fn encoded_len(&self) -> usize {
+        AUTH_DATA_LEN + self.listener.len()
+    }
+
+    /// Writes the address bytes of a spawn result at the front of `dst`; returns their length.
+    pub fn emit(&self, dst: &mut [u8]) -> Result<usize, EncodeError> {
+        let (available, needed) = (dst.len(), self.encoded_len());
+        let out = dst
+            .get_mut(..needed)
+            .ok_or(EncodeError::BufferTooSmall { needed, available })?;
+        let (key, listener) = out.split_at_mut(AUTH_DATA_LEN);
+        key.copy_from_slice(&self.sealed_key);
+        listener.copy_from_slice(self.listener.as_bytes());
+        Ok(needed)
     }
 }
 
@@ -775,5 +826,25 @@ mod tests {
     fn min_message_size_fits_the_largest_fixed_body() {
         assert_eq!(ControlMessage::LARGEST_FIXED, 160);
         assert_eq!(crate::MaxMsgSize::MIN, 184);
+    }
+
+    #[test]
+    fn a_sealed_ucx_address_is_the_key_then_the_listener() {
+        let address = SealedUcxAddress {
+            sealed_key: [0xa5; AUTH_DATA_LEN],
+            listener: "169.254.77.1:18515",
+        };
+        let mut bytes = [0u8; 64];
+        let len = address.emit(&mut bytes).unwrap();
+        assert_eq!(len, 32 + 18);
+        assert_eq!(&bytes[32..len], b"169.254.77.1:18515");
+        assert_eq!(SealedUcxAddress::parse(&bytes[..len]), Ok(address));
+        assert!(matches!(
+            SealedUcxAddress::parse(&bytes[..31]),
+            Err(DecodeError::Truncated { needed: 32, .. })
+        ));
+        bytes[40] = 0xff;
+        assert!(SealedUcxAddress::parse(&bytes[..len]).is_err());
+        assert!(address.emit(&mut [0u8; 40]).is_err());
     }
 }

@@ -90,6 +90,65 @@ pub(crate) fn accept_hosts(
     }
 }
 
+/// Accepts hosts on another machine until `stop` is set: each must prove `key` on its fresh
+/// channel (on a thread of its own, at most [`MAX_HANDSHAKES`] at once) before it is admitted.
+#[cfg(feature = "ucx")]
+pub(crate) fn accept_ucx_hosts(
+    mut listener: urom_core::transport::ucx::UcxListener,
+    key: &urom_core::auth::SharedSecret,
+    identity: &str,
+    wait: urom_core::transport::WaitMode,
+    arrive: mpsc::Sender<Channel>,
+    stop: &AtomicBool,
+) {
+    use urom_core::transport::Transport;
+
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let mut failures = urom_cli::LogEvery::new(Duration::from_secs(1));
+    while !stop.load(Ordering::Relaxed) {
+        let connection = match listener.accept(UCX_ACCEPT_POLL) {
+            Ok(Some(connection)) => connection,
+            Ok(None) => continue,
+            Err(e) => {
+                if let Some(held_back) = failures.allow(std::time::Instant::now()) {
+                    warn!(held_back, "a host could not connect over UCX: {e}");
+                }
+                continue;
+            }
+        };
+        let Some(slot) = HandshakeSlot::take(&handshakes) else {
+            warn!(
+                "turned a host away: {MAX_HANDSHAKES} hosts are already setting up their channels"
+            );
+            continue;
+        };
+        let (arrive, key, identity) = (arrive.clone(), key.clone(), identity.to_owned());
+        let spawned = thread::Builder::new()
+            .name("urom-handshake".into())
+            .spawn(move || {
+                let _slot = slot;
+                let mut channel = Channel::from(connection);
+                channel.set_wait_mode(wait);
+                match urom_core::auth::challenge(&mut channel, &key, &identity, UCX_HANDSHAKE) {
+                    Ok(()) => {
+                        let _ = arrive.send(channel);
+                    }
+                    Err(e) => warn!("refused a host over UCX: {e}"),
+                }
+            });
+        if let Err(e) = spawned {
+            warn!("cannot set up a host's channel: {e}");
+        }
+    }
+}
+
+/// How long the UCX acceptor waits for a connection before it looks at the stop flag.
+#[cfg(feature = "ucx")]
+const UCX_ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// How long a host over UCX may take to prove the worker's key.
+#[cfg(feature = "ucx")]
+const UCX_HANDSHAKE: Duration = Duration::from_secs(10);
+
 /// One of the [`MAX_HANDSHAKES`] handshakes that may run at once, given back when dropped.
 struct HandshakeSlot(Arc<AtomicUsize>);
 

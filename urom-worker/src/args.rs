@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use urom_core::worker_command::{DEFAULT_LOG_LEVEL, PluginSpec, WorkerCommand, flag};
+use urom_core::worker_command::{DEFAULT_LOG_LEVEL, PluginSpec, UcxListen, WorkerCommand, flag};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// Runs urom plugins on behalf of hosts: loads each plugin, pins itself to its CPUs, accepts
@@ -63,6 +63,19 @@ pub struct Args {
     /// worker outlives its daemon).
     #[arg(long = flag::EXIT_WITH_PARENT)]
     pub exit_with_parent: bool,
+
+    /// Also accept hosts on other machines over UCX at `IP:PORT` (port 0: any free one); each
+    /// must prove the key in --ucx-key-file. Needs a build with the `ucx` feature.
+    #[arg(long = flag::LISTEN_UCX, value_name = "IP:PORT", requires_all = ["ucx_key_file", "ucx_address_file"])]
+    pub listen_ucx: Option<std::net::SocketAddr>,
+
+    /// The file holding the 32-byte key hosts over UCX must prove; read, then removed.
+    #[arg(long = flag::UCX_KEY_FILE, value_name = "FILE", requires = "listen_ucx")]
+    pub ucx_key_file: Option<PathBuf>,
+
+    /// Where to write the UCX address the worker listens on, as `IP:PORT`.
+    #[arg(long = flag::UCX_ADDRESS_FILE, value_name = "FILE", requires = "listen_ucx")]
+    pub ucx_address_file: Option<PathBuf>,
 }
 
 impl From<Args> for WorkerCommand {
@@ -80,7 +93,19 @@ impl From<Args> for WorkerCommand {
             busy_poll,
             allow_uids,
             exit_with_parent,
+            listen_ucx,
+            ucx_key_file,
+            ucx_address_file,
         } = args;
+        let ucx = match (listen_ucx, ucx_key_file, ucx_address_file) {
+            (Some(address), Some(key_file), Some(address_file)) => Some(UcxListen {
+                address,
+                key_file,
+                address_file,
+            }),
+            // The parser requires all three or none.
+            _ => None,
+        };
         Self {
             plugins,
             id,
@@ -93,6 +118,7 @@ impl From<Args> for WorkerCommand {
             busy_poll,
             allow_uids,
             exit_with_parent,
+            ucx,
         }
     }
 }
@@ -128,6 +154,12 @@ mod tests {
         command.busy_poll = true;
         command.allow_uids = vec![1000, 1001];
         command.exit_with_parent = true;
+        assert_eq!(parse(command.to_args()).unwrap(), command);
+        command.ucx = Some(UcxListen {
+            address: "[::1]:18515".parse().unwrap(),
+            key_file: "/tmp/w.key".into(),
+            address_file: "/tmp/w.addr".into(),
+        });
         assert_eq!(parse(command.to_args()).unwrap(), command);
     }
 

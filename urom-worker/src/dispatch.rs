@@ -59,6 +59,9 @@ struct Outbound {
 /// Where new hosts come from: the acceptor thread, and how to stop it.
 struct Arrivals {
     hosts: mpsc::Receiver<Channel>,
+    /// Given to each acceptor.
+    arrive: mpsc::Sender<Channel>,
+    /// Tells the acceptors to stop.
     stop: Arc<AtomicBool>,
 }
 
@@ -115,14 +118,43 @@ impl Worker {
             wait: self.wait_mode(),
             ..ChannelConfig::new(self.max)
         };
-        let (arrive, hosts) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let acceptor_stop = Arc::clone(&stop);
+        let (arrive, stop) = self.acceptor();
         thread::Builder::new()
             .name("urom-accept".into())
-            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &acceptor_stop))
+            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &stop))
             .expect("spawning the acceptor thread");
-        self.arrivals = Some(Arrivals { hosts, stop });
+    }
+
+    /// Accepts hosts on another machine on `listener` from now on, on a side thread: hosts
+    /// that prove `key` (see `urom_core::auth`), under the identity `identity`.
+    #[cfg(feature = "ucx")]
+    pub fn listen_ucx(
+        &mut self,
+        listener: urom_core::transport::ucx::UcxListener,
+        key: urom_core::auth::SharedSecret,
+        identity: String,
+    ) {
+        let (arrive, stop) = self.acceptor();
+        let wait = self.wait_mode();
+        thread::Builder::new()
+            .name("urom-accept-ucx".into())
+            .spawn(move || {
+                crate::accept::accept_ucx_hosts(listener, &key, &identity, wait, arrive, &stop)
+            })
+            .expect("spawning the UCX acceptor thread");
+    }
+
+    /// Where a new acceptor thread hands over the hosts it accepted, and the flag that stops it.
+    fn acceptor(&mut self) -> (mpsc::Sender<Channel>, Arc<AtomicBool>) {
+        let arrivals = self.arrivals.get_or_insert_with(|| {
+            let (arrive, hosts) = mpsc::channel();
+            Arrivals {
+                hosts,
+                arrive,
+                stop: Arc::new(AtomicBool::new(false)),
+            }
+        });
+        (arrivals.arrive.clone(), Arc::clone(&arrivals.stop))
     }
 
     fn wait_mode(&self) -> WaitMode {

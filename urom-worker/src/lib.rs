@@ -16,6 +16,7 @@ mod accept;
 mod args;
 mod backlog;
 mod dispatch;
+mod remote;
 
 use std::fmt;
 use std::io;
@@ -60,6 +61,8 @@ pub enum WorkerRunError {
     },
     /// The stop signals could not be hooked.
     Signals(io::Error),
+    /// Hosts on other machines cannot be accepted as asked.
+    Ucx(String),
 }
 
 impl fmt::Display for WorkerRunError {
@@ -76,6 +79,7 @@ impl fmt::Display for WorkerRunError {
                 write!(f, "cannot listen on {}: {source}", path.display())
             }
             Self::Signals(e) => write!(f, "cannot install the SIGTERM handler: {e}"),
+            Self::Ucx(e) => write!(f, "--listen-ucx: {e}"),
         }
     }
 }
@@ -122,6 +126,9 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     info!(socket = %args.listen.display(), "accepting hosts");
     let parent = args.exit_with_parent.then(nix::unistd::getppid);
     let mut worker = Worker::new(plugins, max, args.busy_poll, parent);
+    if let Some(ucx) = &args.ucx {
+        remote::listen(&mut worker, ucx, args.id, max)?;
+    }
     worker.listen(listener, args.allow_uids.clone());
     worker.run(&stop);
     drop(worker);

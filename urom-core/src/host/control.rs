@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,8 +152,30 @@ impl Reply {
 type Waiters = Mutex<HashMap<u64, mpsc::Sender<Reply>>>;
 type ExitWatchers = Mutex<HashMap<u64, Vec<mpsc::Sender<WorkerExit>>>>;
 
+/// A service on another machine, as [`ControlChannel::open`] authenticates with it.
+#[derive(Clone, Copy)]
+pub(crate) struct RemoteService<'a> {
+    /// The secret both hold.
+    pub(crate) secret: &'a SharedSecret,
+    /// Its IP address, when known.
+    pub(crate) ip: Option<IpAddr>,
+}
+
+/// What a host that authenticated with the shared secret keeps of the session: enough to open
+/// the worker keys the daemon seals for it.
+struct RemoteSession {
+    /// The service's IP address, when known: where its workers listen when they say
+    /// "any address".
+    service_ip: Option<IpAddr>,
+    secret: SharedSecret,
+    service_nonce: auth::AuthBytes,
+    host_nonce: auth::AuthBytes,
+    identity: String,
+}
+
 /// The connection to the daemon.
 pub(crate) struct ControlChannel {
+    remote: Option<RemoteSession>,
     writer: Mutex<StreamWriter>,
     max: MaxMsgSize,
     next_seq: AtomicU64,
@@ -181,7 +204,7 @@ impl ControlChannel {
         mut writer: StreamWriter,
         max: MaxMsgSize,
         identity: &str,
-        secret: Option<&SharedSecret>,
+        remote: Option<RemoteService<'_>>,
     ) -> Result<Arc<Self>, ControlError> {
         reader
             .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
@@ -201,7 +224,8 @@ impl ControlChannel {
         let ControlMessage::AuthChallenge(challenge) = reply.message() else {
             return Err(ControlError::Protocol("no authentication challenge".into()));
         };
-        match (challenge.method, secret) {
+        let mut session = None;
+        match (challenge.method, remote) {
             (AuthMethod::PeerCredentials, None) => {
                 let response = AuthResponse {
                     method: AuthMethod::PeerCredentials,
@@ -218,7 +242,7 @@ impl ControlChannel {
                     ));
                 }
             }
-            (AuthMethod::SharedSecret, Some(secret)) => {
+            (AuthMethod::SharedSecret, Some(RemoteService { secret, ip })) => {
                 let nonce = auth::fresh_nonce().map_err(|e| ControlError::Io(e.to_string()))?;
                 let transcript = Transcript {
                     service_nonce: &challenge.nonce,
@@ -247,6 +271,13 @@ impl ControlChannel {
                             .into(),
                     });
                 }
+                session = Some(RemoteSession {
+                    service_ip: ip,
+                    secret: secret.clone(),
+                    service_nonce: challenge.nonce,
+                    host_nonce: nonce,
+                    identity: identity.to_owned(),
+                });
             }
             (AuthMethod::SharedSecret, None) => {
                 return Err(ControlError::Refused {
@@ -265,6 +296,7 @@ impl ControlChannel {
         }
         reader.set_read_timeout(None).map_err(io_error)?;
         let channel = Arc::new(Self {
+            remote: session,
             writer: Mutex::new(writer),
             max,
             next_seq: AtomicU64::new(3),
@@ -277,6 +309,35 @@ impl ControlChannel {
             .spawn(move || route_replies(reader, max, &waiters, &exits))
             .map_err(io_error)?;
         Ok(channel)
+    }
+
+    /// Opens the key of worker `worker_id` that the daemon sealed for this session; `None` on a
+    /// local connection.
+    pub(crate) fn open_worker_key(
+        &self,
+        worker_id: u64,
+        sealed: &auth::AuthBytes,
+    ) -> Option<SharedSecret> {
+        let session = self.remote.as_ref()?;
+        let transcript = Transcript {
+            service_nonce: &session.service_nonce,
+            host_nonce: &session.host_nonce,
+            identity: &session.identity,
+        };
+        let pad = session.secret.worker_key_pad(&transcript, worker_id);
+        Some(SharedSecret::from_bytes(&auth::seal(sealed, &pad)))
+    }
+
+    /// Where to reach a listener of the service's: `listener` (`IP:PORT`) with an unspecified IP
+    /// replaced by the service's own.
+    pub(crate) fn resolve_listener(&self, listener: &str) -> String {
+        let service_ip = self.remote.as_ref().and_then(|r| r.service_ip);
+        match (listener.parse::<SocketAddr>(), service_ip) {
+            (Ok(address), Some(ip)) if address.ip().is_unspecified() => {
+                SocketAddr::new(ip, address.port()).to_string()
+            }
+            _ => listener.to_owned(),
+        }
     }
 
     /// Sends a request; the reply arrives on the returned receiver (which disconnects if the
@@ -457,7 +518,8 @@ mod tests {
         secret: Option<&SharedSecret>,
     ) -> Result<Arc<ControlChannel>, ControlError> {
         let (reader, writer) = halves;
-        ControlChannel::open(reader, writer, MaxMsgSize::DEFAULT, "rank-0", secret)
+        let remote = secret.map(|secret| RemoteService { secret, ip: None });
+        ControlChannel::open(reader, writer, MaxMsgSize::DEFAULT, "rank-0", remote)
     }
 
     #[test]

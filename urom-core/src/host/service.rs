@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::control::{ControlChannel, ControlError};
+use std::net::{IpAddr, SocketAddr};
+
+use super::control::{ControlChannel, ControlError, RemoteService};
 use super::engine::OneShot;
 use super::service_file::{SERVICE_FILE_VAR, ServiceFileError, lookup_service};
 use super::{Idle, ProgressEngine, Running, State};
@@ -249,7 +251,7 @@ impl Service<Idle> {
     /// choosing), authenticating with the key file as a remote host does.
     pub fn start_on(self, channel: Channel) -> Result<Service<Running>, (Self, ServiceStartError)> {
         let connected = self
-            .open_remote(channel)
+            .open_remote(channel, None)
             .and_then(|channel| self.query(channel));
         self.running(connected)
     }
@@ -269,8 +271,12 @@ impl Service<Idle> {
         }
     }
 
-    /// Authenticates on `channel` with the shared secret.
-    fn open_remote(&self, channel: Channel) -> Result<Arc<ControlChannel>, ServiceStartError> {
+    /// Authenticates on `channel` with the shared secret, to a service at `ip` when known.
+    fn open_remote(
+        &self,
+        channel: Channel,
+        ip: Option<IpAddr>,
+    ) -> Result<Arc<ControlChannel>, ServiceStartError> {
         let key_file = self.config.key_file.as_deref().ok_or_else(|| {
             ServiceStartError::KeyFile(KeyFileError::Unreadable {
                 path: PathBuf::from(format!("${KEY_FILE_VAR}")),
@@ -284,7 +290,10 @@ impl Service<Idle> {
             writer,
             self.config.max_msg_size,
             &self.config.identity,
-            Some(&secret),
+            Some(RemoteService {
+                secret: &secret,
+                ip,
+            }),
         )
         .map_err(ServiceStartError::Control)
     }
@@ -315,7 +324,8 @@ impl Service<Idle> {
             let config = ChannelConfig::new(self.config.max_msg_size);
             let channel = Channel::connect(EndpointKind::Ucx, address.as_bytes(), &config)
                 .map_err(ServiceStartError::Connect)?;
-            return self.open_remote(channel);
+            let ip = address.parse::<SocketAddr>().ok().map(|a| a.ip());
+            return self.open_remote(channel, ip);
         }
         let socket = self.socket()?;
         ControlChannel::connect(&socket, self.config.max_msg_size, &self.config.identity)

@@ -14,8 +14,11 @@ use super::task::{
     USER_DATA_LEN,
 };
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
+use crate::auth;
 use crate::transport::{Channel, ChannelConfig, FrameRecvError, FrameSendError, Transport};
-use crate::wire::control::{ControlMessage, SpawnWorker, WORKER_ID_ANY, WorkerExit};
+use crate::wire::control::{
+    ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
+};
 use crate::wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
     write_command_headers,
@@ -386,10 +389,41 @@ impl Core {
             )));
         };
         self.id = result.worker_id;
-        let max = self.shared.max_msg_size;
-        let conn = Channel::connect(result.endpoint, result.address, &ChannelConfig::new(max))
-            .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+        let config = ChannelConfig::new(self.shared.max_msg_size);
+        let conn = if result.endpoint == EndpointKind::UcxSealed {
+            self.connect_sealed(result.address, &config)?
+        } else {
+            Channel::connect(result.endpoint, result.address, &config)
+                .map_err(|e| WorkerStartError::Connect(e.to_string()))?
+        };
         Link::new(&self.shared, self.id, self.max_inflight, conn)
+    }
+
+    /// Connects to a worker on another machine that lets in only hosts holding its key, which
+    /// the daemon sealed for this host's session, and proves the key.
+    fn connect_sealed(
+        &self,
+        address: &[u8],
+        config: &ChannelConfig,
+    ) -> Result<Channel, WorkerStartError> {
+        let protocol = |what: String| WorkerStartError::Control(ControlError::Protocol(what));
+        let sealed = SealedUcxAddress::parse(address).map_err(|e| protocol(e.to_string()))?;
+        let key = self
+            .shared
+            .channel
+            .open_worker_key(self.id, &sealed.sealed_key)
+            .ok_or_else(|| protocol("a sealed worker address on a local connection".into()))?;
+        let listener = self.shared.channel.resolve_listener(sealed.listener);
+        let mut conn = Channel::connect(EndpointKind::Ucx, listener.as_bytes(), config)
+            .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+        auth::prove(
+            &mut conn,
+            &key,
+            &auth::worker_identity(self.id),
+            config.handshake_timeout,
+        )
+        .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+        Ok(conn)
     }
 }
 
