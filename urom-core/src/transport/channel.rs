@@ -6,6 +6,7 @@
 //! takes the same arm.
 
 use core::fmt;
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use urom_wire::control::EndpointKind;
 use super::loopback::{LoopbackConnection, LoopbackReceiver, LoopbackSender};
 use super::shm::{HugePages, MIN_SLOTS, ShmConnectError, ShmConnection, ShmReceiver, ShmSender};
 use super::{
-    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, PeerGoneError,
+    Armed, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, PeerGoneError,
     Transport, WaitMode,
 };
 
@@ -297,6 +298,18 @@ impl FrameReceiver for ChannelReceiver {
 
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
         each_half!(self, half => half.wait_recv(timeout))
+    }
+
+    fn arm(&mut self) -> Result<Armed, FrameRecvError> {
+        each_half!(self, half => half.arm())
+    }
+
+    fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+        each_half!(self, half => half.wake_fds())
+    }
+
+    fn disarm(&mut self) {
+        each_half!(self, half => half.disarm())
     }
 }
 

@@ -20,6 +20,7 @@
 //! been received.
 
 use core::fmt;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use urom_wire::MaxMsgSize;
@@ -77,6 +78,39 @@ pub trait FrameReceiver: HalfControl {
     /// Releases the frame returned by the last `recv`, like `recv` does. How it waits (spin or
     /// sleep) follows [`Transport::set_wait_mode`].
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError>;
+
+    /// Asks the peer to make this half's [`FrameReceiver::wake_fds`] readable when the next
+    /// frame arrives or it goes away, so that a caller can sleep on them among other
+    /// descriptors (the progress engine's notification). Undo with
+    /// [`FrameReceiver::disarm`] once awake. Halves without wake descriptors answer
+    /// [`Armed::Unsupported`].
+    fn arm(&mut self) -> Result<Armed, FrameRecvError> {
+        Ok(Armed::Unsupported)
+    }
+
+    /// The descriptors an armed half's peer makes readable (or hangs up).
+    fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+        [None, None]
+    }
+
+    /// Stops asking the peer for wake-ups and consumes the one that came, if any.
+    fn disarm(&mut self) {}
+}
+
+/// How a receiving half stands after [`FrameReceiver::arm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Armed {
+    /// A frame, or the peer's end, is there already: receive instead of sleeping.
+    Ready,
+    /// The peer will wake the half's descriptors. `fresh`: the half was not armed before, and
+    /// a frame sent at this very moment may not wake it, so the first sleep should be short
+    /// (at most [`shm::FIRST_NAP`]); after that, wake-ups are never missed.
+    Armed {
+        /// Armed just now.
+        fresh: bool,
+    },
+    /// This half has no wake descriptors; poll it again soon instead.
+    Unsupported,
 }
 
 /// One connection to one peer: a sending and a receiving half.

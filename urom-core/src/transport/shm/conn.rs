@@ -11,9 +11,9 @@ use super::handshake::{self, Agreed, ShmConnectError};
 use super::mapping::Mapping;
 use super::ring::{Consumer, Producer, PushError, RingFlags};
 use super::wait::{self, Half, PEER_CHECK_EVERY, Signals};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, fence};
 use crate::transport::{
-    ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
+    Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
     PeerGoneError, Transport, WaitMode,
 };
 
@@ -359,5 +359,35 @@ impl FrameReceiver for ShmReceiver {
         }
         self.release_held();
         wait::wait_for(self, timeout)
+    }
+
+    fn arm(&mut self) -> Result<Armed, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        self.release_held();
+        let flag = self.sleeping_flag();
+        let fresh = flag.load(Ordering::Relaxed) == 0;
+        if fresh {
+            flag.store(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+        match self.ready() {
+            Ok(false) => Ok(Armed::Armed { fresh }),
+            Ok(true) | Err(FrameRecvError::PeerGone(_)) => {
+                self.disarm();
+                Ok(Armed::Ready)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+        [Some(self.signals.own_fd()), Some(self.link.socket.as_fd())]
+    }
+
+    fn disarm(&mut self) {
+        self.sleeping_flag().store(0, Ordering::Relaxed);
+        self.signals.drain_own();
     }
 }

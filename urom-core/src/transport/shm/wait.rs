@@ -64,6 +64,16 @@ impl Signals {
         }
     }
 
+    /// The eventfd this half sleeps on.
+    pub(super) fn own_fd(&self) -> BorrowedFd<'_> {
+        self.own.as_fd()
+    }
+
+    /// Consumes a wake-up that came.
+    pub(super) fn drain_own(&self) {
+        sys::drain(self.own.as_fd());
+    }
+
     /// Wakes the peer's half whatever it is doing (closing).
     pub(super) fn wake_peer(&self) {
         sys::wake(self.peer.as_fd());
