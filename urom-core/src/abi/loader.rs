@@ -720,15 +720,17 @@ mod tests {
         let mut len = 5usize;
         let mut out: *mut c_void = ptr::NonNull::dangling().as_ptr();
         let null_ptr = ptr::null_mut::<*mut c_void>();
-        // SAFETY: every pointer is null or valid.
-        let statuses = unsafe {
-            [
-                (NO_DOMAIN.addr_lookup.unwrap())(ctx, 1, null_ptr),
-                (NO_DOMAIN.seg_lookup.unwrap())(ctx, 1, 0, ptr::null_mut()),
-                (NO_DOMAIN.memh_lookup.unwrap())(ctx, 1, 0, ptr::null_mut(), &mut out),
-                (NO_DOMAIN.mkey_lookup.unwrap())(ctx, 1, 0, &mut len, null_ptr),
-            ]
-        };
+        // Every pointer is null or valid; the lookups never read through `ctx`.
+        let statuses = [
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.addr_lookup.unwrap())(ctx, 1, null_ptr) },
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.seg_lookup.unwrap())(ctx, 1, 0, ptr::null_mut()) },
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.memh_lookup.unwrap())(ctx, 1, 0, ptr::null_mut(), &mut out) },
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.mkey_lookup.unwrap())(ctx, 1, 0, &mut len, null_ptr) },
+        ];
         assert_eq!(statuses, [Status::InvalidValue.raw(); 4]);
         // The outputs that were given are still cleared.
         assert!(out.is_null());
