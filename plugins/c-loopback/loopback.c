@@ -7,7 +7,7 @@
  *
  * Compile-time knobs make the broken variants the loader tests need:
  *   -DOMIT_GET_IFACE       export the interface under a misspelled name only
- *   -DIFACE_VERSION=n      report interface version n
+ *   -DIFACE_VERSION=n      report interface version word n
  *   -DGET_VERSION_FAILS    urom_plugin_get_version returns an error
  *   -DOPEN_FAILS           open returns an error
  *   -DREJECT_COMMANDS      worker_cmd refuses every command with DOCA_ERROR_NOT_SUPPORTED
@@ -216,7 +216,7 @@ doca_error_t GET_IFACE(struct urom_plugin_iface *iface)
 		return DOCA_ERROR_INVALID_VALUE;
 	DOCA_STRUCT_CTOR(loopback_iface);
 #ifdef IFACE_VERSION
-	loopback_iface.version = IFACE_VERSION;
+	loopback_iface.__doca_api_version = IFACE_VERSION;
 #endif
 	*iface = loopback_iface;
 	return DOCA_SUCCESS;

@@ -182,17 +182,41 @@ impl Drop for ChildGuard {
 /// loading it (a worker with `LD_PRELOAD`, say) while another test rebuilds it never sees a
 /// half-written file.
 pub fn c_shared_object(source: &Path, name: &str, include: &[&Path], defines: &[&str]) -> PathBuf {
+    compile_c(
+        source,
+        &format!("{name}.so"),
+        &["-shared", "-fPIC"],
+        include,
+        defines,
+    )
+}
+
+/// Compiles C `source` into the program `<tmp>/<name>` as [`c_shared_object`] compiles a
+/// shared object.
+pub fn c_program(source: &Path, name: &str, include: &[&Path], defines: &[&str]) -> PathBuf {
+    compile_c(source, name, &[], include, defines)
+}
+
+fn compile_c(
+    source: &Path,
+    file_name: &str,
+    kind: &[&str],
+    include: &[&Path],
+    defines: &[&str],
+) -> PathBuf {
     static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = profile_dir().join("c-objects");
     std::fs::create_dir_all(&dir).expect("creating the C object directory");
-    let out = dir.join(format!("{name}.so"));
+    let out = dir.join(file_name);
     let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let partial = dir.join(format!("{name}.so.{}-{build}.partial", std::process::id()));
+    let partial = dir.join(format!(
+        "{file_name}.{}-{build}.partial",
+        std::process::id()
+    ));
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
-        .args([
-            "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2",
-        ])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
+        .args(kind)
         .args(include.iter().map(|dir| format!("-I{}", dir.display())))
         .args(defines.iter().map(|define| format!("-D{define}")))
         .arg("-o")

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use urom_core::abi::{NotificationSink, PluginLibrary, PluginLoadError};
+use urom_core::abi::{IfaceVersion, NotificationSink, PluginLibrary, PluginLoadError};
 use urom_core::wire::data::{Command as WireCommand, Notification};
 use urom_core::wire::graph::{GraphCommand, MESSAGE_LEN};
 use urom_core::wire::{MaxMsgSize, Status};
@@ -131,6 +131,73 @@ fn a_plugin_with_another_interface_version_is_refused() {
         "{error}"
     );
     assert!(error.to_string().contains("interface version 7"), "{error}");
+}
+
+#[test]
+fn plugins_stamped_by_doca_headers_of_accepted_releases_load() {
+    // 0x0300003a is what DOCA_STRUCT_CTOR stores with the DOCA 3.0.0058 headers.
+    for (name, word, version) in [
+        ("c_iface_doca_3_0", "0x0300003a", (3, 0, 58)),
+        ("c_iface_doca_3_3", "0x03030011", (3, 3, 17)),
+        ("c_iface_doca_2_9", "0x02090048", (2, 9, 72)),
+        ("c_iface_doca_3_2_1", "0x03020401", (3, 2, 1025)),
+    ] {
+        let path = build_c_plugin(name, &[&format!("IFACE_VERSION={word}")]);
+        let library = PluginLibrary::load(&path).unwrap();
+        let (major, minor, patch) = version;
+        assert_eq!(
+            library.iface_version(),
+            IfaceVersion::Doca {
+                major,
+                minor,
+                patch
+            },
+            "{word}"
+        );
+        let mut plugin = library.open(1, MaxMsgSize::DEFAULT).unwrap();
+        let mut sink = Collected::default();
+        let payload = loopback_payload(5);
+        let command = WireCommand {
+            plugin: 1,
+            urom_context: 9,
+            payload: &payload,
+        };
+        assert_eq!(plugin.command(0, &command, &mut sink), Status::Success);
+        assert_eq!(plugin.progress(&mut sink), Ok(true));
+        assert_eq!(sink.0, vec![(0, 1, 9, Status::Success, payload.to_vec())]);
+    }
+    let ours = PluginLibrary::load(&build_c_plugin("c_iface_urom", &[])).unwrap();
+    assert_eq!(ours.iface_version(), IfaceVersion::Urom);
+}
+
+#[test]
+fn plugins_stamped_by_other_doca_releases_are_refused() {
+    // 2.8, 3.4, 4.0, and DOCA 3.0.0058's word with a bit set above the low 32.
+    for (name, word) in [
+        ("c_iface_doca_2_8", 0x0208_0000usize),
+        ("c_iface_doca_3_4", 0x0304_0000),
+        ("c_iface_doca_4_0", 0x0400_003a),
+        ("c_iface_wide", 0x1_0300_003a),
+    ] {
+        let path = build_c_plugin(name, &[&format!("IFACE_VERSION={word:#x}")]);
+        let error = PluginLibrary::load(&path).unwrap_err();
+        assert!(
+            matches!(error, PluginLoadError::UnsupportedInterface { version, .. } if version == word),
+            "{error}"
+        );
+        let error = error.to_string();
+        assert!(
+            error.contains(&format!("has interface version {word} ({word:#x});")),
+            "{error}"
+        );
+        assert!(
+            error.ends_with(
+                "this worker supports version 1 (urom's headers) and plugins built with the \
+                 headers of DOCA 2.9, 2.10, 3.0, 3.1, 3.2, 3.3"
+            ),
+            "{error}"
+        );
+    }
 }
 
 #[test]

@@ -73,6 +73,8 @@ int_enum! {
         BadConfig = 29,
         /// `DOCA_ERROR_SKIPPED`.
         Skipped = 30,
+        /// `DOCA_ERROR_DEVICE_FATAL_ERROR`: the device hit a fatal error.
+        DeviceFatalError = 31,
     }
 }
 
@@ -124,6 +126,7 @@ impl Status {
             Self::Authentication => "DOCA_ERROR_AUTHENTICATION",
             Self::BadConfig => "DOCA_ERROR_BAD_CONFIG",
             Self::Skipped => "DOCA_ERROR_SKIPPED",
+            Self::DeviceFatalError => "DOCA_ERROR_DEVICE_FATAL_ERROR",
             Self::Unrecognized(_) => "unrecognized status",
         }
     }
@@ -153,6 +156,7 @@ mod tests {
             (Status::Authentication, 28),
             (Status::BadConfig, 29),
             (Status::Skipped, 30),
+            (Status::DeviceFatalError, 31),
         ];
         for (status, code) in anchors {
             assert_eq!(status.raw(), code, "{status}");
@@ -165,7 +169,7 @@ mod tests {
         for code in -5..40 {
             assert_eq!(Status::from_raw(code).raw(), code);
         }
-        assert_eq!(Status::from_raw(31), Status::Unrecognized(31));
+        assert_eq!(Status::from_raw(32), Status::Unrecognized(32));
         assert_eq!(Status::from_raw(-1), Status::Unrecognized(-1));
     }
 

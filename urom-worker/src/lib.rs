@@ -173,6 +173,7 @@ fn load_plugins(specs: &[PluginSpec], max: MaxMsgSize) -> Vec<LoadedPlugin> {
                     path = %spec.path.display(),
                     id,
                     version = plugin.library().version(),
+                    built_with = %plugin.library().iface_version(),
                     native = plugin.library().has_native_path(),
                     "plugin loaded"
                 );

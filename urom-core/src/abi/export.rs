@@ -168,7 +168,7 @@ unsafe fn write_out<T>(out: *mut T, value: T) -> DocaError {
 /// `iface` is null or points to a writable [`PluginIface`].
 pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
     let value = PluginIface {
-        version: PLUGIN_IFACE_VERSION,
+        doca_api_version: PLUGIN_IFACE_VERSION,
         open: Some(open::<P>),
         close: Some(close::<P>),
         addr: Some(addr::<P>),
@@ -237,7 +237,7 @@ unsafe extern "C" fn close<P: Plugin>(ctx: *mut WorkerCtx) {
 unsafe extern "C" fn addr<P: Plugin>(
     ctx: *mut WorkerCtx,
     addr: *mut c_void,
-    addr_len: *mut u64,
+    addr_len: *mut usize,
 ) -> DocaError {
     guard("addr", || {
         // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
@@ -248,9 +248,9 @@ unsafe extern "C" fn addr<P: Plugin>(
             return Status::InvalidValue;
         }
         let address = instance.plugin.address();
-        // SAFETY: non-null, and the worker passes a valid `u64` (plugin ABI).
-        let capacity = unsafe { addr_len.replace(address.len() as u64) };
-        if capacity < address.len() as u64 {
+        // SAFETY: non-null, and the worker passes a valid `size_t` (plugin ABI).
+        let capacity = unsafe { addr_len.replace(address.len()) };
+        if capacity < address.len() {
             // The first call of the two-call protocol: the length is now in `*addr_len`.
             return Status::InvalidValue;
         }

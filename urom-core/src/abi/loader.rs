@@ -14,10 +14,10 @@ use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
 use super::list::ListHead;
 use super::{
-    DocaError, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL, GET_VERSION_SYMBOL, GetIfaceFn,
-    GetNativeIfaceFn, GetVersionFn, NATIVE_IFACE_VERSION, NativeIface, NotifySink,
-    PLUGIN_IFACE_VERSION, PluginIface, WorkerCmd, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc,
-    WorkerNotify, guard,
+    DOCA_RELEASES, DocaError, DomainLookupsIface, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL,
+    GET_VERSION_SYMBOL, GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion,
+    NATIVE_IFACE_VERSION, NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmd,
+    WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::wire::data::{NOTIFY_HEADER_LEN, Notification, max_notify_payload};
 use crate::wire::{MaxMsgSize, Status, data::Command};
@@ -48,7 +48,8 @@ pub enum PluginLoadError {
         /// What it returned.
         status: Status,
     },
-    /// The interface's version word is not one this build supports.
+    /// The interface's version word is neither [`PLUGIN_IFACE_VERSION`] nor that of a DOCA
+    /// release in [`DOCA_RELEASES`] (see [`IfaceVersion`]).
     UnsupportedInterface {
         /// The library.
         path: PathBuf,
@@ -84,12 +85,20 @@ impl fmt::Display for PluginLoadError {
                 "plugin {}: `{symbol}` failed with {status}",
                 path.display()
             ),
-            Self::UnsupportedInterface { path, version } => write!(
-                f,
-                "plugin {} has interface version {version}; this worker supports version \
-                 {PLUGIN_IFACE_VERSION}",
-                path.display()
-            ),
+            Self::UnsupportedInterface { path, version } => {
+                write!(
+                    f,
+                    "plugin {} has interface version {version} ({version:#x}); this worker \
+                     supports version {PLUGIN_IFACE_VERSION} (urom's headers) and plugins built \
+                     with the headers of DOCA",
+                    path.display()
+                )?;
+                for (i, (major, minor)) in DOCA_RELEASES.iter().enumerate() {
+                    let separator = if i == 0 { " " } else { ", " };
+                    write!(f, "{separator}{major}.{minor}")?;
+                }
+                Ok(())
+            }
             Self::IncompleteInterface { path, operation } => write!(
                 f,
                 "plugin {}: its interface has no `{operation}` operation",
@@ -127,6 +136,7 @@ impl std::error::Error for PluginOpenError {}
 pub struct PluginLibrary {
     path: PathBuf,
     version: u64,
+    iface_version: IfaceVersion,
     iface: PluginIface,
     native: Option<NativeIface>,
     // INVARIANTS: keeps the code `iface` and `native` point into mapped; it is never read, only
@@ -139,6 +149,7 @@ impl fmt::Debug for PluginLibrary {
         f.debug_struct("PluginLibrary")
             .field("path", &self.path)
             .field("version", &self.version)
+            .field("iface_version", &self.iface_version)
             .field("native", &self.native.is_some())
             .finish()
     }
@@ -146,7 +157,8 @@ impl fmt::Debug for PluginLibrary {
 
 impl PluginLibrary {
     /// Loads the library at `path` and checks that it is a plugin: both symbols present, the
-    /// version readable, every operation of the interface present.
+    /// version readable, an interface version word this worker accepts ([`IfaceVersion`]),
+    /// every operation of the interface present.
     ///
     /// Loading runs the library's constructors in this process; the daemon therefore probes
     /// unknown plugins in a short-lived child process before anyone loads them for real.
@@ -172,12 +184,12 @@ impl PluginLibrary {
         // SAFETY: the symbol has the ABI's signature; `iface` is a writable interface.
         let status = guard_call(|| unsafe { get_iface(&mut iface) });
         check_call(path, GET_IFACE_SYMBOL, status)?;
-        if iface.version != PLUGIN_IFACE_VERSION {
+        let Some(iface_version) = IfaceVersion::from_word(iface.doca_api_version) else {
             return Err(PluginLoadError::UnsupportedInterface {
                 path: path.to_owned(),
-                version: iface.version,
+                version: iface.doca_api_version,
             });
-        }
+        };
         let operations = [
             ("open", iface.open.is_some()),
             ("close", iface.close.is_some()),
@@ -197,6 +209,7 @@ impl PluginLibrary {
         Ok(Self {
             path: path.to_owned(),
             version,
+            iface_version,
             iface,
             native,
             _library: library,
@@ -211,6 +224,11 @@ impl PluginLibrary {
     /// The version `urom_plugin_get_version` reported.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// The headers the plugin was built with, from its interface version word.
+    pub fn iface_version(&self) -> IfaceVersion {
+        self.iface_version
     }
 
     /// Whether the plugin offers the allocation-free native path.
@@ -230,10 +248,7 @@ impl PluginLibrary {
     pub fn open(self, id: u64, max: MaxMsgSize) -> Result<LoadedPlugin, PluginOpenError> {
         let mut ctx = Box::new(WorkerCtx {
             iface: self.iface,
-            addr_lookup: Some(no_domain_addr),
-            seg_lookup: Some(no_domain_seg),
-            memh_lookup: Some(no_domain_memh),
-            mkey_lookup: Some(no_domain_mkey),
+            domain_iface: NO_DOMAIN,
             plugin_ctx: ptr::null_mut(),
         });
         let open = self.iface.open.expect("checked at load");
@@ -300,7 +315,7 @@ impl LoadedPlugin {
     pub fn address(&mut self) -> Result<Vec<u8>, Status> {
         let addr = self.library.iface.addr.expect("checked at load");
         let ctx: *mut WorkerCtx = &mut *self.ctx;
-        let mut len = 0u64;
+        let mut len = 0usize;
         // SAFETY: `addr` has the ABI's signature; a zero capacity with a null buffer asks for
         // the length only.
         let status = Status::from_raw(guard_call(|| unsafe {
@@ -312,14 +327,14 @@ impl LoadedPlugin {
         if status != Status::InvalidValue && status != Status::Success {
             return Err(status);
         }
-        let mut buffer = vec![0u8; len as usize];
+        let mut buffer = vec![0u8; len];
         let mut capacity = len;
         // SAFETY: `buffer` has room for `capacity` bytes.
         let status = Status::from_raw(guard_call(|| unsafe {
             addr(ctx, buffer.as_mut_ptr().cast(), &mut capacity)
         }));
         status.into_result()?;
-        buffer.truncate(capacity.min(len) as usize);
+        buffer.truncate(capacity.min(len));
         Ok(buffer)
     }
 
@@ -552,41 +567,88 @@ unsafe extern "C" fn sink_trampoline(
     })
 }
 
+/// The domain lookups of a worker on which no domain has been started: every domain id is
+/// unknown, so each lookup answers `DOCA_ERROR_NOT_FOUND` (the status DOCA documents for an
+/// unknown domain id), or `DOCA_ERROR_INVALID_VALUE` for a null context or output pointer.
+/// The outputs it can write are cleared, so a plugin that ignores the status reads null
+/// pointers and zero lengths rather than garbage.
+const NO_DOMAIN: DomainLookupsIface = DomainLookupsIface {
+    addr_lookup: Some(no_domain_addr),
+    seg_lookup: Some(no_domain_seg),
+    memh_lookup: Some(no_domain_memh),
+    mkey_lookup: Some(no_domain_mkey),
+};
+
+/// Stores `value` through `out` when it is not null; whether it was.
+///
+/// # Safety
+/// `out` is null or points to a writable `T`.
+unsafe fn clear<T>(out: *mut T, value: T) -> bool {
+    if out.is_null() {
+        return false;
+    }
+    // SAFETY: non-null and writable (caller).
+    unsafe { out.write(value) };
+    true
+}
+
+/// The status of a lookup on a worker without a domain, given whether the context and every
+/// output pointer were non-null.
+fn no_domain_status(ctx: *mut WorkerCtx, outputs_present: bool) -> DocaError {
+    if ctx.is_null() || !outputs_present {
+        Status::InvalidValue.raw()
+    } else {
+        Status::NotFound.raw()
+    }
+}
+
 unsafe extern "C" fn no_domain_addr(
-    _ctx: *mut WorkerCtx,
+    ctx: *mut WorkerCtx,
     _domain_id: u64,
-    _addr: *mut *mut c_void,
-    _addr_len: *mut u64,
+    addr: *mut *mut c_void,
 ) -> DocaError {
-    Status::NotFound.raw()
+    // SAFETY: the ABI: `addr` is null or a writable pointer.
+    let addr_ok = unsafe { clear(addr, ptr::null_mut()) };
+    no_domain_status(ctx, addr_ok)
 }
 
 unsafe extern "C" fn no_domain_seg(
-    _ctx: *mut WorkerCtx,
+    ctx: *mut WorkerCtx,
     _domain_id: u64,
     _va: u64,
-    _seg: *mut i32,
+    seg: *mut i32,
 ) -> DocaError {
-    Status::NotFound.raw()
+    // SAFETY: the ABI: `seg` is null or a writable int.
+    let seg_ok = unsafe { clear(seg, -1) };
+    no_domain_status(ctx, seg_ok)
 }
 
 unsafe extern "C" fn no_domain_memh(
-    _ctx: *mut WorkerCtx,
+    ctx: *mut WorkerCtx,
     _domain_id: u64,
     _seg: i32,
-    _memh_len: *mut usize,
-    _memh: *mut *mut c_void,
+    len: *mut usize,
+    memh: *mut *mut c_void,
 ) -> DocaError {
-    Status::NotFound.raw()
+    // SAFETY: the ABI: `len` is null or a writable size_t.
+    let len_ok = unsafe { clear(len, 0) };
+    // SAFETY: the ABI: `memh` is null or a writable pointer.
+    let memh_ok = unsafe { clear(memh, ptr::null_mut()) };
+    no_domain_status(ctx, len_ok && memh_ok)
 }
 
 unsafe extern "C" fn no_domain_mkey(
-    _ctx: *mut WorkerCtx,
+    ctx: *mut WorkerCtx,
     _domain_id: u64,
     _seg: i32,
-    _rkey: *mut *mut c_void,
+    len: *mut usize,
+    rkey: *mut *mut c_void,
 ) -> DocaError {
-    Status::NotFound.raw()
+    // SAFETY: the ABI: `len` is null or a writable size_t.
+    let len_ok = unsafe { clear(len, 0) };
+    // SAFETY: the ABI: `rkey` is null or a writable pointer.
+    let rkey_ok = unsafe { clear(rkey, ptr::null_mut()) };
+    no_domain_status(ctx, len_ok && rkey_ok)
 }
 
 /// Flattens an error and its sources into one line.
@@ -599,4 +661,79 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Calls each lookup of [`NO_DOMAIN`] with `ctx` and outputs that start non-zero.
+    fn lookups(ctx: *mut WorkerCtx) -> [(Status, bool); 4] {
+        let lookups = NO_DOMAIN;
+        let mut addr: *mut c_void = ptr::NonNull::dangling().as_ptr();
+        let mut seg = 99i32;
+        let (mut memh, mut memh_len) = (ptr::NonNull::<c_void>::dangling().as_ptr(), 99usize);
+        let (mut rkey, mut rkey_len) = (ptr::NonNull::<c_void>::dangling().as_ptr(), 99usize);
+        // SAFETY: the outputs are valid; the lookups never read through `ctx`.
+        let addr_status = unsafe { (lookups.addr_lookup.unwrap())(ctx, 7, &mut addr) };
+        // SAFETY: as above.
+        let seg_status = unsafe { (lookups.seg_lookup.unwrap())(ctx, 7, 0x1000, &mut seg) };
+        // SAFETY: as above.
+        let memh_status =
+            unsafe { (lookups.memh_lookup.unwrap())(ctx, 7, 0, &mut memh_len, &mut memh) };
+        // SAFETY: as above.
+        let mkey_status =
+            unsafe { (lookups.mkey_lookup.unwrap())(ctx, 7, 0, &mut rkey_len, &mut rkey) };
+        [
+            (Status::from_raw(addr_status), addr.is_null()),
+            (Status::from_raw(seg_status), seg == -1),
+            (
+                Status::from_raw(memh_status),
+                memh.is_null() && memh_len == 0,
+            ),
+            (
+                Status::from_raw(mkey_status),
+                rkey.is_null() && rkey_len == 0,
+            ),
+        ]
+    }
+
+    #[test]
+    fn without_a_domain_every_lookup_is_not_found_and_clears_its_outputs() {
+        let mut ctx = WorkerCtx {
+            iface: PluginIface::default(),
+            domain_iface: NO_DOMAIN,
+            plugin_ctx: ptr::null_mut(),
+        };
+        assert_eq!(lookups(&mut ctx), [(Status::NotFound, true); 4]);
+    }
+
+    #[test]
+    fn a_null_context_or_output_is_an_invalid_value() {
+        assert_eq!(lookups(ptr::null_mut()), [(Status::InvalidValue, true); 4]);
+        let mut ctx = WorkerCtx {
+            iface: PluginIface::default(),
+            domain_iface: NO_DOMAIN,
+            plugin_ctx: ptr::null_mut(),
+        };
+        let ctx: *mut WorkerCtx = &mut ctx;
+        let mut len = 5usize;
+        let mut out: *mut c_void = ptr::NonNull::dangling().as_ptr();
+        let null_ptr = ptr::null_mut::<*mut c_void>();
+        // Every pointer is null or valid; the lookups never read through `ctx`.
+        let statuses = [
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.addr_lookup.unwrap())(ctx, 1, null_ptr) },
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.seg_lookup.unwrap())(ctx, 1, 0, ptr::null_mut()) },
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.memh_lookup.unwrap())(ctx, 1, 0, ptr::null_mut(), &mut out) },
+            // SAFETY: see above.
+            unsafe { (NO_DOMAIN.mkey_lookup.unwrap())(ctx, 1, 0, &mut len, null_ptr) },
+        ];
+        assert_eq!(statuses, [Status::InvalidValue.raw(); 4]);
+        // The outputs that were given are still cleared.
+        assert!(out.is_null());
+        assert_eq!(len, 0);
+    }
 }

@@ -2,8 +2,10 @@
 //! (`doca_urom_plugin.h`), the loader that opens plugin libraries, and the entry points the
 //! Rust SDK exports.
 //!
-//! `plugins/include/urom_plugin.h` declares the same types for C plugin authors; the layout
-//! assertions below and the C plugin test keep the two in step.
+//! `plugins/include/` declares the same types for C plugin authors under DOCA's header names
+//! (`doca_urom_plugin.h`, `doca_error.h`, `doca_compat.h`, `doca_log.h`); the layout
+//! assertions below and the layout test that compiles the header (`tests/abi_layout.rs`) keep
+//! the two in step.
 //!
 //! Ownership across the boundary follows the DOCA contract: the worker `malloc`s each command
 //! descriptor and the plugin `free`s it; the plugin `malloc`s each notification descriptor and
@@ -26,8 +28,87 @@ mod loader;
 
 pub use loader::{LoadedPlugin, NotificationSink, PluginLibrary, PluginLoadError};
 
-/// The version word of [`PluginIface`] this build loads and exports.
+/// The interface version word of plugins built against urom's headers or with the Rust SDK:
+/// what `DOCA_STRUCT_CTOR` in `plugins/include/doca_compat.h` stores and what the SDK exports.
 pub const PLUGIN_IFACE_VERSION: usize = 1;
+
+/// The DOCA release series (major, minor) whose plugin interface has exactly the layout of
+/// [`PluginIface`] and [`WorkerCtx`]: a `size_t` version word and six operations, then the
+/// domain lookups with a 3-argument `addr_lookup` and 5-argument `memh_lookup` and
+/// `mkey_lookup`.
+///
+/// The list comes from the public sources: the DOCA 3.0.0058 headers (`doca_urom_plugin.h`,
+/// `doca_compat.h`, `doca_version.h`) have this layout; the plugins NVIDIA publishes with each
+/// release from 2.9.0072 to 3.3.0 (NVIDIA-DOCA/doca-samples: `worker_rdmo` throughout,
+/// `worker_graph` and `worker_sandbox` from 3.2.2) are written against it, as is UCC's DOCA
+/// UROM plugin, which calls all four lookups with these signatures. Earlier and later
+/// releases are refused: no public source pins their layout.
+pub const DOCA_RELEASES: &[(u8, u8)] = &[(2, 9), (2, 10), (3, 0), (3, 1), (3, 2), (3, 3)];
+
+/// What an interface version word says about the headers a plugin was built with.
+///
+/// A plugin built with DOCA's own headers stores `DOCA_VERSION_EXACT` of its SDK, built as
+/// `major << 24 | minor << 16 | patch` (the patch being the four digits after the minor in
+/// the version string: `3.0.0058` is `0x0300003a`, `3.1.0105` is `0x03010069`, `3.2.1025` is
+/// `0x03020401`). A plugin built against urom's headers or with the Rust SDK stores
+/// [`PLUGIN_IFACE_VERSION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfaceVersion {
+    /// [`PLUGIN_IFACE_VERSION`]: urom's headers or the Rust SDK.
+    Urom,
+    /// `DOCA_VERSION_EXACT` of a release in [`DOCA_RELEASES`].
+    Doca {
+        /// Major version.
+        major: u8,
+        /// Minor version.
+        minor: u8,
+        /// Patch (build) number.
+        patch: u16,
+    },
+}
+
+impl IfaceVersion {
+    /// The version of an accepted word; `None` for a word this worker refuses.
+    pub fn from_word(word: usize) -> Option<Self> {
+        if word == PLUGIN_IFACE_VERSION {
+            return Some(Self::Urom);
+        }
+        let word = u32::try_from(word).ok()?;
+        let [major, minor, patch_hi, patch_lo] = word.to_be_bytes();
+        DOCA_RELEASES
+            .contains(&(major, minor))
+            .then_some(Self::Doca {
+                major,
+                minor,
+                patch: u16::from_be_bytes([patch_hi, patch_lo]),
+            })
+    }
+
+    /// The word this version is stored as.
+    pub fn word(self) -> usize {
+        match self {
+            Self::Urom => PLUGIN_IFACE_VERSION,
+            Self::Doca {
+                major,
+                minor,
+                patch,
+            } => (usize::from(major) << 24) | (usize::from(minor) << 16) | usize::from(patch),
+        }
+    }
+}
+
+impl core::fmt::Display for IfaceVersion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Urom => write!(f, "urom interface {PLUGIN_IFACE_VERSION}"),
+            Self::Doca {
+                major,
+                minor,
+                patch,
+            } => write!(f, "DOCA {major}.{minor}.{patch:04}"),
+        }
+    }
+}
 
 /// `doca_error_t`: a [`crate::wire::Status`] code.
 pub type DocaError = i32;
@@ -106,7 +187,7 @@ pub type CloseFn = unsafe extern "C" fn(ctx: *mut WorkerCtx);
 /// `addr`: copies the plugin's endpoint address into `addr` when `*addr_len` is large enough;
 /// otherwise stores the needed length in `*addr_len` and returns `DOCA_ERROR_INVALID_VALUE`.
 pub type AddrFn =
-    unsafe extern "C" fn(ctx: *mut WorkerCtx, addr: *mut c_void, addr_len: *mut u64) -> DocaError;
+    unsafe extern "C" fn(ctx: *mut WorkerCtx, addr: *mut c_void, addr_len: *mut usize) -> DocaError;
 /// `worker_cmd`: takes the command descriptors off `cmd_list` and handles them.
 pub type WorkerCmdFn =
     unsafe extern "C" fn(ctx: *mut WorkerCtx, cmd_list: *mut ListLink) -> DocaError;
@@ -126,9 +207,9 @@ pub type NotifPackFn = unsafe extern "C" fn(
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PluginIface {
-    /// The interface version word (`UROM_PLUGIN_IFACE_VERSION` for plugins built against
-    /// our header).
-    pub version: usize,
+    /// `__doca_api_version`: the interface version word, set by `DOCA_STRUCT_CTOR` (see
+    /// [`IfaceVersion`]).
+    pub doca_api_version: usize,
     /// `open`.
     pub open: Option<OpenFn>,
     /// `close`.
@@ -143,47 +224,59 @@ pub struct PluginIface {
     pub notif_pack: Option<NotifPackFn>,
 }
 
-/// `addr_lookup`: the address of a domain peer worker.
-pub type AddrLookupFn = unsafe extern "C" fn(
-    ctx: *mut WorkerCtx,
-    domain_id: u64,
-    addr: *mut *mut c_void,
-    addr_len: *mut u64,
-) -> DocaError;
-/// `seg_lookup`: which registered segment of a domain peer holds the address `va`.
+/// `addr_lookup`: the plugin address of domain member `domain_id` (bytes that carry their
+/// own length, such as a UCP worker address).
+pub type AddrLookupFn =
+    unsafe extern "C" fn(ctx: *mut WorkerCtx, domain_id: u64, addr: *mut *mut c_void) -> DocaError;
+/// `seg_lookup`: the index of the buffer of domain member `domain_id` that holds `va`.
 pub type SegLookupFn =
     unsafe extern "C" fn(ctx: *mut WorkerCtx, domain_id: u64, va: u64, seg: *mut i32) -> DocaError;
-/// `memh_lookup`: the packed memory handle of a domain peer's segment.
+/// `memh_lookup`: the packed memory handle of buffer `seg` of domain member `domain_id`.
 pub type MemhLookupFn = unsafe extern "C" fn(
     ctx: *mut WorkerCtx,
     domain_id: u64,
     seg: i32,
-    memh_len: *mut usize,
+    len: *mut usize,
     memh: *mut *mut c_void,
 ) -> DocaError;
-/// `mkey_lookup`: the remote key of a domain peer's segment.
+/// `mkey_lookup`: the packed remote key of buffer `seg` of domain member `domain_id`.
 pub type MkeyLookupFn = unsafe extern "C" fn(
     ctx: *mut WorkerCtx,
     domain_id: u64,
     seg: i32,
+    len: *mut usize,
     rkey: *mut *mut c_void,
 ) -> DocaError;
+
+/// `struct urom_domain_lookups_iface`: how a plugin finds the other members of its host's
+/// domain. The worker fills it in; C plugins call it through the
+/// `doca_urom_worker_domain_*_lookup` helpers of `doca_urom_plugin.h`.
+///
+/// Each lookup returns `DOCA_ERROR_INVALID_VALUE` for a null context or output pointer and
+/// `DOCA_ERROR_NOT_FOUND` for a domain id or segment the worker does not know; on failure it
+/// clears the outputs (null pointers, zero lengths, segment -1).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DomainLookupsIface {
+    /// `addr_lookup`.
+    pub addr_lookup: Option<AddrLookupFn>,
+    /// `seg_lookup`.
+    pub seg_lookup: Option<SegLookupFn>,
+    /// `memh_lookup`.
+    pub memh_lookup: Option<MemhLookupFn>,
+    /// `mkey_lookup`.
+    pub mkey_lookup: Option<MkeyLookupFn>,
+}
 
 /// `struct urom_worker_ctx`: what a plugin instance receives from the worker.
 #[repr(C)]
 #[derive(Debug)]
 pub struct WorkerCtx {
-    /// The plugin's own interface.
+    /// `iface`: the plugin's own interface.
     pub iface: PluginIface,
-    /// Domain peer address lookup.
-    pub addr_lookup: Option<AddrLookupFn>,
-    /// Domain segment lookup.
-    pub seg_lookup: Option<SegLookupFn>,
-    /// Domain memory handle lookup.
-    pub memh_lookup: Option<MemhLookupFn>,
-    /// Domain remote key lookup.
-    pub mkey_lookup: Option<MkeyLookupFn>,
-    /// The plugin's state, set by `open`.
+    /// `domain_iface`: the domain lookups.
+    pub domain_iface: DomainLookupsIface,
+    /// `plugin_ctx`: the plugin's state, set by `open`.
     pub plugin_ctx: *mut c_void,
 }
 
@@ -311,11 +404,13 @@ const _: () = {
     assert!(size_of::<WorkerNotifDesc>() == 56);
     assert!(offset_of!(WorkerNotifDesc, worker_notif) == 24);
     assert!(size_of::<PluginIface>() == 56);
+    assert!(offset_of!(PluginIface, doca_api_version) == 0);
     assert!(offset_of!(PluginIface, open) == 8);
     assert!(offset_of!(PluginIface, notif_pack) == 48);
+    assert!(size_of::<DomainLookupsIface>() == 32);
+    assert!(offset_of!(DomainLookupsIface, mkey_lookup) == 24);
     assert!(size_of::<WorkerCtx>() == 96);
-    assert!(offset_of!(WorkerCtx, addr_lookup) == 56);
-    assert!(offset_of!(WorkerCtx, mkey_lookup) == 80);
+    assert!(offset_of!(WorkerCtx, domain_iface) == 56);
     assert!(offset_of!(WorkerCtx, plugin_ctx) == 88);
     assert!(size_of::<ServicePluginInfo>() == 64);
     assert!(size_of::<NativeIface>() == 24);
@@ -323,3 +418,68 @@ const _: () = {
     assert!(size_of::<WorkerCmd>() == crate::wire::data::CMD_HEADER_LEN);
     assert!(size_of::<WorkerNotify>() == crate::wire::data::NOTIFY_HEADER_LEN);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_words_of_accepted_doca_releases_decode() {
+        let cases = [
+            (0x0300_003a, (3, 0, 58), "DOCA 3.0.0058"),
+            (0x0301_0069, (3, 1, 105), "DOCA 3.1.0105"),
+            (0x0302_0401, (3, 2, 1025), "DOCA 3.2.1025"),
+            (0x0209_0048, (2, 9, 72), "DOCA 2.9.0072"),
+            (0x020a_0057, (2, 10, 87), "DOCA 2.10.0087"),
+            (0x0303_0000, (3, 3, 0), "DOCA 3.3.0000"),
+        ];
+        for (word, (major, minor, patch), text) in cases {
+            let version = IfaceVersion::from_word(word).expect("accepted");
+            assert_eq!(
+                version,
+                IfaceVersion::Doca {
+                    major,
+                    minor,
+                    patch
+                }
+            );
+            assert_eq!(version.word(), word);
+            assert_eq!(version.to_string(), text);
+        }
+        let ours = IfaceVersion::from_word(PLUGIN_IFACE_VERSION).unwrap();
+        assert_eq!(ours, IfaceVersion::Urom);
+        assert_eq!(ours.word(), 1);
+        assert_eq!(ours.to_string(), "urom interface 1");
+    }
+
+    #[test]
+    fn every_accepted_release_decodes_and_nothing_else_does() {
+        for &(major, minor) in DOCA_RELEASES {
+            for patch in [0u16, 1, 58, 9999, u16::MAX] {
+                let word =
+                    (usize::from(major) << 24) | (usize::from(minor) << 16) | usize::from(patch);
+                assert_eq!(
+                    IfaceVersion::from_word(word),
+                    Some(IfaceVersion::Doca {
+                        major,
+                        minor,
+                        patch
+                    })
+                );
+            }
+        }
+        for word in [
+            0,
+            2,
+            7,
+            0x0208_0055, // 2.8
+            0x0207_0055, // 2.7
+            0x0304_0000, // 3.4
+            0x0400_0000,
+            0x1_0300_003a,
+            usize::MAX,
+        ] {
+            assert_eq!(IfaceVersion::from_word(word), None, "{word:#x}");
+        }
+    }
+}
