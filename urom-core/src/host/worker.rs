@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -15,7 +16,9 @@ use super::task::{
 };
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::auth;
-use crate::transport::{Channel, ChannelConfig, FrameRecvError, FrameSendError, Transport};
+use crate::transport::{
+    Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, Transport,
+};
 use crate::wire::control::{
     ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
 };
@@ -451,6 +454,32 @@ impl Poll for Core {
                 }
             },
             Phase::Starting(Spawn::Failed(_)) | Phase::Failed(_) => 0,
+        }
+    }
+
+    fn arm(&mut self, watch: &mut dyn FnMut(BorrowedFd<'_>)) -> Armed {
+        match &mut self.phase {
+            // The daemon's answer comes through the service's reader thread.
+            Phase::Starting(Spawn::Asked(_)) => Armed::Unsupported,
+            Phase::Running(link) => {
+                let (_, rx) = link.conn.split();
+                // A worker that dies hangs up the channel too, which wakes the engine.
+                let armed = rx.arm().unwrap_or(Armed::Ready);
+                if matches!(armed, Armed::Armed { .. }) {
+                    for fd in rx.wake_fds().into_iter().flatten() {
+                        watch(fd);
+                    }
+                }
+                armed
+            }
+            // Nothing more will happen.
+            Phase::Starting(Spawn::Failed(_)) | Phase::Failed(_) => Armed::Armed { fresh: false },
+        }
+    }
+
+    fn disarm(&mut self) {
+        if let Phase::Running(link) = &mut self.phase {
+            link.conn.split().1.disarm();
         }
     }
 }

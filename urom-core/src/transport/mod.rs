@@ -93,7 +93,8 @@ pub trait FrameReceiver: HalfControl {
         [None, None]
     }
 
-    /// Stops asking the peer for wake-ups and consumes the one that came, if any.
+    /// Consumes the wake-up that came, if any (the peer may still wake the descriptors once
+    /// more, which costs it one system call).
     fn disarm(&mut self) {}
 }
 

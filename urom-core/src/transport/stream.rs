@@ -155,7 +155,11 @@ impl Read for ChannelReader {
                     if wait.is_zero() {
                         return Err(io::ErrorKind::WouldBlock.into());
                     }
-                    self.rx.wait_recv(wait).map_err(recv_error)?;
+                    match self.rx.wait_recv(wait) {
+                        Ok(_) => {}
+                        Err(FrameRecvError::PeerGone(PeerGoneError::Closed)) => return Ok(0),
+                        Err(e) => return Err(recv_error(e)),
+                    }
                 }
                 Err(FrameRecvError::PeerGone(PeerGoneError::Closed)) => return Ok(0),
                 Err(e) => return Err(recv_error(e)),

@@ -375,7 +375,8 @@ impl FrameReceiver for ShmReceiver {
         match self.ready() {
             Ok(false) => Ok(Armed::Armed { fresh }),
             Ok(true) | Err(FrameRecvError::PeerGone(_)) => {
-                self.disarm();
+                self.sleeping_flag().store(0, Ordering::Relaxed);
+                self.signals.drain_own();
                 Ok(Armed::Ready)
             }
             Err(e) => Err(e),
@@ -386,8 +387,9 @@ impl FrameReceiver for ShmReceiver {
         [Some(self.signals.own_fd()), Some(self.link.socket.as_fd())]
     }
 
+    /// Consumes the wake-up that came, if any. The flag stays set until the peer's next frame
+    /// clears it, so that arming again is not fresh and the next sleep may be long.
     fn disarm(&mut self) {
-        self.sleeping_flag().store(0, Ordering::Relaxed);
         self.signals.drain_own();
     }
 }
