@@ -142,6 +142,52 @@ impl Drop for WorkerSlot {
     }
 }
 
+/// The port a remote service listens on when its address names none: `urom-daemon
+/// --listen-ucx 0.0.0.0:13340`.
+pub const DEFAULT_REMOTE_PORT: u16 = 13340;
+
+/// Where a service is.
+enum ServiceAt {
+    /// On this machine, at this socket.
+    Local(PathBuf),
+    /// On another machine.
+    Remote {
+        /// `HOST[:PORT]`.
+        address: String,
+        /// The network devices the service file names for it (`UCX_NET_DEVICES`).
+        net_devices: Vec<String>,
+    },
+}
+
+/// `host` with [`DEFAULT_REMOTE_PORT`] unless it names a port (`host:port`, `[v6]:port`).
+fn with_default_port(host: &str) -> String {
+    let has_port = if host.starts_with('[') {
+        host.contains("]:")
+    } else {
+        host.matches(':').count() == 1
+    };
+    match (has_port, host.parse::<std::net::Ipv6Addr>()) {
+        (_, Ok(v6)) => format!("[{v6}]:{DEFAULT_REMOTE_PORT}"),
+        (true, _) => host.to_owned(),
+        (false, _) => format!("{host}:{DEFAULT_REMOTE_PORT}"),
+    }
+}
+
+/// The first address `address` (`HOST:PORT`) resolves to.
+fn resolve(address: &str) -> Result<SocketAddr, ServiceStartError> {
+    use std::net::ToSocketAddrs;
+    let unreachable = |reason: String| {
+        ServiceStartError::Control(ControlError::Io(format!(
+            "cannot resolve the service's address {address}: {reason}"
+        )))
+    };
+    address
+        .to_socket_addrs()
+        .map_err(|e| unreachable(e.to_string()))?
+        .next()
+        .ok_or_else(|| unreachable("no address".into()))
+}
+
 /// What a running service holds besides its settings.
 pub struct Connected {
     /// The connection and what the daemon said, shared with the service's workers.
@@ -298,9 +344,17 @@ impl Service<Idle> {
         .map_err(ServiceStartError::Control)
     }
 
-    fn socket(&self) -> Result<PathBuf, ServiceStartError> {
+    /// Where the service is: the socket or remote address set, else the service file's line
+    /// for this host, else the default socket.
+    fn locate(&self) -> Result<ServiceAt, ServiceStartError> {
+        if let Some(address) = &self.config.remote {
+            return Ok(ServiceAt::Remote {
+                address: address.clone(),
+                net_devices: Vec::new(),
+            });
+        }
         if let Some(socket) = &self.config.socket {
-            return Ok(socket.clone());
+            return Ok(ServiceAt::Local(socket.clone()));
         }
         if let Some(file) = &self.config.service_file {
             let hostname = nix::unistd::gethostname()
@@ -311,25 +365,41 @@ impl Service<Idle> {
                 .map_err(ServiceStartError::ServiceFile)?;
             let local = [hostname.as_str(), "localhost", "127.0.0.1", "::1"];
             if !local.contains(&line.dev_hostname.as_str()) {
-                return Err(ServiceStartError::Remote {
-                    dev_hostname: line.dev_hostname,
+                return Ok(ServiceAt::Remote {
+                    address: with_default_port(&line.dev_hostname),
+                    net_devices: line.net_devs,
                 });
             }
         }
-        Ok(default_service_socket())
+        Ok(ServiceAt::Local(default_service_socket()))
     }
 
     fn connect(&self) -> Result<Arc<ControlChannel>, ServiceStartError> {
-        if let Some(address) = &self.config.remote {
-            let config = ChannelConfig::new(self.config.max_msg_size);
-            let channel = Channel::connect(EndpointKind::Ucx, address.as_bytes(), &config)
-                .map_err(ServiceStartError::Connect)?;
-            let ip = address.parse::<SocketAddr>().ok().map(|a| a.ip());
-            return self.open_remote(channel, ip);
+        match self.locate()? {
+            ServiceAt::Local(socket) => {
+                ControlChannel::connect(&socket, self.config.max_msg_size, &self.config.identity)
+                    .map_err(ServiceStartError::Control)
+            }
+            ServiceAt::Remote {
+                address,
+                net_devices,
+            } => {
+                if !cfg!(feature = "ucx") {
+                    return Err(ServiceStartError::Remote {
+                        dev_hostname: address,
+                    });
+                }
+                #[cfg(feature = "ucx")]
+                crate::transport::ucx::prefer_net_devices(&net_devices);
+                let _ = net_devices;
+                let resolved = resolve(&address)?;
+                let config = ChannelConfig::new(self.config.max_msg_size);
+                let text = resolved.to_string();
+                let channel = Channel::connect(EndpointKind::Ucx, text.as_bytes(), &config)
+                    .map_err(ServiceStartError::Connect)?;
+                self.open_remote(channel, Some(resolved.ip()))
+            }
         }
-        let socket = self.socket()?;
-        ControlChannel::connect(&socket, self.config.max_msg_size, &self.config.identity)
-            .map_err(ServiceStartError::Control)
     }
 
     /// Reads the plugins and the CPU set.
@@ -469,5 +539,44 @@ impl OneShot for GidTask {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod remote_tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_address_gets_the_default_port_unless_it_names_one() {
+        assert_eq!(with_default_port("dpu-1"), "dpu-1:13340");
+        assert_eq!(with_default_port("dpu-1:7000"), "dpu-1:7000");
+        assert_eq!(with_default_port("169.254.77.1"), "169.254.77.1:13340");
+        assert_eq!(with_default_port("fe80::1"), "[fe80::1]:13340");
+        assert_eq!(with_default_port("[fe80::1]:7000"), "[fe80::1]:7000");
+    }
+
+    #[test]
+    fn a_service_file_line_for_another_machine_is_remote() {
+        let dir = std::env::temp_dir().join(format!("urom-service-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("services");
+        let hostname = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        std::fs::write(
+            &file,
+            format!("{hostname} dpu 169.254.77.1 0000:03:00.0 eth1,eth2\n"),
+        )
+        .unwrap();
+        let service = Service::new().set_service_file(&file);
+        match service.locate() {
+            Ok(ServiceAt::Remote {
+                address,
+                net_devices,
+            }) => {
+                assert_eq!(address, "169.254.77.1:13340");
+                assert_eq!(net_devices, ["eth1", "eth2"]);
+            }
+            _ => panic!("the line names another machine"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
