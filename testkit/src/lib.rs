@@ -54,8 +54,12 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
     build(package, name)
 }
 
+/// The packages whose programs speak UCX when built with their `ucx` feature.
+const UCX_PACKAGES: [&str; 3] = ["urom-daemon", "urom-worker", "urom-samples"];
+
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
-/// process, and returns the path of `artifact` in the profile directory.
+/// process, and returns the path of `artifact` in the profile directory. With this crate's
+/// `ucx` feature, the daemon, the worker and the samples are built with theirs.
 fn build(package: &str, artifact: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     let profile_dir = profile_dir();
@@ -79,6 +83,10 @@ fn build(package: &str, artifact: &str) -> PathBuf {
             .is_some_and(|name| name == "release")
         {
             command.arg("--release");
+        }
+        // Tests of the ucx feature need the programs they start built with it too.
+        if cfg!(feature = "ucx") && UCX_PACKAGES.contains(&package) {
+            command.args(["--features", "ucx"]);
         }
         let status = command
             .status()

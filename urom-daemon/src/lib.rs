@@ -185,7 +185,6 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         .allow_uids
         .iter()
         .any(|&uid| uid != own_uid && uid != 0);
-    let listener = bind(&socket, if others_allowed { 0o666 } else { 0o600 })?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonRunError::Signals)?;
@@ -235,6 +234,8 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             .map_err(DaemonRunError::Remote)?;
         info!(address = %bound, "listening for hosts on other machines over UCX");
     }
+    // Last, so that a socket there means every listener is up.
+    let listener = bind(&socket, if others_allowed { 0o666 } else { 0o600 })?;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
