@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use urom_wire::{CpuSet, MaxMsgSize};
 
 use crate::plugin_id::{PluginId, PluginIdError};
+use crate::transport::shm::HugePages;
 
 /// The long names of the worker's options, without the leading `--`.
 pub mod flag {
@@ -39,6 +40,27 @@ pub mod flag {
     pub const ALLOW_UID: &str = "allow-uid";
     /// Stop when the process that started the worker ends.
     pub const EXIT_WITH_PARENT: &str = "exit-with-parent";
+    /// Standard input is the daemon's link, on which it asks for the worker's counters.
+    pub const DAEMON_LINK: &str = "daemon-link";
+    /// Whether rings go on hugepages: `auto`, `never` or `require`.
+    pub const HUGEPAGES: &str = "hugepages";
+}
+
+/// The name of a hugepages choice on the command line (`auto`, `never`, `require`).
+pub fn hugepages_name(choice: HugePages) -> &'static str {
+    match choice {
+        HugePages::Auto => "auto",
+        HugePages::Never => "never",
+        HugePages::Require => "require",
+    }
+}
+
+/// Reads a hugepages choice as [`hugepages_name`] writes it.
+pub fn parse_hugepages(text: &str) -> Result<HugePages, String> {
+    [HugePages::Auto, HugePages::Never, HugePages::Require]
+        .into_iter()
+        .find(|&choice| hugepages_name(choice) == text)
+        .ok_or_else(|| format!("`{text}` is not one of auto, never, require"))
 }
 
 /// The log level a worker logs at unless told otherwise: 50, info.
@@ -136,12 +158,17 @@ pub struct WorkerCommand {
     pub allow_uids: Vec<u32>,
     /// Stop when the process that started the worker ends.
     pub exit_with_parent: bool,
+    /// Standard input is a socket on which the daemon asks for the worker's counters.
+    pub daemon_link: bool,
+    /// Whether the rings of host channels go on hugepages.
+    pub hugepages: HugePages,
 }
 
 impl WorkerCommand {
     /// A worker loading `plugins` and listening on `listen`, everything else as the worker
     /// has it when not told: id 0, group 0, the process's CPUs, the default message size, log
-    /// level [`DEFAULT_LOG_LEVEL`] to stderr, sleeping when idle, serving its own user.
+    /// level [`DEFAULT_LOG_LEVEL`] to stderr, sleeping when idle, serving its own user, no
+    /// daemon link, rings on hugepages when the system has some free.
     pub fn new(plugins: Vec<PluginSpec>, listen: PathBuf) -> Self {
         Self {
             plugins,
@@ -155,6 +182,8 @@ impl WorkerCommand {
             busy_poll: false,
             allow_uids: Vec::new(),
             exit_with_parent: false,
+            daemon_link: false,
+            hugepages: HugePages::Auto,
         }
     }
 
@@ -193,6 +222,10 @@ impl WorkerCommand {
             option(&mut args, flag::ALLOW_UID, uid.to_string());
         }
         switch(&mut args, flag::EXIT_WITH_PARENT, self.exit_with_parent);
+        switch(&mut args, flag::DAEMON_LINK, self.daemon_link);
+        if self.hugepages != HugePages::Auto {
+            option(&mut args, flag::HUGEPAGES, hugepages_name(self.hugepages));
+        }
         args
     }
 }
@@ -245,6 +278,8 @@ mod tests {
         command.busy_poll = true;
         command.allow_uids = vec![1000, 1001];
         command.exit_with_parent = true;
+        command.daemon_link = true;
+        command.hugepages = HugePages::Never;
         let args: Vec<String> = command
             .to_args()
             .into_iter()
@@ -254,7 +289,12 @@ mod tests {
             args.join(" "),
             "--plugin /p/a.so:0x1 --plugin /p/b.so:0x4 --id 0 --gid 0 --cpuset 0-1 \
              --max-msg-size 4096 --log-level 50 --log-dir /tmp/logs --listen /tmp/w.sock \
-             --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent"
+             --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent --daemon-link \
+             --hugepages never"
         );
+        for choice in [HugePages::Auto, HugePages::Never, HugePages::Require] {
+            assert_eq!(parse_hugepages(hugepages_name(choice)), Ok(choice));
+        }
+        assert!(parse_hugepages("always").unwrap_err().contains("auto, never, require"));
     }
 }

@@ -22,7 +22,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -30,10 +30,13 @@ use nix::unistd::{Pid, Uid, User};
 use tracing::{error, info, warn};
 use urom_core::plugin_id::PluginMask;
 use urom_core::worker_command::{PluginSpec, WorkerCommand};
+use urom_core::transport::shm::HugePages;
 use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
+use urom_wire::report::WorkerState;
 use urom_wire::{CpuSet, MaxMsgSize, Status};
 
 use crate::discovery::PluginEntry;
+use crate::link::WorkerLink;
 use crate::sys::Credentials;
 
 /// How long a worker has to stop after SIGTERM before it gets SIGKILL.
@@ -89,6 +92,8 @@ pub struct WorkerConfig {
     pub max_workers: u32,
     /// Whether workers spin when idle.
     pub busy_poll: bool,
+    /// Whether workers put their rings on hugepages.
+    pub hugepages: HugePages,
 }
 
 /// What a host asks for when it spawns or attaches.
@@ -116,6 +121,36 @@ struct Worker {
     dir: PathBuf,
     socket: PathBuf,
     hosts: HashSet<HostId>,
+    state: WorkerState,
+    started: SystemTime,
+    cpuset: CpuSet,
+    /// Where the daemon asks for its counters.
+    link: Arc<WorkerLink>,
+}
+
+/// What the status report says of a worker.
+#[derive(Clone)]
+pub struct WorkerView {
+    /// Its id.
+    pub id: u64,
+    /// Its process.
+    pub pid: i32,
+    /// Its group.
+    pub gid: u32,
+    /// The user whose host spawned it.
+    pub owner: u32,
+    /// Its plugins.
+    pub plugins: PluginMask,
+    /// Where it is in its life.
+    pub state: WorkerState,
+    /// When it was spawned.
+    pub started: SystemTime,
+    /// Its CPUs.
+    pub cpuset: CpuSet,
+    /// Host connections attached to it.
+    pub hosts: usize,
+    /// Where to ask for its counters.
+    pub link: Arc<WorkerLink>,
 }
 
 /// A user a worker runs as, other than the daemon's.
@@ -341,6 +376,17 @@ impl Registry {
                 return Err(error);
             }
         };
+        let (link, link_end) = match WorkerLink::pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                let _ = std::fs::remove_file(&staged_log);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot make the worker's link: {e}"),
+                ));
+            }
+        };
         let worker = WorkerCommand {
             plugins,
             id,
@@ -354,11 +400,13 @@ impl Registry {
             busy_poll: self.config.busy_poll,
             allow_uids,
             exit_with_parent: true,
+            daemon_link: true,
+            hugepages: self.config.hugepages,
         };
         let mut command = Command::new(&self.config.worker_bin);
         command
             .args(worker.to_args())
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(link_end)))
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(user) = run_as {
@@ -400,6 +448,10 @@ impl Registry {
                 dir,
                 socket: socket.clone(),
                 hosts: HashSet::from([host]),
+                state: WorkerState::Starting,
+                started: SystemTime::now(),
+                cpuset,
+                link: Arc::new(link),
             },
         );
         info!(worker = id, pid = pid.as_raw(), gid = request.gid, %cpuset, plugins = format_args!("{:#x}", request.plugins), "worker spawned");
@@ -472,6 +524,11 @@ impl Registry {
                 ));
             }
             if socket.exists() {
+                if let Some(worker) = self.lock().workers.get_mut(&id)
+                    && worker.state == WorkerState::Starting
+                {
+                    worker.state = WorkerState::Running;
+                }
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -518,6 +575,36 @@ impl Registry {
         ids
     }
 
+    /// The workers `uid` may see (root sees all), in id order.
+    pub fn views(&self, uid: u32) -> Vec<WorkerView> {
+        let inner = self.lock();
+        let mut views: Vec<WorkerView> = inner
+            .workers
+            .iter()
+            .filter(|(_, w)| w.owner == uid || uid == 0)
+            .map(|(&id, w)| WorkerView {
+                id,
+                pid: w.pid.as_raw(),
+                gid: w.gid,
+                owner: w.owner,
+                plugins: w.plugins,
+                state: w.state,
+                started: w.started,
+                cpuset: w.cpuset,
+                hosts: w.hosts.len(),
+                link: Arc::clone(&w.link),
+            })
+            .collect();
+        views.sort_unstable_by_key(|view| view.id);
+        views
+    }
+
+    /// How many workers run, and how many host connections are registered.
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.workers.len(), inner.hosts.len())
+    }
+
     /// Stops every worker: SIGTERM, then SIGKILL after the grace period.
     pub fn shutdown(&self) {
         let ids: Vec<u64> = self.lock().workers.keys().copied().collect();
@@ -532,7 +619,8 @@ impl Registry {
         for (signal, grace) in [(Signal::SIGTERM, STOP_GRACE), (Signal::SIGKILL, STOP_GRACE)] {
             let mut inner = self.lock();
             for id in ids {
-                if let Some(worker) = inner.workers.get(id) {
+                if let Some(worker) = inner.workers.get_mut(id) {
+                    worker.state = WorkerState::Stopping;
                     if signal == Signal::SIGKILL {
                         warn!(
                             worker = id,

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use urom_core::plugin_id::PluginMask;
 use urom_wire::control::{
     AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo, SpawnResult,
-    WorkerExit,
+    StatusReply, WorkerExit,
 };
 use urom_wire::frame::frame_length;
 use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
@@ -24,6 +24,7 @@ use crate::Service;
 use crate::discovery::PluginEntry;
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit};
 use crate::registry::{HostEvents, HostId, ServiceError, SpawnRequest};
+use crate::status::StatusPager;
 
 /// How often a blocked read looks at the stop flag.
 const READ_POLL: Duration = Duration::from_millis(200);
@@ -129,6 +130,7 @@ pub(crate) fn serve(
         state: State::AwaitHello,
         handshake_deadline,
         plugins: Vec::new(),
+        status: StatusPager::default(),
     };
     let end = session.run();
     if session.state == State::Ready {
@@ -156,6 +158,8 @@ struct Session<'s> {
     /// When a host that has not authenticated yet is given up on.
     handshake_deadline: Instant,
     plugins: Vec<PluginEntry>,
+    /// The status report this host is reading in pages.
+    status: StatusPager,
 }
 
 impl Session<'_> {
@@ -395,6 +399,21 @@ impl Session<'_> {
             (State::Ready, ControlMessage::WorkersByGidRequest { gid }) => {
                 let ids = self.service.registry.by_gid(self.uid, gid);
                 self.reply(seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
+            }
+            (State::Ready, ControlMessage::StatusRequest { cursor }) => {
+                match self.status.page(self.service, self.uid, cursor) {
+                    Ok((records, next_cursor)) => {
+                        let records = List::new(&records);
+                        let reply = StatusReply {
+                            next_cursor,
+                            records,
+                        };
+                        self.link
+                            .send(seq, ControlMessage::StatusReply(reply))
+                            .map_err(End::Io)?;
+                    }
+                    Err(error) => self.reply_error(seq, &error)?,
+                }
             }
             (state, body) => {
                 let kind = urom_wire::Body::kind(&body);

@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use urom_core::worker_command::{DEFAULT_LOG_LEVEL, PluginSpec, WorkerCommand, flag};
+use urom_core::transport::shm::HugePages;
+use urom_core::worker_command::{
+    DEFAULT_LOG_LEVEL, PluginSpec, WorkerCommand, flag, hugepages_name, parse_hugepages,
+};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// Runs urom plugins on behalf of hosts: loads each plugin, pins itself to its CPUs, accepts
@@ -63,6 +66,16 @@ pub struct Args {
     /// worker outlives its daemon).
     #[arg(long = flag::EXIT_WITH_PARENT)]
     pub exit_with_parent: bool,
+
+    /// Standard input is a socket on which the daemon asks for this worker's counters (the
+    /// daemon passes it).
+    #[arg(long = flag::DAEMON_LINK)]
+    pub daemon_link: bool,
+
+    /// Whether the rings of host channels go on hugepages: auto (when the system has some
+    /// free), never, or require (a host whose rings cannot get them is refused).
+    #[arg(long = flag::HUGEPAGES, value_name = "CHOICE", default_value = hugepages_name(HugePages::Auto), value_parser = parse_hugepages)]
+    pub hugepages: HugePages,
 }
 
 impl From<Args> for WorkerCommand {
@@ -80,6 +93,8 @@ impl From<Args> for WorkerCommand {
             busy_poll,
             allow_uids,
             exit_with_parent,
+            daemon_link,
+            hugepages,
         } = args;
         Self {
             plugins,
@@ -93,6 +108,8 @@ impl From<Args> for WorkerCommand {
             busy_poll,
             allow_uids,
             exit_with_parent,
+            daemon_link,
+            hugepages,
         }
     }
 }
@@ -128,6 +145,8 @@ mod tests {
         command.busy_poll = true;
         command.allow_uids = vec![1000, 1001];
         command.exit_with_parent = true;
+        command.daemon_link = true;
+        command.hugepages = HugePages::Require;
         assert_eq!(parse(command.to_args()).unwrap(), command);
     }
 
