@@ -224,7 +224,9 @@ impl Service<Idle> {
         }
     }
 
-    fn socket(&self) -> Result<PathBuf, ServiceStartError> {
+    /// The daemon's socket this service would connect to: the one set, else the one the
+    /// service file names for this host (a local service), else the default socket.
+    pub fn resolve_socket(&self) -> Result<PathBuf, ServiceStartError> {
         if let Some(socket) = &self.config.socket {
             return Ok(socket.clone());
         }
@@ -246,7 +248,7 @@ impl Service<Idle> {
     }
 
     fn connect(&self) -> Result<Shared, ServiceStartError> {
-        let socket = self.socket()?;
+        let socket = self.resolve_socket()?;
         let max = self.config.max_msg_size;
         let channel = ControlChannel::connect(&socket, max, &self.config.identity)
             .map_err(ServiceStartError::Control)?;
