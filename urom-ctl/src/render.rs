@@ -178,24 +178,30 @@ pub fn status(snapshot: &Snapshot) -> String {
         format!("{} offered ({})", offered.len(), offered.join(", "))
     };
     let unreadable = snapshot.plugin_dirs.iter().filter(|d| !d.readable).count();
-    if left_out > 0 || unreadable > 0 {
-        let _ = write!(plugins, "; ");
-        if left_out > 0 {
-            let _ = write!(plugins, "{left_out} file(s) left out");
-        }
-        if unreadable > 0 {
-            if left_out > 0 {
-                plugins.push_str(", ");
-            }
-            let _ = write!(plugins, "{unreadable} director(ies) unreadable");
-        }
-        plugins.push_str(": see urom-ctl plugins");
+    let mut problems = Vec::new();
+    if left_out > 0 {
+        problems.push(plural(left_out, "file left out", "files left out"));
+    }
+    if unreadable > 0 {
+        problems.push(plural(
+            unreadable,
+            "directory unreadable",
+            "directories unreadable",
+        ));
+    }
+    if !problems.is_empty() {
+        let _ = write!(plugins, "; {}: see urom-ctl plugins", problems.join(", "));
     }
     if snapshot.plugin_dirs.is_empty() {
         plugins = "none: UROM_PLUGIN_PATH names no directory".to_owned();
     }
     field("plugins", plugins);
     out
+}
+
+/// `1 file`, `2 files`.
+fn plural(count: usize, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
 }
 
 /// What `urom-ctl plugins` prints.
