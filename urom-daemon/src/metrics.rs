@@ -30,6 +30,8 @@ use crate::status::{Report, collect};
 pub const MAX_REQUEST: usize = 8 * 1024;
 /// How long a client has to send its request.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many bytes of a refused request are read and dropped before its connection closes.
+const LINGER_BYTES: u64 = 64 * 1024;
 /// How often the accept loop looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// The content type of the exposition.
@@ -67,7 +69,12 @@ fn answer(mut stream: TcpStream, service: &Service) -> io::Result<()> {
     let request = match read_request(&mut stream) {
         Ok(request) => request,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-            return respond(&mut stream, "413 Content Too Large", "text/plain", &e.to_string());
+            respond(&mut stream, "413 Content Too Large", "text/plain", &e.to_string())?;
+            // Read what the client still sends (a little, for a little while) before closing,
+            // so that it gets the answer rather than a reset.
+            stream.shutdown(std::net::Shutdown::Write)?;
+            let _ = io::copy(&mut (&stream).take(LINGER_BYTES), &mut io::sink());
+            return Ok(());
         }
         Err(e) => return Err(e),
     };
