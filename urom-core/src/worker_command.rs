@@ -295,6 +295,10 @@ mod tests {
         for choice in [HugePages::Auto, HugePages::Never, HugePages::Require] {
             assert_eq!(parse_hugepages(hugepages_name(choice)), Ok(choice));
         }
-        assert!(parse_hugepages("always").unwrap_err().contains("auto, never, require"));
+        assert!(
+            parse_hugepages("always")
+                .unwrap_err()
+                .contains("auto, never, require")
+        );
     }
 }

@@ -395,13 +395,15 @@ mod tests {
 
     #[test]
     fn options_parse_before_and_after_the_subcommand() {
-        let args = Args::try_parse_from(["urom-ctl", "--json", "workers", "--watch", "--count", "2"])
-            .unwrap();
+        let args =
+            Args::try_parse_from(["urom-ctl", "--json", "workers", "--watch", "--count", "2"])
+                .unwrap();
         assert!(args.json);
         assert_eq!(args.command, CtlCommand::Workers);
         assert_eq!(args.watch, Some(Duration::from_secs(1)));
         assert_eq!(args.count, Some(2));
-        let args = Args::try_parse_from(["urom-ctl", "destroy", "7", "--socket", "/tmp/s"]).unwrap();
+        let args =
+            Args::try_parse_from(["urom-ctl", "destroy", "7", "--socket", "/tmp/s"]).unwrap();
         assert_eq!(args.command, CtlCommand::Destroy { id: 7 });
         assert_eq!(args.socket, Some(PathBuf::from("/tmp/s")));
         let error = Args::try_parse_from(["urom-ctl", "workers", "--watch", "0"])

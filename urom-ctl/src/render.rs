@@ -62,12 +62,8 @@ impl Table {
 /// `1h02m03s`, `4m05s`, `6s`.
 pub fn duration(d: Duration) -> String {
     let secs = d.as_secs();
-    let (days, hours, minutes, seconds) = (
-        secs / 86_400,
-        secs / 3600 % 24,
-        secs / 60 % 60,
-        secs % 60,
-    );
+    let (days, hours, minutes, seconds) =
+        (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     match (days, hours, minutes) {
         (0, 0, 0) => format!("{seconds}s"),
         (0, 0, _) => format!("{minutes}m{seconds:02}s"),
@@ -161,7 +157,11 @@ pub fn status(snapshot: &Snapshot) -> String {
     } else if snapshot.workers.len() == d.workers as usize {
         format!(" ({})", states.join(", "))
     } else {
-        format!(" ({} of them yours: {})", snapshot.workers.len(), states.join(", "))
+        format!(
+            " ({} of them yours: {})",
+            snapshot.workers.len(),
+            states.join(", ")
+        )
     };
     field(
         "workers",
@@ -286,7 +286,11 @@ pub fn rates(before: &Snapshot, now: &Snapshot, seconds: f64) -> Vec<(u64, Rates
                 .find(|w| w.id == worker.id && w.started_unix_ms == worker.started_unix_ms)?;
             Some((
                 worker.id,
-                Rates::between(earlier.counters.as_ref()?, worker.counters.as_ref()?, seconds),
+                Rates::between(
+                    earlier.counters.as_ref()?,
+                    worker.counters.as_ref()?,
+                    seconds,
+                ),
             ))
         })
         .collect()

@@ -164,7 +164,9 @@ fn status_workers_and_plugins_describe_a_real_daemon() {
     let table = stdout_of(&run(&daemon, &["workers"]));
     println!("{table}");
     let header = table.lines().next().unwrap();
-    for column in ["ID", "PID", "USER", "GID", "STATE", "CPUS", "PLUGINS", "COMMANDS"] {
+    for column in [
+        "ID", "PID", "USER", "GID", "STATE", "CPUS", "PLUGINS", "COMMANDS",
+    ] {
         assert!(header.contains(column), "{header}");
     }
     let row = table.lines().nth(1).unwrap();
@@ -173,9 +175,7 @@ fn status_workers_and_plugins_describe_a_real_daemon() {
         "{row}"
     );
     assert!(
-        table.contains(&format!(
-            "worker {id} errors: DOCA_ERROR_INVALID_VALUE 2"
-        )),
+        table.contains(&format!("worker {id} errors: DOCA_ERROR_INVALID_VALUE 2")),
         "{table}"
     );
 
@@ -203,7 +203,10 @@ fn status_workers_and_plugins_describe_a_real_daemon() {
     assert_eq!(refreshes[0]["rates"], serde_json::json!([]));
     assert_eq!(refreshes[1]["rates"][0]["id"], id);
     assert_eq!(refreshes[1]["rates"][0]["commands"], 0.0);
-    let watched = stdout_of(&run(&daemon, &["workers", "--watch", "0.2", "--count", "2"]));
+    let watched = stdout_of(&run(
+        &daemon,
+        &["workers", "--watch", "0.2", "--count", "2"],
+    ));
     assert!(watched.contains("CMD/S"), "{watched}");
     drop(worker);
 }
@@ -232,10 +235,7 @@ fn a_user_stops_its_own_workers_and_not_another_users() {
             .map(|w| w["id"].as_u64().unwrap())
             .collect()
     };
-    assert_eq!(
-        ids(&json(&daemon, &["workers"])),
-        [mine.id(), kept.id()]
-    );
+    assert_eq!(ids(&json(&daemon, &["workers"])), [mine.id(), kept.id()]);
 
     let output = stdout_of(&run(&daemon, &["destroy", &mine.id().to_string()]));
     assert_eq!(output, format!("worker {} stopped\n", mine.id()));
@@ -286,8 +286,8 @@ fn a_user_stops_its_own_workers_and_not_another_users() {
         .nth(1)
         .and_then(|id| id.parse().ok())
         .unwrap_or_else(|| panic!("{spawned}"));
-    let theirs: Value = serde_json::from_str(&stdout_of(&as_nobody_run(&["--json", "workers"])))
-        .unwrap();
+    let theirs: Value =
+        serde_json::from_str(&stdout_of(&as_nobody_run(&["--json", "workers"]))).unwrap();
     assert_eq!(ids(&theirs), [id]);
     assert_eq!(theirs["workers"][0]["uid"], NOBODY);
     let mut all = ids(&json(&daemon, &["workers"]));

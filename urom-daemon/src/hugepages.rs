@@ -121,7 +121,11 @@ impl HugePagesPlan {
             (_, 0) => format!(
                 "no hugepages reserved ({mounts}): worker rings use normal pages, transparent \
                  hugepages advised; reserve some with /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-                if pool.page_kib == 0 { 2048 } else { pool.page_kib }
+                if pool.page_kib == 0 {
+                    2048
+                } else {
+                    pool.page_kib
+                }
             ),
             _ if pool.free == 0 => format!(
                 "all {} hugepages are in use ({mounts}): worker rings use normal pages until some are free",
@@ -165,7 +169,11 @@ mod tests {
         let pool = HugePagePool::parse(MEMINFO, MOUNTS);
         let auto = HugePagesPlan::new(HugePages::Auto, pool.clone()).unwrap();
         assert!(auto.usable());
-        assert!(auto.describe().contains("2040 of 2048 free"), "{}", auto.describe());
+        assert!(
+            auto.describe().contains("2040 of 2048 free"),
+            "{}",
+            auto.describe()
+        );
         assert!(auto.describe().contains("/mnt/huge"));
         let never = HugePagesPlan::new(HugePages::Never, pool).unwrap();
         assert!(!never.usable());

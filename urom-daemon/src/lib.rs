@@ -209,9 +209,9 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         .any(|&uid| uid != own_uid && uid != 0);
     let listener = bind(&socket, if others_allowed { 0o666 } else { 0o600 })?;
     let metrics_listener = match args.metrics_listen {
-        Some(addr) => Some(
-            metrics::bind(addr).map_err(|source| DaemonRunError::Metrics { addr, source })?,
-        ),
+        Some(addr) => {
+            Some(metrics::bind(addr).map_err(|source| DaemonRunError::Metrics { addr, source })?)
+        }
         None => None,
     };
     let metrics_addr = metrics_listener

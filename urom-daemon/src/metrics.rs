@@ -37,7 +37,8 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// The content type of the exposition.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds `addr`; the caller serves it with [`serve`].
+/// Binds `addr` for the metrics endpoint; the daemon answers scrapes on it from a thread of its
+/// own.
 pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let listener = TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
@@ -69,7 +70,12 @@ fn answer(mut stream: TcpStream, service: &Service) -> io::Result<()> {
     let request = match read_request(&mut stream) {
         Ok(request) => request,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-            respond(&mut stream, "413 Content Too Large", "text/plain", &e.to_string())?;
+            respond(
+                &mut stream,
+                "413 Content Too Large",
+                "text/plain",
+                &e.to_string(),
+            )?;
             // Read what the client still sends (a little, for a little while) before closing,
             // so that it gets the answer rather than a reset.
             stream.shutdown(std::net::Shutdown::Write)?;
@@ -78,8 +84,15 @@ fn answer(mut stream: TcpStream, service: &Service) -> io::Result<()> {
         }
         Err(e) => return Err(e),
     };
-    let mut words = request.lines().next().unwrap_or_default().split_whitespace();
-    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or("/"));
+    let mut words = request
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace();
+    let (method, path) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or("/"),
+    );
     let path = path.split('?').next().unwrap_or(path);
     match (method, path) {
         ("GET", "/metrics") => {

@@ -2,8 +2,8 @@
 //! plugin directory and `.so` file and what became of each, and the workers with their
 //! counters.
 //!
-//! [`collect`] gathers a [`Report`] (for one user's eyes: a user sees its own workers, root
-//! sees all); the control socket answers it as records in pages ([`StatusPager`]), and the
+//! `collect` gathers a [`Report`] (for one user's eyes: a user sees its own workers, root
+//! sees all); the control socket answers it as records in pages (`StatusPager`), and the
 //! metrics endpoint (`crate::metrics`) serves the same numbers to Prometheus.
 
 use std::collections::HashMap;
@@ -13,8 +13,8 @@ use nix::unistd::{Uid, User};
 use urom_wire::control::STATUS_REPLY_HEADER_LEN;
 use urom_wire::list::Item;
 use urom_wire::report::{
-    DaemonStatus, DirState, ErrorCount, HugePagesStatus, ListenKind, ListenStatus,
-    PluginDirStatus, PluginFileStatus, PluginOutcome, StatusRecord, WorkerStatus,
+    DaemonStatus, DirState, ErrorCount, HugePagesStatus, ListenKind, ListenStatus, PluginDirStatus,
+    PluginFileStatus, PluginOutcome, StatusRecord, WorkerStatus,
 };
 use urom_wire::{FRAME_HEADER_LEN, Status};
 
@@ -94,10 +94,9 @@ pub(crate) fn collect(service: &Service, uid: u32) -> Report {
         choice: service.hugepages,
         pool: HugePagePool::read(),
     };
-    let survey = service.discovery.survey(
-        std::env::var_os(crate::PLUGIN_PATH_VAR).as_deref(),
-        false,
-    );
+    let survey = service
+        .discovery
+        .survey(std::env::var_os(crate::PLUGIN_PATH_VAR).as_deref(), false);
     let mut names: HashMap<u32, String> = HashMap::new();
     let workers = service
         .registry
@@ -159,14 +158,10 @@ impl OwnedRecord {
                 cpuset: t(1),
                 ..d
             }),
-            StatusRecord::Listen(l) => StatusRecord::Listen(ListenStatus {
-                address: t(0),
-                ..l
-            }),
-            StatusRecord::HugePages(h) => StatusRecord::HugePages(HugePagesStatus {
-                mounts: t(0),
-                ..h
-            }),
+            StatusRecord::Listen(l) => StatusRecord::Listen(ListenStatus { address: t(0), ..l }),
+            StatusRecord::HugePages(h) => {
+                StatusRecord::HugePages(HugePagesStatus { mounts: t(0), ..h })
+            }
             StatusRecord::PluginDir(d) => StatusRecord::PluginDir(PluginDirStatus {
                 path: t(0),
                 error: t(1),

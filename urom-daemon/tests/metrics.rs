@@ -44,7 +44,11 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
     let mut samples = Vec::new();
     let mut typed = BTreeMap::new();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.last(), Some(&"# EOF"), "the exposition ends with # EOF");
+    assert_eq!(
+        lines.last(),
+        Some(&"# EOF"),
+        "the exposition ends with # EOF"
+    );
     for line in &lines[..lines.len() - 1] {
         if let Some(comment) = line.strip_prefix("# ") {
             let mut words = comment.splitn(3, ' ');
@@ -61,7 +65,9 @@ fn parse_exposition(text: &str) -> Vec<Sample> {
             continue;
         }
         let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
-        let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value: {line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value: {line}"));
         let (name, labels) = match series.split_once('{') {
             Some((name, rest)) => (name, rest.strip_suffix('}').expect("labels end with }")),
             None => (series, ""),
@@ -114,7 +120,11 @@ fn scrape_until(addr: SocketAddr, worker: &str, commands: f64) -> Vec<Sample> {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let samples = scrape(addr);
-        let seen = value(&samples, "urom_worker_commands_total", &[("worker", worker)]);
+        let seen = value(
+            &samples,
+            "urom_worker_commands_total",
+            &[("worker", worker)],
+        );
         if seen == Some(commands) {
             return samples;
         }
@@ -151,9 +161,19 @@ fn the_endpoint_serves_counters_that_move_with_commands() {
     );
 
     let samples = scrape(addr);
-    assert_eq!(value(&samples, "urom_daemon_info", &[("version", env!("CARGO_PKG_VERSION"))]), Some(1.0));
+    assert_eq!(
+        value(
+            &samples,
+            "urom_daemon_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
     assert_eq!(value(&samples, "urom_plugins_offered", &[]), Some(1.0));
-    assert_eq!(value(&samples, "urom_workers", &[("state", "running")]), Some(0.0));
+    assert_eq!(
+        value(&samples, "urom_workers", &[("state", "running")]),
+        Some(0.0)
+    );
 
     let (worker, socket) = client.spawn(WORKER_ID_ANY, 2, 1, "", &[]).unwrap();
     let id = worker.to_string();
@@ -165,20 +185,33 @@ fn the_endpoint_serves_counters_that_move_with_commands() {
     }
     let samples = scrape_until(addr, &id, 5.0);
     let labels = [("worker", id.as_str()), ("gid", "2")];
-    assert_eq!(value(&samples, "urom_workers", &[("state", "running")]), Some(1.0));
+    assert_eq!(
+        value(&samples, "urom_workers", &[("state", "running")]),
+        Some(1.0)
+    );
     assert_eq!(
         value(&samples, "urom_worker_notifications_total", &labels),
         Some(5.0)
     );
-    assert_eq!(value(&samples, "urom_worker_counters_up", &labels), Some(1.0));
-    assert_eq!(value(&samples, "urom_worker_host_channels", &labels), Some(1.0));
+    assert_eq!(
+        value(&samples, "urom_worker_counters_up", &labels),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, "urom_worker_host_channels", &labels),
+        Some(1.0)
+    );
     assert_eq!(value(&samples, "urom_worker_in_flight", &labels), Some(0.0));
     let received = value(&samples, "urom_worker_received_bytes_total", &labels).unwrap();
     assert!(received >= 5.0 * 40.0, "{received}");
 
     // Three more, one refused by the plugin (an empty command): the counters move on.
     for seq in 6..=8u64 {
-        let payload = if seq == 8 { Vec::new() } else { loopback(seq).to_vec() };
+        let payload = if seq == 8 {
+            Vec::new()
+        } else {
+            loopback(seq).to_vec()
+        };
         send_command(&mut channel, seq, 1, seq, &payload);
         next_notification(&mut channel);
     }
@@ -191,12 +224,41 @@ fn the_endpoint_serves_counters_that_move_with_commands() {
         value(
             &samples,
             "urom_worker_errors_total",
-            &[("worker", id.as_str()), ("status", "DOCA_ERROR_INVALID_VALUE")]
+            &[
+                ("worker", id.as_str()),
+                ("status", "DOCA_ERROR_INVALID_VALUE")
+            ]
         ),
         Some(1.0)
     );
     let more = value(&samples, "urom_worker_received_bytes_total", &labels).unwrap();
     assert!(more > received, "{more} after {received}");
+
+    // Every metric the example dashboard plots is one the daemon serves.
+    let dashboard = std::fs::read_to_string(
+        urom_testkit::workspace_root().join("deploy/grafana-dashboard.json"),
+    )
+    .unwrap();
+    let mut plotted: Vec<&str> = dashboard
+        .match_indices("urom_")
+        .map(|(at, _)| {
+            let rest = &dashboard[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|name| *name != "urom_")
+        .collect();
+    plotted.sort_unstable();
+    plotted.dedup();
+    assert!(plotted.len() >= 10, "{plotted:?}");
+    for name in plotted {
+        assert!(
+            samples.iter().any(|(n, _, _)| n == name),
+            "the dashboard plots {name}, which the daemon does not serve"
+        );
+    }
 }
 
 #[test]
@@ -215,7 +277,10 @@ fn requests_other_than_a_scrape_are_answered_and_bounded() {
         if let Some(addr) = found {
             break addr;
         }
-        assert!(Instant::now() < deadline, "no metrics address in the log:\n{log}");
+        assert!(
+            Instant::now() < deadline,
+            "no metrics address in the log:\n{log}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let (status, _, body) = http(addr, b"GET / HTTP/1.1\r\n\r\n");

@@ -69,11 +69,7 @@ fn the_report_comes_in_pages_that_fit_the_message_size() {
 
     let (texts, kinds, pages) = read_report(&mut client, 256);
     assert!(pages > 2, "{pages} pages: {kinds:?}");
-    assert_eq!(
-        kinds[..3],
-        ["daemon", "listen", "hugepages"],
-        "{kinds:?}"
-    );
+    assert_eq!(kinds[..3], ["daemon", "listen", "hugepages"], "{kinds:?}");
     assert_eq!(
         kinds[3..],
         ["dir", "file", "file", "dir", "worker", "counters"],
@@ -94,9 +90,18 @@ fn the_report_comes_in_pages_that_fit_the_message_size() {
     assert_eq!(daemon_record.version, env!("CARGO_PKG_VERSION"));
     let all = texts.join("\n");
     assert!(all.contains("outcome: Refused"), "{all}");
-    assert!(all.contains(&format!("state: {:?}", DirState::Unreadable)), "{all}");
-    assert!(all.contains(&format!("outcome: {:?}", PluginOutcome::Offered)), "{all}");
-    assert!(all.contains(&format!("state: {:?}", WorkerState::Running)), "{all}");
+    assert!(
+        all.contains(&format!("state: {:?}", DirState::Unreadable)),
+        "{all}"
+    );
+    assert!(
+        all.contains(&format!("outcome: {:?}", PluginOutcome::Offered)),
+        "{all}"
+    );
+    assert!(
+        all.contains(&format!("state: {:?}", WorkerState::Running)),
+        "{all}"
+    );
     assert!(all.contains(&format!("id: {worker}")), "{all}");
     assert!(all.contains("gid: 9"), "{all}");
 

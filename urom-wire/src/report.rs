@@ -279,7 +279,7 @@ struct RecordHead {
 }
 assert_eq_size!(RecordHead, [u8; 4]);
 
-/// Bytes of [`RecordHead`].
+/// Bytes of the head in front of every record (`u16 kind`, `u16 len`).
 pub const RECORD_HEAD_LEN: usize = 4;
 
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]

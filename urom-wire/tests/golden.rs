@@ -376,7 +376,9 @@ fn a_record_of_an_unknown_kind_is_kept_as_it_is() {
             body: b"abc"
         }]
     );
-    assert_emits("unknown record", &bytes, |buf| frame.emit(buf, MAX).unwrap());
+    assert_emits("unknown record", &bytes, |buf| {
+        frame.emit(buf, MAX).unwrap()
+    });
 }
 
 #[test]

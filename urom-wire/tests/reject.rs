@@ -4,11 +4,11 @@ mod common;
 
 use common::{golden, hex};
 use urom_wire::control::{ControlMessage, PluginInfo, SpawnWorker, StatusReply};
-use urom_wire::link::{LINK_MAX_MSG_SIZE, LinkMessage};
-use urom_wire::report::{DirState, ListenKind, ListenStatus, PluginDirStatus, StatusRecord};
 use urom_wire::data::DataMessage;
 use urom_wire::frame::frame_length;
 use urom_wire::gpu::{GpuMessage, message_length};
+use urom_wire::link::{LINK_MAX_MSG_SIZE, LinkMessage};
+use urom_wire::report::{DirState, ListenKind, ListenStatus, PluginDirStatus, StatusRecord};
 use urom_wire::{
     CpuSet, DecodeError, EncodeError, EnvEntryError, FrameRepr, List, MaxMsgSize, Status,
 };

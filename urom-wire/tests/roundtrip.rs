@@ -8,14 +8,14 @@ use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
     PluginInfo, SpawnResult, SpawnWorker, StatusReply, WorkerExit,
 };
+use urom_wire::data::{Command, DataMessage, Notification, max_notify_payload};
+use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
 use urom_wire::link::{CounterReport, LINK_MAX_MSG_SIZE, LinkMessage};
 use urom_wire::report::{
     DaemonStatus, DirState, ErrorCount, ErrorEntry, HugePagesMode, HugePagesStatus, ListenKind,
     ListenStatus, PluginDirStatus, PluginFileStatus, PluginOutcome, StatusRecord, WorkerCounters,
     WorkerState, WorkerStatus,
 };
-use urom_wire::data::{Command, DataMessage, Notification, max_notify_payload};
-use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
 use urom_wire::{CpuSet, FrameRepr, List, MaxMsgSize, Status};
 
 const MAX: MaxMsgSize = MaxMsgSize::DEFAULT;

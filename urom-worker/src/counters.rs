@@ -224,7 +224,10 @@ mod tests {
         counters.ring_batch(1);
         counters.backlog(100);
         assert!(counters.due(false));
-        assert!(!counters.due(true), "busy: not before {PUBLISH_EVERY} commands");
+        assert!(
+            !counters.due(true),
+            "busy: not before {PUBLISH_EVERY} commands"
+        );
         counters.publish(&block);
         assert!(!counters.due(false));
 
