@@ -127,18 +127,18 @@ pub fn status(snapshot: &Snapshot) -> String {
         };
         let pages = if h.in_use {
             format!(
-                "rings on hugepages, {} of {} free ({} KiB){mounts}",
+                "rings on hugepages: {} of {} free ({} KiB each){mounts}",
                 h.free, h.total, h.page_kib
             )
         } else if h.total == 0 {
-            format!("rings on normal pages: no hugepages reserved{mounts}")
+            format!("rings on normal pages (no hugepages reserved){mounts}")
         } else {
             format!(
                 "rings on normal pages ({} of {} hugepages free){mounts}",
                 h.free, h.total
             )
         };
-        field("hugepages", format!("{}: {pages}", h.mode));
+        field("hugepages", format!("{}; {pages}", h.mode));
     }
     field("hosts", format!("{} connected", d.hosts));
     let mut states: Vec<(String, usize)> = Vec::new();

@@ -261,7 +261,10 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     );
     info!("{}", hugepages.describe());
     if let Some(listener) = metrics_listener {
-        info!(address = ?metrics_addr, "serving metrics at /metrics");
+        match metrics_addr {
+            Some(addr) => info!("serving metrics at http://{addr}/metrics"),
+            None => info!("serving metrics at /metrics"),
+        }
         let service = Arc::clone(&service);
         std::thread::Builder::new()
             .name("urom-metrics".into())

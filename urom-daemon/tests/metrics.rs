@@ -155,7 +155,9 @@ fn the_endpoint_serves_counters_that_move_with_commands() {
         })
         .expect("the report names the metrics address");
     assert!(
-        daemon.log().contains("serving metrics at /metrics"),
+        daemon
+            .log()
+            .contains(&format!("serving metrics at http://{addr}/metrics")),
         "{}",
         daemon.log()
     );
@@ -270,9 +272,8 @@ fn requests_other_than_a_scrape_are_answered_and_bounded() {
         let log = daemon.log();
         let found = log
             .lines()
-            .find(|line| line.contains("serving metrics at /metrics"))
-            .and_then(|line| line.split("Some(").nth(1))
-            .and_then(|rest| rest.split(')').next())
+            .find_map(|line| line.split("serving metrics at http://").nth(1))
+            .and_then(|rest| rest.split("/metrics").next())
             .and_then(|addr| addr.parse().ok());
         if let Some(addr) = found {
             break addr;
