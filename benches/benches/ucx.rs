@@ -71,7 +71,10 @@ fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(10usize);
-    urom_core::transport::ucx::set_config_defaults(&[("TLS", "tcp"), ("WARN_UNUSED_ENV_VARS", "n")]);
+    urom_core::transport::ucx::set_config_defaults(&[
+        ("TLS", "tcp"),
+        ("WARN_UNUSED_ENV_VARS", "n"),
+    ]);
     let perftest = Command::new("ucx_perftest")
         .arg("-h")
         .stdout(Stdio::null())
@@ -172,7 +175,14 @@ fn bench(place: &Place<'_>, rounds: usize, perftest: bool) -> String {
             } else {
                 (f64::NAN, f64::NAN)
             };
-            rows.push([ours_rt, ucx_rt, ours_rt / ucx_rt, ours_rate, ucx_rate, ours_rate / ucx_rate]);
+            rows.push([
+                ours_rt,
+                ucx_rt,
+                ours_rt / ucx_rt,
+                ours_rate,
+                ucx_rate,
+                ours_rate / ucx_rate,
+            ]);
         }
         rows
     });
@@ -212,7 +222,9 @@ fn round_trip_ns(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worker
     for i in 0..ROUND_TRIPS {
         let before = ANSWERED.load(Ordering::Relaxed);
         let start = Instant::now();
-        graph.loopback(worker, i as u64, 0, answered).expect("submit");
+        graph
+            .loopback(worker, i as u64, 0, answered)
+            .expect("submit");
         while ANSWERED.load(Ordering::Relaxed) == before {
             engine.progress();
         }
@@ -227,8 +239,13 @@ fn rate(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worker<Running>
     let start = Instant::now();
     let mut submitted = 0;
     while ANSWERED.load(Ordering::Relaxed) - first < STREAM {
-        while submitted < STREAM && submitted - (ANSWERED.load(Ordering::Relaxed) - first) < IN_FLIGHT {
-            if graph.loopback(worker, submitted as u64, 0, answered).is_err() {
+        while submitted < STREAM
+            && submitted - (ANSWERED.load(Ordering::Relaxed) - first) < IN_FLIGHT
+        {
+            if graph
+                .loopback(worker, submitted as u64, 0, answered)
+                .is_err()
+            {
                 break;
             }
             submitted += 1;

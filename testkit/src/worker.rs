@@ -38,6 +38,18 @@ pub fn start_worker(
     extra: &[&str],
     env: &[(&str, &Path)],
 ) -> RunningWorker {
+    start_worker_with_stdin(program, plugins, extra, env, Stdio::inherit())
+}
+
+/// [`start_worker`] with `stdin` as the worker's standard input (the daemon link's end, for a
+/// worker started with `--daemon-link`).
+pub fn start_worker_with_stdin(
+    program: &Path,
+    plugins: &[String],
+    extra: &[&str],
+    env: &[(&str, &Path)],
+    stdin: Stdio,
+) -> RunningWorker {
     let dir = TempDir::new("urom-worker-test");
     let socket = dir.path().join("worker.sock");
     let mut command = Command::new(program);
@@ -51,6 +63,7 @@ pub fn start_worker(
         .arg(dir.path())
         .args(extra)
         .envs(env.iter().copied())
+        .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let child = ChildGuard(command.spawn().expect("starting urom-worker"));

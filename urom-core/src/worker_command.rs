@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use urom_wire::{CpuSet, MaxMsgSize};
 
 use crate::plugin_id::{PluginId, PluginIdError};
+use crate::transport::shm::HugePages;
 
 /// The long names of the worker's options, without the leading `--`.
 pub mod flag {
@@ -45,6 +46,27 @@ pub mod flag {
     pub const UCX_KEY_FILE: &str = "ucx-key-file";
     /// The file the worker writes the UCX address it listens on to, as `IP:PORT`.
     pub const UCX_ADDRESS_FILE: &str = "ucx-address-file";
+    /// Standard input is the daemon's link, on which it asks for the worker's counters.
+    pub const DAEMON_LINK: &str = "daemon-link";
+    /// Whether rings go on hugepages: `auto`, `never` or `require`.
+    pub const HUGEPAGES: &str = "hugepages";
+}
+
+/// The name of a hugepages choice on the command line (`auto`, `never`, `require`).
+pub fn hugepages_name(choice: HugePages) -> &'static str {
+    match choice {
+        HugePages::Auto => "auto",
+        HugePages::Never => "never",
+        HugePages::Require => "require",
+    }
+}
+
+/// Reads a hugepages choice as [`hugepages_name`] writes it.
+pub fn parse_hugepages(text: &str) -> Result<HugePages, String> {
+    [HugePages::Auto, HugePages::Never, HugePages::Require]
+        .into_iter()
+        .find(|&choice| hugepages_name(choice) == text)
+        .ok_or_else(|| format!("`{text}` is not one of auto, never, require"))
 }
 
 /// The log level a worker logs at unless told otherwise: 50, info.
@@ -142,6 +164,10 @@ pub struct WorkerCommand {
     pub allow_uids: Vec<u32>,
     /// Stop when the process that started the worker ends.
     pub exit_with_parent: bool,
+    /// Standard input is a socket on which the daemon asks for the worker's counters.
+    pub daemon_link: bool,
+    /// Whether the rings of host channels go on hugepages.
+    pub hugepages: HugePages,
     /// Also accept hosts on other machines, over UCX.
     pub ucx: Option<UcxListen>,
 }
@@ -162,7 +188,8 @@ pub struct UcxListen {
 impl WorkerCommand {
     /// A worker loading `plugins` and listening on `listen`, everything else as the worker
     /// has it when not told: id 0, group 0, the process's CPUs, the default message size, log
-    /// level [`DEFAULT_LOG_LEVEL`] to stderr, sleeping when idle, serving its own user.
+    /// level [`DEFAULT_LOG_LEVEL`] to stderr, sleeping when idle, serving its own user, no
+    /// daemon link, rings on hugepages when the system has some free.
     pub fn new(plugins: Vec<PluginSpec>, listen: PathBuf) -> Self {
         Self {
             plugins,
@@ -177,6 +204,8 @@ impl WorkerCommand {
             allow_uids: Vec::new(),
             exit_with_parent: false,
             ucx: None,
+            daemon_link: false,
+            hugepages: HugePages::Auto,
         }
     }
 
@@ -215,6 +244,10 @@ impl WorkerCommand {
             option(&mut args, flag::ALLOW_UID, uid.to_string());
         }
         switch(&mut args, flag::EXIT_WITH_PARENT, self.exit_with_parent);
+        switch(&mut args, flag::DAEMON_LINK, self.daemon_link);
+        if self.hugepages != HugePages::Auto {
+            option(&mut args, flag::HUGEPAGES, hugepages_name(self.hugepages));
+        }
         if let Some(ucx) = &self.ucx {
             option(&mut args, flag::LISTEN_UCX, ucx.address.to_string());
             option(&mut args, flag::UCX_KEY_FILE, &ucx.key_file);
@@ -277,6 +310,8 @@ mod tests {
             key_file: "/tmp/w.key".into(),
             address_file: "/tmp/w.addr".into(),
         });
+        command.daemon_link = true;
+        command.hugepages = HugePages::Never;
         let args: Vec<String> = command
             .to_args()
             .into_iter()
@@ -286,8 +321,17 @@ mod tests {
             args.join(" "),
             "--plugin /p/a.so:0x1 --plugin /p/b.so:0x4 --id 0 --gid 0 --cpuset 0-1 \
              --max-msg-size 4096 --log-level 50 --log-dir /tmp/logs --listen /tmp/w.sock \
-             --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent \
+             --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent --daemon-link \
+             --hugepages never \
              --listen-ucx 10.0.0.1:0 --ucx-key-file /tmp/w.key --ucx-address-file /tmp/w.addr"
+        );
+        for choice in [HugePages::Auto, HugePages::Never, HugePages::Require] {
+            assert_eq!(parse_hugepages(hugepages_name(choice)), Ok(choice));
+        }
+        assert!(
+            parse_hugepages("always")
+                .unwrap_err()
+                .contains("auto, never, require")
         );
     }
 }

@@ -1,9 +1,12 @@
 //! The daemon's command line, optionally completed from a JSON file (`-j`): options given on
 //! the command line win over the file.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use urom_core::transport::shm::HugePages;
+use urom_core::worker_command::{hugepages_name, parse_hugepages};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// The DOCA UROM service: discovers plugins in `UROM_PLUGIN_PATH` (directories separated by
@@ -98,6 +101,15 @@ pub struct Args {
     /// [default: the daemon's own user, when it is not root]
     #[arg(long, value_name = "USER")]
     pub remote_user: Option<String>,
+    /// Whether worker rings go on hugepages: auto (when the system has some reserved and free),
+    /// never, or require (the daemon refuses to start without free hugepages).
+    #[arg(long, value_name = "CHOICE", default_value = hugepages_name(HugePages::Auto), value_parser = parse_hugepages)]
+    pub hugepages: HugePages,
+
+    /// Serve the daemon's and workers' counters for Prometheus at http://ADDR/metrics (e.g.
+    /// 127.0.0.1:9464); off unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl urom_cli::JsonArgs for Args {}
@@ -114,7 +126,8 @@ mod tests {
         let file = dir.join("options.json");
         std::fs::write(
             &file,
-            r#"{"log-level": 60, "max-workers": 8, "allow-uid": [1000, 1001], "log-stderr": true}"#,
+            r#"{"log-level": 60, "max-workers": 8, "allow-uid": [1000, 1001], "log-stderr": true,
+                "metrics-listen": "127.0.0.1:9464", "hugepages": "never"}"#,
         )
         .unwrap();
         let args = Args::parse_with_json([
@@ -129,6 +142,8 @@ mod tests {
         assert_eq!(args.max_workers, 8);
         assert_eq!(args.allow_uids, vec![1000, 1001]);
         assert!(args.log_stderr);
+        assert_eq!(args.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(args.hugepages, HugePages::Never);
 
         std::fs::write(&file, r#"{"max-workers": 0}"#).unwrap();
         let error = Args::parse_with_json(["urom-daemon", "-j", file.to_str().unwrap()])

@@ -60,6 +60,78 @@ pub struct PluginEntry {
 /// Why a file was not taken as a plugin.
 type Refusal = String;
 
+/// Everything a scan looked at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// The directories of `UROM_PLUGIN_PATH`, in order.
+    pub dirs: Vec<DirSurvey>,
+    /// The plugins offered, with their ids (those of `dirs` that are [`FileOutcome::Offered`]).
+    pub plugins: Vec<PluginEntry>,
+}
+
+/// One directory of `UROM_PLUGIN_PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirSurvey {
+    /// The directory as the path names it.
+    pub path: PathBuf,
+    /// Why it could not be listed, if it could not.
+    pub error: Option<String>,
+    /// Its `.so` files, those whose size could not be read first, then in name order.
+    pub files: Vec<FileSurvey>,
+}
+
+/// One `.so` file of a plugin directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSurvey {
+    /// The file.
+    pub path: PathBuf,
+    /// Its name without `.so`.
+    pub name: String,
+    /// What became of it.
+    pub outcome: FileOutcome,
+}
+
+/// What became of a `.so` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileOutcome {
+    /// Offered to hosts.
+    Offered {
+        /// Its id.
+        id: PluginId,
+        /// Its version.
+        version: u64,
+    },
+    /// Its probe refused it, for this reason.
+    Refused(String),
+    /// Its probe has not answered yet.
+    Probing,
+    /// A plugin of the same name came earlier in the path.
+    DuplicateName {
+        /// Its version.
+        version: u64,
+    },
+    /// Its name is empty, not UTF-8 or too long.
+    BadName {
+        /// Its version.
+        version: u64,
+    },
+    /// Every plugin id was taken by plugins found earlier.
+    TooMany {
+        /// Its version.
+        version: u64,
+    },
+    /// Its size or modification time could not be read, for this reason.
+    Unreadable(String),
+}
+
+/// A directory's `.so` files found by a scan.
+struct DirCandidates {
+    path: PathBuf,
+    error: Option<String>,
+    files: Vec<Candidate>,
+    unreadable: Vec<(PathBuf, String)>,
+}
+
 /// Where the probe of one version of a file stands.
 enum ProbeState {
     /// A probe child runs.
@@ -125,8 +197,10 @@ impl Discovery {
     /// Starts probing, in the background, every file of `plugin_path` that is not known yet,
     /// and returns at once.
     pub fn prefetch(&self, plugin_path: Option<&OsStr>) {
-        for file in candidates(plugin_path) {
-            self.probe_unless_known(&file);
+        for dir in candidates(plugin_path, true) {
+            for file in &dir.files {
+                self.probe_unless_known(file);
+            }
         }
     }
 
@@ -138,59 +212,107 @@ impl Discovery {
     /// probed then is left out of this answer. The answer is read from the cache at one
     /// instant, so it is consistent.
     pub fn scan(&self, plugin_path: Option<&OsStr>) -> Vec<PluginEntry> {
-        let mut plugins: Vec<PluginEntry> = Vec::new();
+        self.survey(plugin_path, true).plugins
+    }
+
+    /// What [`Discovery::scan`] finds, with every directory and every `.so` file it looked at
+    /// and what became of each; logs what it skips when `log` is set.
+    pub fn survey(&self, plugin_path: Option<&OsStr>, log: bool) -> Survey {
+        let mut survey = Survey::default();
         if plugin_path.and_then(OsStr::to_str).is_none() {
-            warn!("UROM_PLUGIN_PATH is not set (or not UTF-8): no plugins to offer");
-            return plugins;
+            if log {
+                warn!("UROM_PLUGIN_PATH is not set (or not UTF-8): no plugins to offer");
+            }
+            return survey;
         }
-        let files = candidates(plugin_path);
-        for file in &files {
+        let dirs = candidates(plugin_path, log);
+        for file in dirs.iter().flat_map(|dir| &dir.files) {
             self.probe_unless_known(file);
         }
-        let cache = self.wait_for_fresh_probes(&files);
-        for file in files {
-            let version = match cache.get(&file.path) {
-                Some(probed) if probed.is_of(&file) => match &probed.state {
-                    ProbeState::Done(Ok(version)) => *version,
-                    ProbeState::Done(Err(_)) => continue,
-                    ProbeState::Running { since } => {
+        let all: Vec<&Candidate> = dirs.iter().flat_map(|dir| &dir.files).collect();
+        let cache = self.wait_for_fresh_probes(&all);
+        for dir in dirs {
+            let mut files = Vec::new();
+            for (path, error) in dir.unreadable {
+                files.push(FileSurvey {
+                    name: file_name(&path),
+                    path,
+                    outcome: FileOutcome::Unreadable(error),
+                });
+            }
+            for file in dir.files {
+                let outcome = self.judge(&cache, &file, &mut survey.plugins, log);
+                files.push(FileSurvey {
+                    name: file_name(&file.path),
+                    path: file.path,
+                    outcome,
+                });
+            }
+            survey.dirs.push(DirSurvey {
+                path: dir.path,
+                error: dir.error,
+                files,
+            });
+        }
+        survey
+    }
+
+    /// What becomes of `file`, given the probes in `cache` and the plugins taken so far (to
+    /// which it is added when offered).
+    fn judge(
+        &self,
+        cache: &HashMap<PathBuf, Probed>,
+        file: &Candidate,
+        plugins: &mut Vec<PluginEntry>,
+        log: bool,
+    ) -> FileOutcome {
+        let version = match cache.get(&file.path) {
+            Some(probed) if probed.is_of(file) => match &probed.state {
+                ProbeState::Done(Ok(version)) => *version,
+                ProbeState::Done(Err(reason)) => {
+                    return FileOutcome::Refused(reason.clone());
+                }
+                ProbeState::Running { since } => {
+                    if log {
                         info!(
                             path = %file.path.display(),
                             "still being probed after {:.1?}: not offered yet",
                             since.elapsed()
                         );
-                        continue;
                     }
-                },
-                // Changed since this scan started probing it: the next scan will know.
-                _ => continue,
-            };
-            let path = file.path;
-            let name = path
-                .file_stem()
-                .and_then(OsStr::to_str)
-                .unwrap_or_default()
-                .to_owned();
-            if name.is_empty() || name.len() >= PLUGIN_NAME_MAX_LEN {
+                    return FileOutcome::Probing;
+                }
+            },
+            // Changed since this scan started probing it: the next scan will know.
+            _ => return FileOutcome::Probing,
+        };
+        let path = &file.path;
+        let name = file_name(path);
+        if name.is_empty() || name.len() >= PLUGIN_NAME_MAX_LEN {
+            if log {
                 warn!(path = %path.display(), "plugin name must be 1 to {} bytes of UTF-8; skipped", PLUGIN_NAME_MAX_LEN - 1);
-                continue;
             }
-            if plugins.iter().any(|p| p.name == name) {
-                warn!(path = %path.display(), "a plugin named {name} was found earlier in UROM_PLUGIN_PATH; skipped");
-                continue;
-            }
-            let Some(id) = PluginId::from_index(plugins.len()) else {
-                warn!(path = %path.display(), "more than {MAX_PLUGINS} plugins: left out");
-                continue;
-            };
-            plugins.push(PluginEntry {
-                id,
-                version,
-                name,
-                path,
-            });
+            return FileOutcome::BadName { version };
         }
-        plugins
+        if plugins.iter().any(|p| p.name == name) {
+            if log {
+                warn!(path = %path.display(), "a plugin named {name} was found earlier in UROM_PLUGIN_PATH; skipped");
+            }
+            return FileOutcome::DuplicateName { version };
+        }
+        let Some(id) = PluginId::from_index(plugins.len()) else {
+            if log {
+                warn!(path = %path.display(), "more than {MAX_PLUGINS} plugins: left out");
+            }
+            return FileOutcome::TooMany { version };
+        };
+        plugins.push(PluginEntry {
+            id,
+            version,
+            name,
+            path: path.clone(),
+        });
+        FileOutcome::Offered { id, version }
     }
 
     /// Starts a probe of `file` in the background unless this version of it is known or being
@@ -248,7 +370,7 @@ impl Discovery {
     /// running; returns the cache, locked.
     fn wait_for_fresh_probes(
         &self,
-        files: &[Candidate],
+        files: &[&Candidate],
     ) -> MutexGuard<'_, HashMap<PathBuf, Probed>> {
         let mut cache = self.shared.cache();
         loop {
@@ -277,26 +399,57 @@ impl Discovery {
     }
 }
 
-/// The `.so` files of `plugin_path`'s directories, in order, with their sizes and modification
-/// times; what cannot be read is logged.
-fn candidates(plugin_path: Option<&OsStr>) -> Vec<Candidate> {
+/// The directories of `plugin_path`, in order, each with its `.so` files and their sizes and
+/// modification times; what cannot be read is logged when `log` is set.
+fn candidates(plugin_path: Option<&OsStr>, log: bool) -> Vec<DirCandidates> {
     let Some(plugin_path) = plugin_path.and_then(OsStr::to_str) else {
         return Vec::new();
     };
-    let mut files = Vec::new();
+    let mut dirs = Vec::new();
     for dir in plugin_path.split(';').filter(|dir| !dir.is_empty()) {
-        for path in shared_objects(Path::new(dir)) {
+        let mut found = DirCandidates {
+            path: dir.into(),
+            error: None,
+            files: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        let paths = match shared_objects(Path::new(dir)) {
+            Ok(paths) => paths,
+            Err(e) => {
+                if log {
+                    warn!(dir, "plugin directory skipped: {e}");
+                }
+                found.error = Some(e.to_string());
+                dirs.push(found);
+                continue;
+            }
+        };
+        for path in paths {
             match std::fs::metadata(&path) {
-                Ok(metadata) => files.push(Candidate {
+                Ok(metadata) => found.files.push(Candidate {
                     size: metadata.len(),
                     modified: metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                     path,
                 }),
-                Err(e) => warn!(path = %path.display(), "cannot read plugin file: {e}; skipped"),
+                Err(e) => {
+                    if log {
+                        warn!(path = %path.display(), "cannot read plugin file: {e}; skipped");
+                    }
+                    found.unreadable.push((path, e.to_string()));
+                }
             }
         }
+        dirs.push(found);
     }
-    files
+    dirs
+}
+
+/// The file name of `path` without `.so`, or empty when it is not UTF-8.
+fn file_name(path: &Path) -> String {
+    path.file_stem()
+        .and_then(OsStr::to_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The last [`OUTPUT_TAIL`] bytes of what a probe printed, and how much it printed.
@@ -456,22 +609,16 @@ fn verdict(status: ExitStatus, answer: &str, output: &Tail) -> Result<u64, Refus
     })
 }
 
-/// The `.so` files of `dir`, in name order; a missing directory is logged.
-fn shared_objects(dir: &Path) -> Vec<PathBuf> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            warn!(dir = %dir.display(), "plugin directory skipped: {e}");
-            return Vec::new();
-        }
-    };
+/// The `.so` files of `dir`, in name order.
+fn shared_objects(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir)?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .filter(|path| path.extension() == Some(OsStr::new("so")) && path.is_file())
         .collect();
     files.sort();
-    files
+    Ok(files)
 }
 
 /// The probe child: load the plugin, answer with its version on standard output. Exit code 0

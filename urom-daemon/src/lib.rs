@@ -10,23 +10,35 @@
 //! ([`registry`]), each running with no more rights than the host that asked for it. Whatever
 //! hosts, plugins and workers do, the daemon stays up; on SIGTERM it stops every worker and
 //! exits 0.
+//!
+//! An operator reads what the daemon is doing with `urom-ctl`: a status request on the control
+//! socket answers the daemon's own numbers, the plugin directories and what became of every
+//! `.so` file in them, and the workers with the counters each keeps ([`status`], asked of each
+//! worker over a link the daemon gave it at spawn, [`link`]); `--metrics-listen` serves the same
+//! numbers to Prometheus ([`metrics`]). At startup the daemon says which pages worker rings use
+//! ([`hugepages`]).
 #![deny(unsafe_code)]
 
 pub mod args;
 pub mod discovery;
 mod gate;
+pub mod hugepages;
+pub mod link;
+pub mod metrics;
 pub mod registry;
 pub mod remote;
 mod session;
+pub mod status;
 mod sys;
 
 use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 use urom_core::host::{default_service_socket, writable_dir};
@@ -76,6 +88,15 @@ pub enum DaemonRunError {
     Signals(io::Error),
     /// Hosts on other machines cannot be served as asked.
     Remote(remote::RemoteSetupError),
+    /// `--hugepages require` and none are free.
+    HugePages(hugepages::HugePagesMissing),
+    /// The metrics address could not be bound.
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: io::Error,
+    },
 }
 
 impl fmt::Display for DaemonRunError {
@@ -95,6 +116,10 @@ impl fmt::Display for DaemonRunError {
             }
             Self::Signals(e) => write!(f, "cannot install the SIGTERM handler: {e}"),
             Self::Remote(e) => write!(f, "{e}"),
+            Self::HugePages(e) => write!(f, "{e}"),
+            Self::Metrics { addr, source } => {
+                write!(f, "cannot serve metrics on {addr}: {source}")
+            }
         }
     }
 }
@@ -112,6 +137,16 @@ pub(crate) struct Service {
     /// How hosts on other machines are let in, when the daemon listens for them.
     remote: Option<RemoteHosts>,
     stopping: AtomicBool,
+    /// When the daemon started.
+    started_at: Instant,
+    /// The control socket.
+    socket: PathBuf,
+    /// The metrics address, if metrics are served.
+    metrics: Option<SocketAddr>,
+    /// Whether worker rings go on hugepages.
+    hugepages: urom_core::transport::shm::HugePages,
+    /// The most workers at once.
+    max_workers: u32,
 }
 
 /// What the daemon needs to serve hosts on other machines.
@@ -150,6 +185,9 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     urom_cli::init_logging(args.log_level, Some(&log_dir), LOG_FILE, args.log_stderr)
         .map_err(DaemonRunError::Log)?;
 
+    let started_at = Instant::now();
+    let hugepages = hugepages::HugePagesPlan::new(args.hugepages, hugepages::HugePagePool::read())
+        .map_err(DaemonRunError::HugePages)?;
     let allowed = current_cpuset()?;
     let cpuset = match args.cpuset {
         Some(requested) if !requested.is_subset(&allowed) => {
@@ -185,6 +223,15 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         .allow_uids
         .iter()
         .any(|&uid| uid != own_uid && uid != 0);
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => {
+            Some(metrics::bind(addr).map_err(|source| DaemonRunError::Metrics { addr, source })?)
+        }
+        None => None,
+    };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .and_then(|listener| listener.local_addr().ok());
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonRunError::Signals)?;
@@ -207,9 +254,15 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
                 .listen_ucx
                 .filter(|_| remote.is_some())
                 .map(|address| address.ip()),
+            hugepages: args.hugepages,
         })),
         remote,
         stopping: AtomicBool::new(false),
+        started_at,
+        socket: socket.clone(),
+        metrics: metrics_addr,
+        hugepages: args.hugepages,
+        max_workers: args.max_workers,
     });
     // Probe in the background from now on, so that the first hosts find the plugins known.
     service
@@ -226,6 +279,18 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         worker = %worker_bin.display(),
         "urom daemon started"
     );
+    info!("{}", hugepages.describe());
+    if let Some(listener) = metrics_listener {
+        match metrics_addr {
+            Some(addr) => info!("serving metrics at http://{addr}/metrics"),
+            None => info!("serving metrics at /metrics"),
+        }
+        let service = Arc::clone(&service);
+        std::thread::Builder::new()
+            .name("urom-metrics".into())
+            .spawn(move || metrics::serve(listener, &service))
+            .map_err(DaemonRunError::Signals)?;
+    }
 
     let next_host = Arc::new(AtomicU64::new(1));
     #[cfg(feature = "ucx")]

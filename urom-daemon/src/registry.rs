@@ -22,7 +22,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -30,11 +30,14 @@ use nix::unistd::{Pid, Uid, User};
 use tracing::{error, info, warn};
 use urom_core::auth::AuthBytes;
 use urom_core::plugin_id::PluginMask;
+use urom_core::transport::shm::HugePages;
 use urom_core::worker_command::{PluginSpec, UcxListen, WorkerCommand};
 use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
+use urom_wire::report::WorkerState;
 use urom_wire::{CpuSet, MaxMsgSize, Status};
 
 use crate::discovery::PluginEntry;
+use crate::link::WorkerLink;
 use crate::sys::Credentials;
 
 /// How long a worker has to stop after SIGTERM before it gets SIGKILL.
@@ -97,6 +100,8 @@ pub struct WorkerConfig {
     pub ucx_listen: Option<std::net::IpAddr>,
     /// Whether workers spin when idle.
     pub busy_poll: bool,
+    /// Whether workers put their rings on hugepages.
+    pub hugepages: HugePages,
 }
 
 /// What a host asks for when it spawns or attaches.
@@ -124,6 +129,11 @@ struct Worker {
     dir: PathBuf,
     socket: PathBuf,
     hosts: HashSet<HostId>,
+    state: WorkerState,
+    started: SystemTime,
+    cpuset: CpuSet,
+    /// Where the daemon asks for its counters.
+    link: Arc<WorkerLink>,
     /// How hosts on other machines reach it.
     ucx: Option<WorkerUcx>,
 }
@@ -166,9 +176,34 @@ impl Owner {
 
     /// Whether a host that is `self` may use a worker that `owner` started: its own, or any
     /// when it is local root. A remote host is never root.
-    fn may_use(&self, owner: &Owner) -> bool {
+    pub(crate) fn may_use(&self, owner: &Owner) -> bool {
         self == owner || (self.uid == 0 && self.remote.is_none())
     }
+}
+
+/// What the status report says of a worker.
+#[derive(Clone)]
+pub struct WorkerView {
+    /// Its id.
+    pub id: u64,
+    /// Its process.
+    pub pid: i32,
+    /// Its group.
+    pub gid: u32,
+    /// The user it runs for (a remote host's workers: the remote user).
+    pub owner: u32,
+    /// Its plugins.
+    pub plugins: PluginMask,
+    /// Where it is in its life.
+    pub state: WorkerState,
+    /// When it was spawned.
+    pub started: SystemTime,
+    /// Its CPUs.
+    pub cpuset: CpuSet,
+    /// Host connections attached to it.
+    pub hosts: usize,
+    /// Where to ask for its counters.
+    pub link: Arc<WorkerLink>,
 }
 
 /// A user a worker runs as, other than the daemon's.
@@ -429,6 +464,17 @@ impl Registry {
                 return Err(error);
             }
         };
+        let (link, link_end) = match WorkerLink::pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                let _ = std::fs::remove_file(&staged_log);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot make the worker's link: {e}"),
+                ));
+            }
+        };
         let worker = WorkerCommand {
             plugins,
             id,
@@ -443,11 +489,13 @@ impl Registry {
             allow_uids,
             exit_with_parent: true,
             ucx: ucx.as_ref().map(|(_, listen)| listen.clone()),
+            daemon_link: true,
+            hugepages: self.config.hugepages,
         };
         let mut command = Command::new(&self.config.worker_bin);
         command
             .args(worker.to_args())
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(link_end)))
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(user) = run_as {
@@ -493,6 +541,10 @@ impl Registry {
                     key,
                     listener: String::new(),
                 }),
+                state: WorkerState::Starting,
+                started: SystemTime::now(),
+                cpuset,
+                link: Arc::new(link),
             },
         );
         info!(worker = id, pid = pid.as_raw(), gid = request.gid, %cpuset, plugins = format_args!("{:#x}", request.plugins), "worker spawned");
@@ -598,6 +650,11 @@ impl Registry {
                 ));
             }
             if socket.exists() {
+                if let Some(worker) = self.lock().workers.get_mut(&id)
+                    && worker.state == WorkerState::Starting
+                {
+                    worker.state = WorkerState::Running;
+                }
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -641,6 +698,36 @@ impl Registry {
         ids
     }
 
+    /// The workers `owner` may see (local root sees all), in id order.
+    pub fn views(&self, owner: &Owner) -> Vec<WorkerView> {
+        let inner = self.lock();
+        let mut views: Vec<WorkerView> = inner
+            .workers
+            .iter()
+            .filter(|(_, w)| owner.may_use(&w.owner))
+            .map(|(&id, w)| WorkerView {
+                id,
+                pid: w.pid.as_raw(),
+                gid: w.gid,
+                owner: w.owner.uid,
+                plugins: w.plugins,
+                state: w.state,
+                started: w.started,
+                cpuset: w.cpuset,
+                hosts: w.hosts.len(),
+                link: Arc::clone(&w.link),
+            })
+            .collect();
+        views.sort_unstable_by_key(|view| view.id);
+        views
+    }
+
+    /// How many workers run, and how many host connections are registered.
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.workers.len(), inner.hosts.len())
+    }
+
     /// Stops every worker: SIGTERM, then SIGKILL after the grace period.
     pub fn shutdown(&self) {
         let ids: Vec<u64> = self.lock().workers.keys().copied().collect();
@@ -655,7 +742,8 @@ impl Registry {
         for (signal, grace) in [(Signal::SIGTERM, STOP_GRACE), (Signal::SIGKILL, STOP_GRACE)] {
             let mut inner = self.lock();
             for id in ids {
-                if let Some(worker) = inner.workers.get(id) {
+                if let Some(worker) = inner.workers.get_mut(id) {
+                    worker.state = WorkerState::Stopping;
                     if signal == Signal::SIGKILL {
                         warn!(
                             worker = id,

@@ -16,7 +16,7 @@ use urom_core::plugin_id::PluginMask;
 use urom_core::transport::stream::{StreamReader, StreamWriter};
 use urom_wire::control::{
     AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo,
-    SealedUcxAddress, ServiceProof, SpawnResult, WorkerExit,
+    SealedUcxAddress, ServiceProof, SpawnResult, StatusReply, WorkerExit,
 };
 use urom_wire::frame::frame_length;
 use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
@@ -25,6 +25,7 @@ use crate::Service;
 use crate::discovery::PluginEntry;
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit};
 use crate::registry::{HostEvents, HostId, Owner, Reachable, ServiceError, SpawnRequest};
+use crate::status::StatusPager;
 
 /// How often a blocked read looks at the stop flag.
 const READ_POLL: Duration = Duration::from_millis(200);
@@ -152,6 +153,7 @@ pub(crate) fn serve(
         state: State::AwaitHello,
         handshake_deadline,
         plugins: Vec::new(),
+        status: StatusPager::default(),
     };
     let end = session.run();
     if session.state == State::Ready {
@@ -187,6 +189,8 @@ struct Session<'s> {
     /// When a host that has not authenticated yet is given up on.
     handshake_deadline: Instant,
     plugins: Vec<PluginEntry>,
+    /// The status report this host is reading in pages.
+    status: StatusPager,
 }
 
 impl Session<'_> {
@@ -493,6 +497,21 @@ impl Session<'_> {
                 let ids = self.service.registry.by_gid(&self.owner, gid);
                 self.reply(seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
             }
+            (State::Ready, ControlMessage::StatusRequest { cursor }) => {
+                match self.status.page(self.service, &self.owner, cursor) {
+                    Ok((records, next_cursor)) => {
+                        let records = List::new(&records);
+                        let reply = StatusReply {
+                            next_cursor,
+                            records,
+                        };
+                        self.link
+                            .send(seq, ControlMessage::StatusReply(reply))
+                            .map_err(End::Io)?;
+                    }
+                    Err(error) => self.reply_error(seq, &error)?,
+                }
+            }
             (state, body) => {
                 let kind = urom_wire::Body::kind(&body);
                 let status = if state == State::Ready {
@@ -611,6 +630,7 @@ mod tests {
             max_workers: 4,
             busy_poll: false,
             ucx_listen: None,
+            hugepages: urom_core::transport::shm::HugePages::Never,
         };
         Arc::new(Service {
             max_msg_size: MaxMsgSize::DEFAULT,
@@ -629,6 +649,11 @@ mod tests {
                 uid: 0,
             }),
             stopping: AtomicBool::new(false),
+            started_at: std::time::Instant::now(),
+            socket: dir.join("urom.sock"),
+            metrics: None,
+            hugepages: urom_core::transport::shm::HugePages::Never,
+            max_workers: 4,
         })
     }
 

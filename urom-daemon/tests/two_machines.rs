@@ -169,10 +169,16 @@ fn the_bootstrap_sample_runs_against_a_daemon_on_another_machine() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", setup.daemon.log());
+    assert!(
+        output.status.success(),
+        "{stdout}\n{stderr}\n{}",
+        setup.daemon.log()
+    );
     for id in 0..4 {
         assert!(
-            stdout.contains(&format!("worker {id}: graph loopback sent {id}, received {id}")),
+            stdout.contains(&format!(
+                "worker {id}: graph loopback sent {id}, received {id}"
+            )),
             "{stdout}"
         );
     }
@@ -184,7 +190,11 @@ fn a_host_with_the_wrong_key_is_refused_on_both_sides() {
     let Some(setup) = setup("wrongkey") else {
         return;
     };
-    let wrong = write_key(setup._dir.path(), "wrong", b"not the secret the daemon holds");
+    let wrong = write_key(
+        setup._dir.path(),
+        "wrong",
+        b"not the secret the daemon holds",
+    );
     let error = setup
         .on_host(|| setup.service("intruder", &wrong).err())
         .expect("refused");
@@ -247,7 +257,10 @@ fn a_host_cannot_destroy_or_attach_to_another_hosts_worker() {
         let deadline = Instant::now() + TIMEOUT;
         while DONE.with(Cell::get).0 < 1 {
             engine.progress();
-            assert!(Instant::now() < deadline, "the owner's worker stopped answering");
+            assert!(
+                Instant::now() < deadline,
+                "the owner's worker stopped answering"
+            );
         }
     });
 }
@@ -305,7 +318,10 @@ fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on() {
         graph.loopback(&survivor, 7, 0, record).unwrap();
         while DONE.with(Cell::get).0 == before {
             engine.progress();
-            assert!(Instant::now() < deadline, "the other worker stopped answering");
+            assert!(
+                Instant::now() < deadline,
+                "the other worker stopped answering"
+            );
         }
     });
 }

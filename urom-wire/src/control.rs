@@ -31,7 +31,14 @@
 //! WorkersByGidRequest 0 u32 gid | 4 u32 reserved                                  = 8
 //! WorkersByGidReply   0 u32 count | 4 u32 reserved | 8 count x u64 worker id
 //! WorkerExited        0 u64 worker_id | 8 i32 exit_code | 12 i32 signal           = 16
+//! StatusRequest       0 u32 cursor | 4 u32 reserved                               = 8
+//! StatusReply         0 u32 count | 4 u32 next_cursor | count x record (see crate::report)
 //! ```
+//!
+//! A status report may be longer than one frame: it is read in pages. A request with cursor 0
+//! makes the daemon take a fresh snapshot and answer its first records; a reply's
+//! `next_cursor` is the index of the first record not yet sent, to be asked for next, or 0
+//! when the report is complete.
 //!
 //! Each body type implements `codec::Message` next to its wire struct (its fixed part, parse,
 //! emit); [`ControlMessage`] is generated from one table that maps each variant to its frame
@@ -48,6 +55,7 @@ use crate::codec::{
 use crate::cpuset::CPUSET_BYTES;
 use crate::error::EnvEntryError;
 use crate::list::Item;
+use crate::report::StatusRecord;
 use crate::text::{decode_padded, encode_padded};
 use crate::{CpuSet, DecodeError, EncodeError, List, Status};
 
@@ -105,6 +113,14 @@ message_family! {
         WorkersByGidReply(List<'a, u64>),
         /// [`WorkerExit`].
         WorkerExited(WorkerExit),
+        /// What is the daemon doing? A page of its status report, from record `cursor` on (0:
+        /// take a fresh snapshot).
+        StatusRequest {
+            /// The index of the first record wanted; 0 starts a new report.
+            cursor: u32,
+        } as StatusRequestBody,
+        /// [`StatusReply`].
+        StatusReply(StatusReply<'a>),
     }
 }
 
@@ -799,6 +815,88 @@ impl Message<'_> for WorkerExit {
             },
         );
         Ok(())
+    }
+}
+
+/// The body of [`ControlMessage::StatusRequest`].
+struct StatusRequestBody {
+    cursor: u32,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct CursorWire {
+    cursor: U32,
+    reserved: U32,
+}
+assert_eq_size!(CursorWire, [u8; 8]);
+
+impl Message<'_> for StatusRequestBody {
+    const FIXED_LEN: usize = size_of::<CursorWire>();
+
+    fn parse(body: &[u8]) -> Result<Self, DecodeError> {
+        let wire: &CursorWire = exact(body)?;
+        reserved_zero("status_request.reserved", wire.reserved.get().into())?;
+        Ok(Self {
+            cursor: wire.cursor.get(),
+        })
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        put(
+            dst,
+            &CursorWire {
+                cursor: U32::new(self.cursor),
+                reserved: U32::ZERO,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Daemon -> host: a page of the status report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusReply<'a> {
+    /// The cursor of the next page, or 0 when this page ends the report.
+    pub next_cursor: u32,
+    /// The page's records.
+    pub records: List<'a, StatusRecord<'a>>,
+}
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct StatusReplyWire {
+    count: U32,
+    next_cursor: U32,
+}
+assert_eq_size!(StatusReplyWire, [u8; 8]);
+
+/// Bytes of a status reply before its records.
+pub const STATUS_REPLY_HEADER_LEN: usize = size_of::<StatusReplyWire>();
+
+impl<'a> Message<'a> for StatusReply<'a> {
+    const FIXED_LEN: usize = STATUS_REPLY_HEADER_LEN;
+
+    fn parse(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let (wire, rest) = prefix::<StatusReplyWire>(body)?;
+        let (records, rest) = List::decode(rest, wire.count.get() as usize)?;
+        no_trailing(body, rest)?;
+        Ok(StatusReply {
+            next_cursor: wire.next_cursor.get(),
+            records,
+        })
+    }
+
+    fn body_len(&self) -> usize {
+        Self::FIXED_LEN + self.records.encoded_len()
+    }
+
+    fn emit(&self, dst: &mut [u8]) -> Result<(), EncodeError> {
+        let wire = StatusReplyWire {
+            count: U32::new(count_u32("status records", self.records.len())?),
+            next_cursor: U32::new(self.next_cursor),
+        };
+        self.records.encode(put(dst, &wire))
     }
 }
 

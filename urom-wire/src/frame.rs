@@ -53,7 +53,7 @@ pub const PROTOCOL_VERSION: u16 = 1;
 
 int_enum! {
     /// What a frame carries. Codes `0x01xx` travel between a host and the daemon, codes
-    /// `0x02xx` between a host and a worker.
+    /// `0x02xx` between a host and a worker, codes `0x03xx` between the daemon and a worker.
     closed FrameKind: u16 {
         /// Host -> daemon: [`crate::control::Hello`].
         Hello = 0x0101,
@@ -89,10 +89,18 @@ int_enum! {
         WorkersByGidReply = 0x0124,
         /// Daemon -> host, unsolicited: [`crate::control::WorkerExit`].
         WorkerExited = 0x0125,
+        /// Host -> daemon: a page of the status report.
+        StatusRequest = 0x0130,
+        /// Daemon -> host: [`crate::control::StatusReply`].
+        StatusReply = 0x0131,
         /// Host -> worker: [`crate::data::Command`].
         Command = 0x0201,
         /// Worker -> host: [`crate::data::Notification`].
         Notify = 0x0202,
+        /// Daemon -> worker, on the daemon's link: what are your counters?
+        CountersRequest = 0x0301,
+        /// Worker -> daemon: [`crate::link::CounterReport`].
+        CountersReply = 0x0302,
     }
 }
 

@@ -6,11 +6,15 @@
 //!   flags, length, sequence number), so a receiver rejects garbage before looking further, and
 //!   [`FrameRepr`], a frame with a typed body;
 //! * [`control`]: the bodies exchanged between a host and the daemon (hello, authentication,
-//!   plugin list, cpuset, worker spawn / destroy / query, errors, worker exit events);
+//!   plugin list, cpuset, worker spawn / destroy / query, status report, errors, worker exit
+//!   events);
 //! * [`data`]: the bodies exchanged between a host and a worker: commands carrying the 24-byte
 //!   `urom_worker_cmd` header and notifications carrying the 32-byte `urom_worker_notify` header;
 //! * [`graph`]: the graph (loopback) plugin's 16-byte commands and notifications, the payload
 //!   of those data-path messages;
+//! * [`report`]: the records of the daemon's status report (daemon, plugin directories and
+//!   files, workers and their counters), read in pages over the control socket, and
+//!   [`link`]: the counters request and reply between the daemon and each of its workers;
 //! * [`shm`]: what the shared-memory transport exchanges below the frames: the handshake that
 //!   passes a mapping over a Unix socket, and the 128-byte header at the start of the mapping;
 //! * [`gpu`]: the big-endian format of the GPU remote-offload application, which has no urom
@@ -46,7 +50,9 @@ pub mod frame;
 pub mod gpu;
 pub mod graph;
 mod limits;
+pub mod link;
 pub mod list;
+pub mod report;
 pub mod shm;
 mod status;
 mod text;

@@ -6,10 +6,17 @@ mod common;
 use common::{Family, GOLDEN, golden};
 use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
-    PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, WORKER_ID_ANY, WorkerExit,
+    PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, StatusReply, WORKER_ID_ANY,
+    WorkerExit,
 };
 use urom_wire::data::{Command, DataMessage, Notification};
 use urom_wire::gpu::GpuMessage;
+use urom_wire::link::{CounterReport, LINK_MAX_MSG_SIZE, LinkMessage};
+use urom_wire::report::{
+    DaemonStatus, DirState, ErrorCount, ErrorEntry, HugePagesMode, HugePagesStatus, ListenKind,
+    ListenStatus, PluginDirStatus, PluginFileStatus, PluginOutcome, StatusRecord, WorkerCounters,
+    WorkerState, WorkerStatus,
+};
 use urom_wire::{CpuSet, FrameRepr, List, MaxMsgSize, Status};
 
 const MAX: MaxMsgSize = MaxMsgSize::DEFAULT;
@@ -33,6 +40,92 @@ static PLUGINS: [PluginInfo<'static>; 2] = [
 ];
 static ENV: [&str; 2] = ["UCX_TLS=rc", "A=b"];
 static GID_WORKERS: [u64; 2] = [1, 3];
+const COUNTERS: WorkerCounters = WorkerCounters {
+    worker_id: 7,
+    commands: 100,
+    notifications: 99,
+    errors: 2,
+    bytes_in: 6400,
+    bytes_out: 7128,
+    peak_backlog_bytes: 0,
+    in_flight: 1,
+    peak_ring: 12,
+    hosts: 1,
+};
+static STATUS_RECORDS: [StatusRecord<'static>; 9] = [
+    StatusRecord::Daemon(DaemonStatus {
+        pid: 0x1234,
+        workers: 1,
+        started_unix_ms: 1_700_000_000_000,
+        uptime_ms: 60_000,
+        max_msg_size: 4096,
+        max_workers: 64,
+        hosts: 2,
+        version: "0.1.0",
+        cpuset: "0-3",
+    }),
+    StatusRecord::Listen(ListenStatus {
+        kind: ListenKind::Control,
+        address: "/run/urom.sock",
+    }),
+    StatusRecord::HugePages(HugePagesStatus {
+        mode: HugePagesMode::Auto,
+        usable: true,
+        page_kib: 2048,
+        total: 2048,
+        free: 2040,
+        mounts: "/mnt/huge",
+    }),
+    StatusRecord::PluginDir(PluginDirStatus {
+        state: DirState::Read,
+        path: "/p",
+        error: "",
+    }),
+    StatusRecord::PluginFile(PluginFileStatus {
+        outcome: PluginOutcome::Offered,
+        id: 1,
+        version: 1,
+        name: "worker_graph",
+        path: "/p/worker_graph.so",
+        reason: "",
+    }),
+    StatusRecord::PluginFile(PluginFileStatus {
+        outcome: PluginOutcome::Refused,
+        id: 0,
+        version: 0,
+        name: "bad",
+        path: "/p/bad.so",
+        reason: "no iface",
+    }),
+    StatusRecord::Worker(WorkerStatus {
+        id: 7,
+        plugins: 1,
+        started_unix_ms: 1_700_000_030_000,
+        pid: 4242,
+        uid: 1000,
+        gid: 3,
+        state: WorkerState::Running,
+        hosts: 1,
+        user: "alice",
+        cpuset: "2-3",
+    }),
+    StatusRecord::Counters(COUNTERS),
+    StatusRecord::ErrorCount(ErrorCount {
+        worker_id: 7,
+        status: Status::InvalidValue,
+        count: 2,
+    }),
+];
+static ERROR_ENTRIES: [ErrorEntry; 2] = [
+    ErrorEntry {
+        status: Status::InvalidValue,
+        count: 1,
+    },
+    ErrorEntry {
+        status: Status::NotFound,
+        count: 1,
+    },
+];
 static LOOPBACK_CMD: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0];
 
 fn control(name: &str) -> FrameRepr<ControlMessage<'static>> {
@@ -115,9 +208,29 @@ fn control(name: &str) -> FrameRepr<ControlMessage<'static>> {
                 signal: 9,
             }),
         ),
+        "status_request" => (9, ControlMessage::StatusRequest { cursor: 0 }),
+        "status_reply" => (
+            9,
+            ControlMessage::StatusReply(StatusReply {
+                next_cursor: 0,
+                records: List::new(&STATUS_RECORDS),
+            }),
+        ),
         other => panic!("no expected control message for {other}"),
     };
     FrameRepr { seq, body }
+}
+
+fn link(name: &str) -> FrameRepr<LinkMessage<'static>> {
+    let body = match name {
+        "counters_request" => LinkMessage::CountersRequest,
+        "counters_reply" => LinkMessage::CountersReply(CounterReport {
+            counters: COUNTERS,
+            errors: List::new(&ERROR_ENTRIES),
+        }),
+        other => panic!("no expected link message for {other}"),
+    };
+    FrameRepr { seq: 1, body }
 }
 
 fn data(name: &str) -> FrameRepr<DataMessage<'static>> {
@@ -194,6 +307,14 @@ fn every_golden_vector_parses_to_its_message_and_back() {
                 assert_emits(name, &bytes, |buf| expected.emit(buf, MAX).unwrap());
                 assert_emits(name, &bytes, |buf| parsed.emit(buf, MAX).unwrap());
             }
+            Family::Link => {
+                let expected = link(name);
+                let parsed = FrameRepr::<LinkMessage>::parse(&bytes, LINK_MAX_MSG_SIZE).unwrap();
+                assert_eq!(parsed, expected, "{name}");
+                assert_emits(name, &bytes, |buf| {
+                    expected.emit(buf, LINK_MAX_MSG_SIZE).unwrap()
+                });
+            }
             Family::Data => {
                 let expected = data(name);
                 let parsed = FrameRepr::<DataMessage>::parse(&bytes, MAX).unwrap();
@@ -229,6 +350,47 @@ fn parsed_lists_iterate_their_elements() {
     };
     assert!(spawn.env.iter().eq(ENV.iter().copied()));
     assert_eq!(spawn.cpuset, "0-1".parse::<CpuSet>().unwrap());
+
+    let bytes = golden("status_reply");
+    let frame = FrameRepr::<ControlMessage>::parse(&bytes, MAX).unwrap();
+    let ControlMessage::StatusReply(reply) = frame.body else {
+        panic!("not a status reply: {frame:?}");
+    };
+    assert!(matches!(reply.records, List::Wire { count: 9, .. }));
+    assert!(reply.records.iter().eq(STATUS_RECORDS.iter().copied()));
+
+    let bytes = golden("counters_reply");
+    let frame = FrameRepr::<LinkMessage>::parse(&bytes, LINK_MAX_MSG_SIZE).unwrap();
+    let LinkMessage::CountersReply(report) = frame.body else {
+        panic!("not a counter report: {frame:?}");
+    };
+    assert!(report.errors.iter().eq(ERROR_ENTRIES.iter().copied()));
+}
+
+#[test]
+fn a_record_of_an_unknown_kind_is_kept_as_it_is() {
+    // A status reply holding one record of kind 0x0100 with a 3-byte body.
+    let bytes = common::hex(
+        "55524f4d 0100 3101 27000000 00000000 0200000000000000
+         01000000 05000000
+         0001 0300 616263",
+    );
+    let frame = FrameRepr::<ControlMessage>::parse(&bytes, MAX).unwrap();
+    let ControlMessage::StatusReply(reply) = frame.body else {
+        panic!("not a status reply: {frame:?}");
+    };
+    assert_eq!(reply.next_cursor, 5);
+    let records: Vec<StatusRecord> = reply.records.iter().collect();
+    assert_eq!(
+        records,
+        [StatusRecord::Unknown {
+            kind: 0x0100,
+            body: b"abc"
+        }]
+    );
+    assert_emits("unknown record", &bytes, |buf| {
+        frame.emit(buf, MAX).unwrap()
+    });
 }
 
 #[test]

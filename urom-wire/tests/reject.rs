@@ -3,10 +3,12 @@
 mod common;
 
 use common::{golden, hex};
-use urom_wire::control::{ControlMessage, PluginInfo, SpawnWorker};
+use urom_wire::control::{ControlMessage, PluginInfo, SpawnWorker, StatusReply};
 use urom_wire::data::DataMessage;
 use urom_wire::frame::frame_length;
 use urom_wire::gpu::{GpuMessage, message_length};
+use urom_wire::link::{LINK_MAX_MSG_SIZE, LinkMessage};
+use urom_wire::report::{DirState, ListenKind, ListenStatus, PluginDirStatus, StatusRecord};
 use urom_wire::{
     CpuSet, DecodeError, EncodeError, EnvEntryError, FrameRepr, List, MaxMsgSize, Status,
 };
@@ -15,6 +17,10 @@ const MAX: MaxMsgSize = MaxMsgSize::DEFAULT;
 
 fn parse_control(bytes: &[u8]) -> Result<FrameRepr<ControlMessage<'_>>, DecodeError> {
     FrameRepr::parse(bytes, MAX)
+}
+
+fn parse_link(bytes: &[u8]) -> Result<FrameRepr<LinkMessage<'_>>, DecodeError> {
+    FrameRepr::parse(bytes, LINK_MAX_MSG_SIZE)
 }
 
 fn parse_data(bytes: &[u8]) -> Result<FrameRepr<DataMessage<'_>>, DecodeError> {
@@ -274,6 +280,159 @@ fn a_bad_environment_entry_is_refused_with_its_position() {
             reason: EnvEntryError::ContainsNul
         })
     );
+}
+
+/// Offsets in the `status_reply` golden vector: its first record (the daemon's) starts at 32,
+/// its version text at 76; the hugepages record's body at 120.
+const DAEMON_RECORD: usize = 32;
+const DAEMON_VERSION: usize = 76;
+const HUGEPAGES_BODY: usize = 120;
+
+#[test]
+fn status_records_that_disagree_with_their_length_are_refused() {
+    // One byte more than the daemon record's fields account for.
+    let mut bytes = golden("status_reply");
+    bytes[DAEMON_RECORD + 2] = 0x35;
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::TrailingBytes {
+            expected: 52,
+            found: 53
+        })
+    );
+    // One byte less: the last text is cut.
+    bytes[DAEMON_RECORD + 2] = 0x33;
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::Truncated {
+            needed: 3,
+            available: 2
+        })
+    );
+    // A count of ten records over nine.
+    let mut bytes = golden("status_reply");
+    set_u32(&mut bytes, 24, 10);
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::Truncated {
+            needed: 4,
+            available: 0
+        })
+    );
+    // A record longer than what is left of the frame.
+    let mut bytes = golden("status_reply");
+    bytes[DAEMON_RECORD + 2..DAEMON_RECORD + 4].copy_from_slice(&0xffffu16.to_le_bytes());
+    assert!(matches!(
+        parse_control(&bytes),
+        Err(DecodeError::Truncated { .. })
+    ));
+}
+
+#[test]
+fn status_fields_are_checked() {
+    let mut bytes = golden("status_reply");
+    bytes[DAEMON_VERSION + 2] = 0xff;
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::TextNotUtf8 {
+            field: "daemon.version"
+        })
+    );
+    let mut bytes = golden("status_reply");
+    bytes[HUGEPAGES_BODY + 2] = 2;
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::ReservedNotZero {
+            field: "hugepages.usable"
+        })
+    );
+    let mut bytes = golden("status_reply");
+    bytes[DAEMON_RECORD + 4 + 36] = 1;
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::ReservedNotZero {
+            field: "daemon.reserved"
+        })
+    );
+    let mut bytes = golden("status_request");
+    bytes[28] = 1;
+    assert_eq!(
+        parse_control(&bytes),
+        Err(DecodeError::ReservedNotZero {
+            field: "status_request.reserved"
+        })
+    );
+    let mut bytes = golden("counters_reply");
+    bytes[24 + 68] = 1;
+    assert_eq!(
+        parse_link(&bytes),
+        Err(DecodeError::ReservedNotZero {
+            field: "counters.reserved"
+        })
+    );
+    let mut bytes = golden("counters_reply");
+    set_u32(&mut bytes, 24 + 72, 3);
+    assert!(matches!(
+        parse_link(&bytes),
+        Err(DecodeError::Truncated { .. })
+    ));
+}
+
+#[test]
+fn link_and_control_frames_stay_on_their_channels() {
+    assert_eq!(
+        parse_control(&golden("counters_request")),
+        Err(DecodeError::UnexpectedKind(0x0301))
+    );
+    assert_eq!(
+        parse_link(&golden("status_request")),
+        Err(DecodeError::UnexpectedKind(0x0130))
+    );
+}
+
+#[test]
+fn a_status_text_longer_than_its_length_field_is_refused() {
+    let long = "x".repeat(70_000);
+    let records = [StatusRecord::Listen(ListenStatus {
+        kind: ListenKind::Control,
+        address: &long,
+    })];
+    let frame = FrameRepr {
+        seq: 1,
+        body: ControlMessage::StatusReply(StatusReply {
+            next_cursor: 0,
+            records: List::new(&records),
+        }),
+    };
+    let large = MaxMsgSize::new(1 << 20).unwrap();
+    let mut buf = vec![0; 1 << 20];
+    assert_eq!(
+        frame.emit(&mut buf, large),
+        Err(EncodeError::TooMany {
+            field: "status record",
+            count: 70_010,
+            max: 65535
+        })
+    );
+    let both = [StatusRecord::PluginDir(PluginDirStatus {
+        state: DirState::Unreadable,
+        path: &long[..40_000],
+        error: &long[..40_000],
+    })];
+    let frame = FrameRepr {
+        seq: 1,
+        body: ControlMessage::StatusReply(StatusReply {
+            next_cursor: 0,
+            records: List::new(&both),
+        }),
+    };
+    assert!(matches!(
+        frame.emit(&mut buf, large),
+        Err(EncodeError::TooMany {
+            field: "status record",
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -6,10 +6,16 @@ mod common;
 use proptest::prelude::*;
 use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
-    PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, WorkerExit,
+    PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, StatusReply, WorkerExit,
 };
 use urom_wire::data::{Command, DataMessage, Notification, max_notify_payload};
 use urom_wire::gpu::{DEFAULT_MAX_MESSAGE_LENGTH, GpuMessage};
+use urom_wire::link::{CounterReport, LINK_MAX_MSG_SIZE, LinkMessage};
+use urom_wire::report::{
+    DaemonStatus, DirState, ErrorCount, ErrorEntry, HugePagesMode, HugePagesStatus, ListenKind,
+    ListenStatus, PluginDirStatus, PluginFileStatus, PluginOutcome, StatusRecord, WorkerCounters,
+    WorkerState, WorkerStatus,
+};
 use urom_wire::{CpuSet, FrameRepr, List, MaxMsgSize, Status};
 
 const MAX: MaxMsgSize = MaxMsgSize::DEFAULT;
@@ -34,6 +40,103 @@ enum Spec {
     GidRequest(u32),
     GidReply(Vec<u64>),
     Exit(u64, i32, i32),
+    StatusRequest(u32),
+    StatusReply(u32, Vec<RecordSpec>),
+}
+
+/// Owned inputs of one status record: a kind (1 to 8 are known, others are kept as they are),
+/// numbers and texts that the record takes what it needs of.
+type RecordSpec = (u16, [u64; 4], [u16; 2], [String; 3]);
+
+fn record_spec() -> impl Strategy<Value = RecordSpec> {
+    (
+        prop_oneof![1u16..=8, any::<u16>()],
+        any::<[u64; 4]>(),
+        any::<[u16; 2]>(),
+        [text(60), text(60), text(60)],
+    )
+}
+
+fn record((kind, n, small, texts): &RecordSpec) -> StatusRecord<'_> {
+    let [a, b, c] = texts;
+    let [x, y, z, w] = *n;
+    let [s, t] = *small;
+    match kind {
+        1 => StatusRecord::Daemon(DaemonStatus {
+            pid: x as u32,
+            workers: y as u32,
+            started_unix_ms: z,
+            uptime_ms: w,
+            max_msg_size: (x >> 32) as u32,
+            max_workers: (y >> 32) as u32,
+            hosts: (z >> 32) as u32,
+            version: a,
+            cpuset: b,
+        }),
+        2 => StatusRecord::Listen(ListenStatus {
+            kind: ListenKind::from_raw(s),
+            address: a,
+        }),
+        3 => StatusRecord::HugePages(HugePagesStatus {
+            mode: HugePagesMode::from_raw(s),
+            usable: t % 2 == 1,
+            page_kib: x as u32,
+            total: y as u32,
+            free: z as u32,
+            mounts: a,
+        }),
+        4 => StatusRecord::PluginDir(PluginDirStatus {
+            state: DirState::from_raw(s),
+            path: a,
+            error: b,
+        }),
+        5 => StatusRecord::PluginFile(PluginFileStatus {
+            outcome: PluginOutcome::from_raw(s),
+            id: x,
+            version: y,
+            name: a,
+            path: b,
+            reason: c,
+        }),
+        6 => StatusRecord::Worker(WorkerStatus {
+            id: x,
+            plugins: y,
+            started_unix_ms: z,
+            pid: w as u32,
+            uid: (w >> 32) as u32,
+            gid: x as u32,
+            state: WorkerState::from_raw(s),
+            hosts: t.into(),
+            user: a,
+            cpuset: b,
+        }),
+        7 => StatusRecord::Counters(counters(n)),
+        8 => StatusRecord::ErrorCount(ErrorCount {
+            worker_id: x,
+            status: Status::from_raw(y as i32),
+            count: z,
+        }),
+        &kind => StatusRecord::Unknown {
+            kind,
+            body: a.as_bytes(),
+        },
+    }
+}
+
+fn counters(n: &[u64; 4]) -> WorkerCounters {
+    let [x, y, z, w] = *n;
+    WorkerCounters {
+        worker_id: x,
+        commands: y,
+        notifications: z,
+        errors: w,
+        bytes_in: x ^ y,
+        bytes_out: y ^ z,
+        peak_backlog_bytes: z ^ w,
+        in_flight: x as u32,
+        peak_ring: y as u32,
+        hosts: z as u32,
+    }
 }
 
 fn text(max_bytes: usize) -> impl Strategy<Value = String> {
@@ -75,6 +178,9 @@ fn spec() -> impl Strategy<Value = Spec> {
         any::<u32>().prop_map(Spec::GidRequest),
         prop::collection::vec(any::<u64>(), 0..100).prop_map(Spec::GidReply),
         (any::<u64>(), any::<i32>(), any::<i32>()).prop_map(|(w, c, s)| Spec::Exit(w, c, s)),
+        any::<u32>().prop_map(Spec::StatusRequest),
+        (any::<u32>(), prop::collection::vec(record_spec(), 0..12))
+            .prop_map(|(c, r)| Spec::StatusReply(c, r)),
     ]
 }
 
@@ -82,6 +188,7 @@ fn spec() -> impl Strategy<Value = Spec> {
 fn with_message(spec: &Spec, check: impl FnOnce(ControlMessage<'_>)) {
     let plugins: Vec<PluginInfo>;
     let env: Vec<&str>;
+    let records: Vec<StatusRecord>;
     let message = match spec {
         Spec::Hello(protocol_version, max_msg_size, identity) => ControlMessage::Hello(Hello {
             protocol_version: *protocol_version,
@@ -148,6 +255,14 @@ fn with_message(spec: &Spec, check: impl FnOnce(ControlMessage<'_>)) {
             exit_code: *exit_code,
             signal: *signal,
         }),
+        Spec::StatusRequest(cursor) => ControlMessage::StatusRequest { cursor: *cursor },
+        Spec::StatusReply(next_cursor, specs) => {
+            records = specs.iter().map(record).collect();
+            ControlMessage::StatusReply(StatusReply {
+                next_cursor: *next_cursor,
+                records: List::new(&records),
+            })
+        }
     };
     check(message);
 }
@@ -157,6 +272,11 @@ fn assert_canonical(bytes: &[u8]) {
     if let Ok(frame) = FrameRepr::<ControlMessage>::parse(bytes, MAX) {
         let mut out = vec![0xa5; bytes.len()];
         assert_eq!(frame.emit(&mut out, MAX), Ok(bytes.len()));
+        assert_eq!(out, bytes);
+    }
+    if let Ok(frame) = FrameRepr::<LinkMessage>::parse(bytes, LINK_MAX_MSG_SIZE) {
+        let mut out = vec![0xa5; bytes.len()];
+        assert_eq!(frame.emit(&mut out, LINK_MAX_MSG_SIZE), Ok(bytes.len()));
         assert_eq!(out, bytes);
     }
     if let Ok(frame) = FrameRepr::<DataMessage>::parse(bytes, MAX) {
@@ -186,6 +306,29 @@ proptest! {
             assert_eq!(parsed, frame);
             assert_canonical(&buf);
         });
+    }
+
+    #[test]
+    fn counter_reports_round_trip(
+        n in any::<[u64; 4]>(),
+        errors in prop::collection::vec((any::<i32>(), any::<u64>()), 0..40),
+        seq in any::<u64>(),
+    ) {
+        let entries: Vec<ErrorEntry> = errors
+            .iter()
+            .map(|&(status, count)| ErrorEntry { status: Status::from_raw(status), count })
+            .collect();
+        let frame = FrameRepr {
+            seq,
+            body: LinkMessage::CountersReply(CounterReport {
+                counters: counters(&n),
+                errors: List::new(&entries),
+            }),
+        };
+        let mut buf = vec![0xa5; frame.buffer_len()];
+        prop_assert_eq!(frame.emit(&mut buf, LINK_MAX_MSG_SIZE), Ok(buf.len()));
+        prop_assert_eq!(FrameRepr::<LinkMessage>::parse(&buf, LINK_MAX_MSG_SIZE), Ok(frame));
+        assert_canonical(&buf);
     }
 
     #[test]

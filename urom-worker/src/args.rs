@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use urom_core::worker_command::{DEFAULT_LOG_LEVEL, PluginSpec, UcxListen, WorkerCommand, flag};
+use urom_core::transport::shm::HugePages;
+use urom_core::worker_command::{
+    DEFAULT_LOG_LEVEL, PluginSpec, UcxListen, WorkerCommand, flag, hugepages_name, parse_hugepages,
+};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// Runs urom plugins on behalf of hosts: loads each plugin, pins itself to its CPUs, accepts
@@ -64,6 +67,16 @@ pub struct Args {
     #[arg(long = flag::EXIT_WITH_PARENT)]
     pub exit_with_parent: bool,
 
+    /// Standard input is a socket on which the daemon asks for this worker's counters (the
+    /// daemon passes it).
+    #[arg(long = flag::DAEMON_LINK)]
+    pub daemon_link: bool,
+
+    /// Whether the rings of host channels go on hugepages: auto (when the system has some
+    /// free), never, or require (a host whose rings cannot get them is refused).
+    #[arg(long = flag::HUGEPAGES, value_name = "CHOICE", default_value = hugepages_name(HugePages::Auto), value_parser = parse_hugepages)]
+    pub hugepages: HugePages,
+
     /// Also accept hosts on other machines over UCX at `IP:PORT` (port 0: any free one); each
     /// must prove the key in --ucx-key-file. Needs a build with the `ucx` feature.
     #[arg(long = flag::LISTEN_UCX, value_name = "IP:PORT", requires_all = ["ucx_key_file", "ucx_address_file"])]
@@ -96,6 +109,8 @@ impl From<Args> for WorkerCommand {
             listen_ucx,
             ucx_key_file,
             ucx_address_file,
+            daemon_link,
+            hugepages,
         } = args;
         let ucx = match (listen_ucx, ucx_key_file, ucx_address_file) {
             (Some(address), Some(key_file), Some(address_file)) => Some(UcxListen {
@@ -119,6 +134,8 @@ impl From<Args> for WorkerCommand {
             allow_uids,
             exit_with_parent,
             ucx,
+            daemon_link,
+            hugepages,
         }
     }
 }
@@ -154,6 +171,8 @@ mod tests {
         command.busy_poll = true;
         command.allow_uids = vec![1000, 1001];
         command.exit_with_parent = true;
+        command.daemon_link = true;
+        command.hugepages = HugePages::Require;
         assert_eq!(parse(command.to_args()).unwrap(), command);
         command.ucx = Some(UcxListen {
             address: "[::1]:18515".parse().unwrap(),

@@ -6,6 +6,9 @@
 //! host's channel. Each host's channel is taken apart into its two halves, kept in two tables,
 //! so that a command is read from one while notifications go out on the other. New hosts are
 //! accepted and handshaken on a side thread and handed over through a queue.
+//!
+//! The loop counts what it does in plain fields it owns ([`Counters`]) and publishes the totals
+//! now and then into a block other threads read ([`Published`]).
 
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 use urom_core::abi::{LoadedPlugin, NotificationSink};
+use urom_core::transport::shm::HugePages;
 use urom_core::transport::{
     Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver, FrameSendError,
     FrameSender, Transport, WaitMode,
@@ -27,6 +31,7 @@ use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
 use crate::accept::accept_hosts;
 use crate::backlog::{BACKLOG_LIMIT, Backlog};
+use crate::counters::{Counters, Published};
 use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
@@ -78,9 +83,14 @@ pub struct Worker {
     outbox: Box<[u8]>,
     max: MaxMsgSize,
     busy_poll: bool,
+    /// Whether host channels' rings go on hugepages.
+    hugepages: HugePages,
     /// The process whose end stops this worker.
     parent: Option<nix::unistd::Pid>,
     seq: u64,
+    counters: Counters,
+    /// Where the counts are published for other threads, if anyone reads them.
+    published: Option<Arc<Published>>,
 }
 
 impl Worker {
@@ -106,9 +116,30 @@ impl Worker {
             outbox: vec![0; max.get()].into_boxed_slice(),
             max,
             busy_poll,
+            hugepages: HugePages::Auto,
             parent,
             seq: 0,
+            counters: Counters::default(),
+            published: None,
         }
+    }
+
+    /// Publishes the worker's counts into `block` from now on, every so many commands while
+    /// busy and when it goes idle.
+    pub fn publish_to(&mut self, block: Arc<Published>) {
+        self.counters.publish(&block);
+        self.published = Some(block);
+    }
+
+    /// Whether the rings of hosts accepted after [`Worker::listen`] go on hugepages (by default
+    /// when the system has some free).
+    pub fn set_hugepages(&mut self, choice: HugePages) {
+        self.hugepages = choice;
+    }
+
+    /// What the worker has counted so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Accepts hosts on `listener` from now on, on a side thread: hosts run by this process's
@@ -116,6 +147,7 @@ impl Worker {
     pub fn listen(&mut self, listener: UnixListener, allow_uids: Vec<u32>) {
         let config = ChannelConfig {
             wait: self.wait_mode(),
+            hugepages: self.hugepages,
             ..ChannelConfig::new(self.max)
         };
         let (arrive, stop) = self.acceptor();
@@ -186,6 +218,7 @@ impl Worker {
             backlog: Backlog::new(BACKLOG_LIMIT),
             overflowed: false,
         });
+        self.counters.hosts += 1;
         info!(slot, "host connected");
     }
 
@@ -195,7 +228,13 @@ impl Worker {
         let mut turns = 0u32;
         while !stop.load(Ordering::Relaxed) {
             turns = turns.wrapping_add(1);
-            if self.turn() {
+            let worked = self.turn();
+            if let Some(block) = &self.published
+                && self.counters.due(worked)
+            {
+                self.counters.publish(block);
+            }
+            if worked {
                 idle_turns = 0;
             } else {
                 idle_turns = idle_turns.saturating_add(1);
@@ -227,6 +266,7 @@ impl Worker {
             outbox: &mut self.outbox,
             max: self.max,
             seq: &mut self.seq,
+            counters: &mut self.counters,
         };
         for plugin in self.plugins.iter_mut().flatten() {
             match plugin.progress(&mut router) {
@@ -254,7 +294,9 @@ impl Worker {
     /// Ends a host's channel: its tasks in flight complete with an error on its side.
     fn drop_host(&mut self, slot: usize, why: &str) {
         info!(slot, "host left: {why}");
-        self.inbound[slot] = None;
+        if self.inbound[slot].take().is_some() {
+            self.counters.hosts -= 1;
+        }
         self.outbound[slot] = None;
     }
 
@@ -298,7 +340,7 @@ impl Worker {
     /// lies in the channel. A host whose notifications wait in its backlog is not served until
     /// it has drained them: its commands wait in its ring, the other hosts go on.
     fn serve_host(&mut self, slot: usize) -> bool {
-        let mut worked = false;
+        let mut taken = 0u32;
         for _ in 0..FRAMES_PER_TURN {
             let lagging = self.outbound[slot]
                 .as_ref()
@@ -315,16 +357,19 @@ impl Worker {
                     break;
                 }
             };
+            self.counters.command(frame.len());
             let mut router = Router {
                 hosts: &mut self.outbound,
                 outbox: &mut self.outbox,
                 max: self.max,
                 seq: &mut self.seq,
+                counters: &mut self.counters,
             };
             dispatch(&mut self.plugins, &mut router, dest_id, frame);
-            worked = true;
+            taken += 1;
         }
-        worked
+        self.counters.ring_batch(taken);
+        taken > 0
     }
 
     /// Waits a little when there is nothing to do: spins first, then naps on the only host
@@ -420,6 +465,7 @@ struct Router<'a> {
     outbox: &'a mut [u8],
     max: MaxMsgSize,
     seq: &'a mut u64,
+    counters: &'a mut Counters,
 }
 
 impl NotificationSink for Router<'_> {
@@ -449,18 +495,24 @@ impl NotificationSink for Router<'_> {
             self.outbox[NOTIFY_PAYLOAD_OFFSET..len].copy_from_slice(payload);
             Some(len)
         };
-        let len = match write(n.status, n.payload) {
-            Some(len) => len,
+        let (status, len) = match write(n.status, n.payload) {
+            Some(len) => (n.status, len),
             None => {
                 warn!(
                     plugin = n.plugin,
                     len = n.payload.len(),
                     "notification too big for the channel"
                 );
-                write(Status::TooBig, &[]).expect("an empty notification always fits")
+                let len = write(Status::TooBig, &[]).expect("an empty notification always fits");
+                (Status::TooBig, len)
             }
         };
-        host.send(&self.outbox[..len])
+        let sent = host.send(&self.outbox[..len]);
+        if sent.is_ok() {
+            self.counters.notification(status, len);
+            self.counters.backlog(host.backlog.held());
+        }
+        sent
     }
 }
 

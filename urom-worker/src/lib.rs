@@ -15,7 +15,9 @@
 mod accept;
 mod args;
 mod backlog;
+pub mod counters;
 mod dispatch;
+mod link;
 mod remote;
 
 use std::fmt;
@@ -123,9 +125,17 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
     }
-    info!(socket = %args.listen.display(), "accepting hosts");
+    info!(
+        socket = %args.listen.display(),
+        hugepages = urom_core::worker_command::hugepages_name(args.hugepages),
+        "accepting hosts"
+    );
     let parent = args.exit_with_parent.then(nix::unistd::getppid);
     let mut worker = Worker::new(plugins, max, args.busy_poll, parent);
+    worker.set_hugepages(args.hugepages);
+    if args.daemon_link {
+        serve_daemon_link(&mut worker, args.id);
+    }
     if let Some(ucx) = &args.ucx {
         remote::listen(&mut worker, ucx, args.id, max)?;
     }
@@ -135,6 +145,26 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     let _ = std::fs::remove_file(&args.listen);
     info!("urom worker stopped");
     Ok(())
+}
+
+/// Answers the daemon's counter requests on standard input, on a thread of its own, from the
+/// counts `worker` publishes; without a link the worker runs on and only its counts are lost.
+fn serve_daemon_link(worker: &mut Worker, id: u64) {
+    let link = match link::stdin_link() {
+        Ok(link) => link,
+        Err(e) => {
+            warn!("--daemon-link: standard input is not a socket ({e}); counters are not reported");
+            return;
+        }
+    };
+    let published = Arc::new(counters::Published::default());
+    worker.publish_to(Arc::clone(&published));
+    let spawned = std::thread::Builder::new()
+        .name("urom-link".into())
+        .spawn(move || link::serve(link, id, &published));
+    if let Err(e) = spawned {
+        warn!("cannot start the daemon link's thread: {e}; counters are not reported");
+    }
 }
 
 /// Restricts this process to `cpuset`; an impossible set is an error, never ignored.

@@ -22,12 +22,14 @@ fn shim() -> std::path::PathBuf {
 }
 
 /// Allocations of a worker process running `plugin` (`so_path:id` with id 1) through `count`
-/// loopback commands.
+/// loopback commands. The worker has a daemon link, so its counters are published as it runs
+/// (every so many commands and when idle) and read once at the end: that costs nothing per
+/// command either.
 fn allocations_for(plugin: &str, count: u64) -> u64 {
     let dir = TempDir::new("urom-allocations");
     let count_file = dir.path().join("count");
     let shim = shim();
-    let mut worker = start_worker_with_env(
+    let (mut worker, mut link) = start_worker_with_link(
         &[plugin.to_owned()],
         &[],
         &[
@@ -36,6 +38,9 @@ fn allocations_for(plugin: &str, count: u64) -> u64 {
         ],
     );
     pipelined_loopbacks(connect(&worker.socket), 0, count);
+    let (counters, errors) = counters_after(&mut link, count);
+    assert_eq!(counters.notifications, count);
+    assert!(errors.is_empty(), "{errors:?}");
     worker.child.signal(SIGTERM);
     let status = worker
         .child

@@ -5,6 +5,8 @@
 //! * [`Service`]: `Service<Idle>` (where the service is, message size, worker limit) ->
 //!   `start()` connects and authenticates -> `Service<Running>` (plugins, CPU set, queries by
 //!   group id) -> `stop()`. A running service is shared by every thread's workers.
+//! * [`Service::status`] and [`Service::destroy_worker`]: what an operator asks of the daemon
+//!   (`urom-ctl`): its status report and stopping a worker by id.
 //! * [`Worker`]: `Worker<Idle>` (service, id, group, plugins, CPUs, environment, in-flight
 //!   tasks) -> `start()` -> `Worker<Starting>`, progressed until it is running ->
 //!   `Worker<Running>` (command tasks) -> `stop()`.
@@ -35,6 +37,7 @@ mod control;
 mod engine;
 mod service;
 mod service_file;
+mod status;
 mod task;
 mod worker;
 
@@ -44,6 +47,7 @@ pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
 };
 pub use service_file::{SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service};
+pub use status::StatusReport;
 pub use task::{
     CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,
     TaskSlotsNewError, TaskSubmitError, TaskWriteError, USER_DATA_LEN,

@@ -374,6 +374,18 @@ impl Service<Idle> {
         Ok(ServiceAt::Local(default_service_socket()))
     }
 
+    /// The daemon's socket this service would connect to: the one set, else the one the
+    /// service file names for this host (a local service), else the default socket. A service
+    /// on another machine has none: [`ServiceStartError::Remote`].
+    pub fn resolve_socket(&self) -> Result<PathBuf, ServiceStartError> {
+        match self.locate()? {
+            ServiceAt::Local(socket) => Ok(socket),
+            ServiceAt::Remote { address, .. } => Err(ServiceStartError::Remote {
+                dev_hostname: address,
+            }),
+        }
+    }
+
     fn connect(&self) -> Result<Arc<ControlChannel>, ServiceStartError> {
         match self.locate()? {
             ServiceAt::Local(socket) => {

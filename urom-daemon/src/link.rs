@@ -1,0 +1,96 @@
+//! The daemon's end of the link to each worker: a socket pair made at spawn, whose other end is
+//! the worker's standard input. The daemon asks for the worker's counters on it
+//! (`urom_wire::link`); the worker answers from a thread of its own with what its loop last
+//! published.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use urom_wire::frame::frame_length;
+use urom_wire::link::{LINK_MAX_MSG_SIZE, LinkMessage};
+use urom_wire::report::{ErrorEntry, WorkerCounters};
+use urom_wire::{FRAME_HEADER_LEN, FrameRepr};
+
+/// How long a worker has to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A worker's counters and its notifications by error status.
+pub type CounterSnapshot = (WorkerCounters, Vec<ErrorEntry>);
+
+/// The daemon's end of a worker's link.
+pub struct WorkerLink {
+    /// The socket and the sequence number of the last request; one request at a time.
+    inner: Mutex<(UnixStream, u64)>,
+}
+
+impl WorkerLink {
+    /// A socket pair: the daemon's end, and the end for the worker's standard input.
+    pub fn pair() -> io::Result<(Self, UnixStream)> {
+        let (ours, theirs) = UnixStream::pair()?;
+        ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+        ours.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+        Ok((
+            Self {
+                inner: Mutex::new((ours, 0)),
+            },
+            theirs,
+        ))
+    }
+
+    /// Asks the worker for its counters and waits up to a second for the answer.
+    pub fn counters(&self) -> Result<CounterSnapshot, String> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (stream, last_seq) = &mut *inner;
+        *last_seq += 1;
+        let seq = *last_seq;
+        let request = FrameRepr {
+            seq,
+            body: LinkMessage::CountersRequest,
+        };
+        let mut buf = vec![0u8; LINK_MAX_MSG_SIZE.get()];
+        let len = request
+            .emit(&mut buf, LINK_MAX_MSG_SIZE)
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(&buf[..len])
+            .map_err(|e| describe("cannot ask the worker", &e))?;
+        // An answer to an earlier request that timed out may come first: skip it.
+        loop {
+            let len = read_frame(stream, &mut buf).map_err(|e| describe("no answer", &e))?;
+            let frame = FrameRepr::<LinkMessage>::parse(&buf[..len], LINK_MAX_MSG_SIZE)
+                .map_err(|e| format!("malformed answer: {e}"))?;
+            match frame.body {
+                LinkMessage::CountersReply(report) if frame.seq == seq => {
+                    return Ok((report.counters, report.errors.iter().collect()));
+                }
+                LinkMessage::CountersReply(_) => continue,
+                LinkMessage::CountersRequest => {
+                    return Err("the worker sent a request instead of an answer".into());
+                }
+            }
+        }
+    }
+}
+
+fn describe(what: &str, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            format!("{what}: the worker did not answer within {ANSWER_TIMEOUT:?}")
+        }
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe => {
+            format!("{what}: the worker closed its link")
+        }
+        _ => format!("{what}: {e}"),
+    }
+}
+
+fn read_frame(stream: &mut UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    stream.read_exact(&mut buf[..FRAME_HEADER_LEN])?;
+    let len = frame_length(&buf[..FRAME_HEADER_LEN], LINK_MAX_MSG_SIZE)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
+        .unwrap_or(FRAME_HEADER_LEN);
+    stream.read_exact(&mut buf[FRAME_HEADER_LEN..len])?;
+    Ok(len)
+}
