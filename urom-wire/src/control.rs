@@ -509,7 +509,9 @@ int_enum! {
         UnixSocket = 1,
         /// A shared-memory channel whose descriptors travel with this frame (`SCM_RIGHTS`).
         SharedMemory = 2,
-        /// A UCX worker address, in the address.
+        /// A UCX listener, in the address: the UTF-8 text `IP:PORT` of its socket address
+        /// (IPv4 `192.0.2.7:4000`, or IPv6 in brackets `[2001:db8::7]:4000`), or else the
+        /// bytes of its worker's UCX address.
         Ucx = 3,
     }
 }

@@ -27,7 +27,7 @@
 //!
 //! A control message's value: for [`UcxControlKind::Credit`], how many frames the receiver has
 //! released so far in all; for [`UcxControlKind::SenderClosed`], how many frames the sender sent
-//! in all; zero for [`UcxControlKind::ReceiverClosed`].
+//! in all; zero for [`UcxControlKind::ReceiverClosed`] and [`UcxControlKind::CloseSeen`].
 
 use static_assertions::assert_eq_size;
 use zerocopy::little_endian::{U32, U64};
@@ -263,6 +263,8 @@ int_enum! {
         SenderClosed = 2,
         /// The receiver closed its direction: the peer's frames are no longer read.
         ReceiverClosed = 3,
+        /// Both of the peer's closes arrived, and every frame before them: the peer may hang up.
+        CloseSeen = 4,
     }
 }
 

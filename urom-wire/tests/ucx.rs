@@ -140,6 +140,7 @@ fn headers_parse_and_emit_their_golden_bytes() {
         assert_emits(name, &golden, |buf| repr.emit(buf).unwrap());
     }
     assert_eq!(UcxControlKind::ReceiverClosed.raw(), 3);
+    assert_eq!(UcxControlKind::CloseSeen.raw(), 4);
 }
 
 #[test]

@@ -27,6 +27,9 @@ mod channel;
 pub mod loopback;
 #[allow(unsafe_code)]
 pub mod shm;
+#[cfg(feature = "ucx")]
+#[allow(unsafe_code)]
+pub mod ucx;
 
 pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};
 
