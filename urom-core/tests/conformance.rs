@@ -68,6 +68,44 @@ impl Pair for ChannelOverShm {
     }
 }
 
+/// Over UCX (feature `ucx`): both ends in this process, through a listener on 127.0.0.1, on
+/// TCP over the loopback interface unless `UCX_TLS` / `UCX_NET_DEVICES` say otherwise.
+#[cfg(feature = "ucx")]
+struct Ucx;
+
+#[cfg(feature = "ucx")]
+impl Pair for Ucx {
+    type Conn = urom_core::transport::ucx::UcxConnection;
+    fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn) {
+        urom_core::transport::ucx::set_config_defaults(&[("TLS", "tcp"), ("NET_DEVICES", "lo")]);
+        let config = ChannelConfig {
+            max_msg_size: max,
+            slots: slots as u32,
+            ..ChannelConfig::default()
+        };
+        Self::Conn::pair(&config).unwrap_or_else(|e| panic!("UCX pair: {e}"))
+    }
+    fn crash(conn: Self::Conn) {
+        conn.simulate_crash();
+    }
+}
+
+/// UCX behind the [`Channel`].
+#[cfg(feature = "ucx")]
+struct ChannelOverUcx;
+
+#[cfg(feature = "ucx")]
+impl Pair for ChannelOverUcx {
+    type Conn = Channel;
+    fn pair(max: MaxMsgSize, slots: usize) -> (Self::Conn, Self::Conn) {
+        let (a, b) = Ucx::pair(max, slots);
+        (a.into(), b.into())
+    }
+    fn crash(conn: Self::Conn) {
+        conn.simulate_crash();
+    }
+}
+
 fn pattern(seq: u32, len: usize) -> impl Iterator<Item = u8> {
     (0..len).map(move |i| (seq as usize * 31 + i * 7) as u8)
 }
@@ -488,3 +526,7 @@ macro_rules! conformance {
 conformance!(loopback, Loopback);
 conformance!(shm, Shm);
 conformance!(channel_over_shm, ChannelOverShm);
+#[cfg(feature = "ucx")]
+conformance!(ucx, Ucx);
+#[cfg(feature = "ucx")]
+conformance!(channel_over_ucx, ChannelOverUcx);

@@ -274,17 +274,15 @@ fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on() {
         let service = setup.service("rank-0", &setup.key).unwrap();
         let graph = graph_of(&service);
         let mut engine = ProgressEngine::new();
-        let start = |id| {
-            run_worker(
-                &mut engine,
-                Worker::new()
-                    .set_service(&service)
-                    .set_id(id)
-                    .set_plugins(graph.id())
-                    .set_max_inflight_tasks(64),
-            )
+        let config = |id| {
+            Worker::new()
+                .set_service(&service)
+                .set_id(id)
+                .set_plugins(graph.id())
+                .set_max_inflight_tasks(64)
         };
-        let (victim, survivor) = (start(1), start(2));
+        let victim = run_worker(&mut engine, config(1));
+        let survivor = run_worker(&mut engine, config(2));
         let victim_pid = setup.daemon.worker_pid(1).expect("worker 1 runs");
         let mut submitted = 0;
         let deadline = Instant::now() + TIMEOUT;

@@ -597,8 +597,10 @@ int_enum! {
         UnixSocket = 1,
         /// A shared-memory channel whose descriptors travel with this frame (`SCM_RIGHTS`).
         SharedMemory = 2,
-        /// A UCX listener, as `IP:PORT` text in the address (an unspecified IP such as
-        /// `0.0.0.0` means the address the host reached the daemon at).
+        /// A UCX listener, in the address: the UTF-8 text `IP:PORT` of its socket address
+        /// (IPv4 `192.0.2.7:4000`, or IPv6 in brackets `[2001:db8::7]:4000`; an unspecified IP
+        /// such as `0.0.0.0` means the address the host reached the daemon at), or else the
+        /// bytes of its worker's UCX address.
         Ucx = 3,
         /// A UCX listener that lets in only hosts holding the worker's key: the address is
         /// the key sealed for this host's session (32 bytes, see [`SealedUcxAddress`]), then

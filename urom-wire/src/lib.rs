@@ -17,6 +17,8 @@
 //!   [`link`]: the counters request and reply between the daemon and each of its workers;
 //! * [`shm`]: what the shared-memory transport exchanges below the frames: the handshake that
 //!   passes a mapping over a Unix socket, and the 128-byte header at the start of the mapping;
+//! * [`ucx`]: what the UCX transport exchanges below the frames: the handshake that agrees on
+//!   message size and credits, and the headers of its data, credit and close messages;
 //! * [`gpu`]: the big-endian format of the GPU remote-offload application, which has no urom
 //!   frame header because it must interoperate with the original clients, and in
 //!   [`gpu::channel`] the hellos between our offload server and orchestrator.
@@ -56,6 +58,7 @@ pub mod report;
 pub mod shm;
 mod status;
 mod text;
+pub mod ucx;
 
 pub use cpuset::CpuSet;
 pub use error::{DecodeError, EncodeError, EnvEntryError};

@@ -401,8 +401,12 @@ impl Service<Idle> {
                         dev_hostname: address,
                     });
                 }
+                // The service file's devices, unless UCX_NET_DEVICES says otherwise.
                 #[cfg(feature = "ucx")]
-                crate::transport::ucx::prefer_net_devices(&net_devices);
+                if !net_devices.is_empty() {
+                    let devices = net_devices.join(",");
+                    crate::transport::ucx::set_config_defaults(&[("NET_DEVICES", &devices)]);
+                }
                 let _ = net_devices;
                 let resolved = resolve(&address)?;
                 let config = ChannelConfig::new(self.config.max_msg_size);

@@ -16,6 +16,8 @@ use urom_wire::control::EndpointKind;
 
 use super::loopback::{LoopbackConnection, LoopbackReceiver, LoopbackSender};
 use super::shm::{HugePages, MIN_SLOTS, ShmConnectError, ShmConnection, ShmReceiver, ShmSender};
+#[cfg(feature = "ucx")]
+use super::ucx::{UcxConnectError, UcxConnection, UcxReceiver, UcxSender};
 use super::{
     Armed, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, PeerGoneError,
     Transport, WaitMode,
@@ -100,6 +102,9 @@ pub enum ConnectError {
     Unsupported(EndpointKind),
     /// The shared-memory setup failed.
     Shm(ShmConnectError),
+    /// The UCX setup failed.
+    #[cfg(feature = "ucx")]
+    Ucx(UcxConnectError),
 }
 
 impl fmt::Display for ConnectError {
@@ -118,6 +123,8 @@ impl fmt::Display for ConnectError {
                 )
             }
             Self::Shm(e) => write!(f, "{e}"),
+            #[cfg(feature = "ucx")]
+            Self::Ucx(e) => write!(f, "{e}"),
         }
     }
 }
@@ -127,6 +134,13 @@ impl core::error::Error for ConnectError {}
 impl From<ShmConnectError> for ConnectError {
     fn from(e: ShmConnectError) -> Self {
         Self::Shm(e)
+    }
+}
+
+#[cfg(feature = "ucx")]
+impl From<UcxConnectError> for ConnectError {
+    fn from(e: UcxConnectError) -> Self {
+        Self::Ucx(e)
     }
 }
 
@@ -142,6 +156,9 @@ pub enum ChannelSender {
     Shm(ShmSender),
     /// Within this process.
     Loopback(LoopbackSender),
+    /// Over UCX, to this or another machine.
+    #[cfg(feature = "ucx")]
+    Ucx(UcxSender),
 }
 
 /// The receiving half of a [`Channel`].
@@ -150,6 +167,9 @@ pub enum ChannelReceiver {
     Shm(ShmReceiver),
     /// Within this process.
     Loopback(LoopbackReceiver),
+    /// Over UCX, to this or another machine.
+    #[cfg(feature = "ucx")]
+    Ucx(UcxReceiver),
 }
 
 /// Runs `$body` with `$half` bound to the transport's own half, whichever it is.
@@ -158,6 +178,8 @@ macro_rules! each_half {
         match $value {
             Self::Shm($half) => $body,
             Self::Loopback($half) => $body,
+            #[cfg(feature = "ucx")]
+            Self::Ucx($half) => $body,
         }
     };
 }
@@ -176,6 +198,10 @@ impl Channel {
 
     /// Connects to the endpoint a peer announced (a worker's spawn result) and accepts its
     /// offer.
+    ///
+    /// For [`EndpointKind::Ucx`] (feature `ucx`) the address is the text `IP:PORT` of a
+    /// [`UcxListener`](super::ucx::UcxListener) (`192.0.2.7:4000`, `[2001:db8::7]:4000`), or
+    /// else the bytes of its worker's UCX address.
     pub fn connect(
         endpoint: EndpointKind,
         address: &[u8],
@@ -187,6 +213,20 @@ impl Channel {
                     .map_err(|_| ConnectError::BadAddress("the socket path is not UTF-8"))?;
                 let stream = connect_unix(Path::new(path))?;
                 Self::accept(stream, config)
+            }
+            #[cfg(feature = "ucx")]
+            EndpointKind::Ucx => {
+                let listener = std::str::from_utf8(address)
+                    .ok()
+                    .and_then(|text| text.parse::<std::net::SocketAddr>().ok());
+                let conn = match listener {
+                    Some(addr) => UcxConnection::connect(addr, config)?,
+                    None if address.is_empty() => {
+                        return Err(ConnectError::BadAddress("the UCX address is empty"));
+                    }
+                    None => UcxConnection::connect_worker(address, config)?,
+                };
+                Ok(conn.into())
             }
             other => Err(ConnectError::Unsupported(other)),
         }
@@ -200,10 +240,14 @@ impl Channel {
         match &mut self.tx {
             ChannelSender::Shm(half) => half.crash(),
             ChannelSender::Loopback(half) => half.end(PeerGoneError::Died),
+            #[cfg(feature = "ucx")]
+            ChannelSender::Ucx(half) => half.crash(),
         }
         match &mut self.rx {
             ChannelReceiver::Shm(half) => half.crash(),
             ChannelReceiver::Loopback(half) => half.end(PeerGoneError::Died),
+            #[cfg(feature = "ucx")]
+            ChannelReceiver::Ucx(half) => half.crash(),
         }
     }
 }
@@ -221,6 +265,17 @@ impl From<ShmConnection> for Channel {
         Self {
             tx: ChannelSender::Shm(tx),
             rx: ChannelReceiver::Shm(rx),
+        }
+    }
+}
+
+#[cfg(feature = "ucx")]
+impl From<UcxConnection> for Channel {
+    fn from(conn: UcxConnection) -> Self {
+        let (tx, rx) = conn.into_split();
+        Self {
+            tx: ChannelSender::Ucx(tx),
+            rx: ChannelReceiver::Ucx(rx),
         }
     }
 }

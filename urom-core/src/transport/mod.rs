@@ -29,6 +29,9 @@ mod channel;
 pub mod loopback;
 #[allow(unsafe_code)]
 pub mod shm;
+#[cfg(feature = "ucx")]
+#[allow(unsafe_code)]
+pub mod ucx;
 pub mod stream;
 
 pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};

@@ -1,0 +1,528 @@
+//! Hand-written bindings to the system UCX: the part of UCP (and two UCS helpers) that urom's
+//! UCX transport uses, and nothing more.
+//!
+//! * context: [`ucp_config_read`], [`ucp_config_modify`], [`ucp_init_version`] (`ucp_init` is an
+//!   inline function in the headers);
+//! * workers: create, destroy, query the address, progress, sleep ([`ucp_worker_get_efd`],
+//!   [`ucp_worker_arm`]), active-message handlers;
+//! * listeners: create on a socket address, query the port, reject;
+//! * endpoints: create (from a socket address, a worker address or a connection request),
+//!   flush, close;
+//! * active messages: [`ucp_am_send_nbx`], [`ucp_am_recv_data_nbx`]; requests.
+//!
+//! The library comes from pkg-config (`ucx >= 1.13`, Debian's `libucx-dev`). The build script
+//! compiles a small C program against the installed headers and turns what it prints into
+//! `const` assertions on every struct, field, type and constant bound here, so a UCX whose
+//! layout differs fails the build with a message naming the struct and field.
+//!
+//! Without UCX installed the crate still builds (with a warning) but links nothing, so that a
+//! workspace-wide build needs no UCX; the `required` feature makes a missing UCX a build
+//! error instead.
+//!
+//! Names, types and layouts follow the C headers (`ucp/api/ucp.h`, `ucp/api/ucp_def.h`); the
+//! documentation there is the reference. Everything here is `unsafe` FFI.
+
+#![allow(non_camel_case_types)]
+#![allow(missing_docs)]
+#![no_std]
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::marker::{PhantomData, PhantomPinned};
+
+/// What the layout check needs besides the standard library.
+#[doc(hidden)]
+pub mod layout {
+    /// The size of `$ty`'s field `$field`, in a `const` context.
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __ucx_sys_field_size {
+        ($ty:ty, $field:ident) => {{
+            const fn pointee_size<F>(_: *const F) -> usize {
+                ::core::mem::size_of::<F>()
+            }
+            let value = ::core::mem::MaybeUninit::<$ty>::uninit();
+            let base = value.as_ptr();
+            // SAFETY: `base` points to a (not initialised) value of the struct, so projecting
+            // to one of its fields stays in bounds; nothing is read.
+            pointee_size(unsafe { &raw const (*base).$field })
+        }};
+    }
+    pub use crate::__ucx_sys_field_size as field_size;
+}
+
+include!(concat!(env!("OUT_DIR"), "/layout_check.rs"));
+
+macro_rules! opaque {
+    ($($name:ident),+) => {$(
+        /// An opaque UCX object, only ever behind a pointer.
+        #[repr(C)]
+        pub struct $name {
+            _private: [u8; 0],
+            _marker: PhantomData<(*mut u8, PhantomPinned)>,
+        }
+    )+};
+}
+
+opaque!(
+    ucp_context,
+    ucp_config,
+    ucp_worker,
+    ucp_ep,
+    ucp_listener,
+    ucp_conn_request,
+    ucp_address,
+    ucp_mem
+);
+
+pub type ucp_context_h = *mut ucp_context;
+pub type ucp_config_t = ucp_config;
+pub type ucp_worker_h = *mut ucp_worker;
+pub type ucp_ep_h = *mut ucp_ep;
+pub type ucp_listener_h = *mut ucp_listener;
+pub type ucp_conn_request_h = *mut ucp_conn_request;
+pub type ucp_address_t = ucp_address;
+pub type ucp_mem_h = *mut ucp_mem;
+
+/// `ucs_status_t`: a packed enum, one byte.
+pub type ucs_status_t = i8;
+/// A request handle, NULL (done), or a status in disguise; see [`status_ptr`].
+pub type ucs_status_ptr_t = *mut c_void;
+pub type ucs_thread_mode_t = c_uint;
+pub type ucp_err_handling_mode_t = c_uint;
+pub type ucs_memory_type_t = c_uint;
+pub type ucp_datatype_t = u64;
+pub type socklen_t = libc::socklen_t;
+
+/// `ucs_cpu_set_t`: 1024 bits.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ucs_cpu_set_t {
+    pub ucs_bits: [libc::c_ulong; 1024 / (8 * core::mem::size_of::<libc::c_ulong>())],
+}
+
+pub const UCS_OK: ucs_status_t = 0;
+pub const UCS_INPROGRESS: ucs_status_t = 1;
+pub const UCS_ERR_NO_MESSAGE: ucs_status_t = -1;
+pub const UCS_ERR_NO_RESOURCE: ucs_status_t = -2;
+pub const UCS_ERR_IO_ERROR: ucs_status_t = -3;
+pub const UCS_ERR_UNREACHABLE: ucs_status_t = -6;
+pub const UCS_ERR_MESSAGE_TRUNCATED: ucs_status_t = -9;
+pub const UCS_ERR_BUSY: ucs_status_t = -15;
+pub const UCS_ERR_CANCELED: ucs_status_t = -16;
+pub const UCS_ERR_TIMED_OUT: ucs_status_t = -20;
+pub const UCS_ERR_REJECTED: ucs_status_t = -23;
+pub const UCS_ERR_NOT_CONNECTED: ucs_status_t = -24;
+pub const UCS_ERR_CONNECTION_RESET: ucs_status_t = -25;
+pub const UCS_ERR_ENDPOINT_TIMEOUT: ucs_status_t = -80;
+pub const UCS_ERR_LAST: ucs_status_t = -100;
+
+pub const UCS_THREAD_MODE_SINGLE: ucs_thread_mode_t = 0;
+pub const UCS_THREAD_MODE_SERIALIZED: ucs_thread_mode_t = 1;
+pub const UCS_THREAD_MODE_MULTI: ucs_thread_mode_t = 2;
+
+pub const UCS_MEMORY_TYPE_HOST: ucs_memory_type_t = 0;
+
+pub const UCP_PARAM_FIELD_FEATURES: u64 = 1 << 0;
+pub const UCP_PARAM_FIELD_MT_WORKERS_SHARED: u64 = 1 << 5;
+pub const UCP_PARAM_FIELD_NAME: u64 = 1 << 8;
+
+pub const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
+pub const UCP_FEATURE_AM: u64 = 1 << 6;
+
+pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1 << 0;
+pub const UCP_WORKER_PARAM_FIELD_NAME: u64 = 1 << 6;
+
+pub const UCP_WORKER_ATTR_FIELD_ADDRESS: u64 = 1 << 1;
+pub const UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER: u64 = 1 << 3;
+
+pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1 << 0;
+pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 1 << 1;
+pub const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = 1 << 2;
+pub const UCP_EP_PARAM_FIELD_SOCK_ADDR: u64 = 1 << 4;
+pub const UCP_EP_PARAM_FIELD_FLAGS: u64 = 1 << 5;
+pub const UCP_EP_PARAM_FIELD_CONN_REQUEST: u64 = 1 << 6;
+pub const UCP_EP_PARAM_FIELD_NAME: u64 = 1 << 7;
+
+pub const UCP_EP_PARAMS_FLAGS_CLIENT_SERVER: c_uint = 1 << 0;
+
+pub const UCP_ERR_HANDLING_MODE_NONE: ucp_err_handling_mode_t = 0;
+pub const UCP_ERR_HANDLING_MODE_PEER: ucp_err_handling_mode_t = 1;
+
+pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1 << 0;
+
+pub const UCP_LISTENER_PARAM_FIELD_SOCK_ADDR: u64 = 1 << 0;
+pub const UCP_LISTENER_PARAM_FIELD_CONN_HANDLER: u64 = 1 << 2;
+
+pub const UCP_LISTENER_ATTR_FIELD_SOCKADDR: u64 = 1 << 0;
+
+pub const UCP_OP_ATTR_FIELD_REQUEST: u32 = 1 << 0;
+pub const UCP_OP_ATTR_FIELD_CALLBACK: u32 = 1 << 1;
+pub const UCP_OP_ATTR_FIELD_USER_DATA: u32 = 1 << 2;
+pub const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
+pub const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
+pub const UCP_OP_ATTR_FIELD_MEMORY_TYPE: u32 = 1 << 6;
+pub const UCP_OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
+pub const UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: u32 = 1 << 18;
+
+pub const UCP_AM_HANDLER_PARAM_FIELD_ID: u64 = 1 << 0;
+pub const UCP_AM_HANDLER_PARAM_FIELD_FLAGS: u64 = 1 << 1;
+pub const UCP_AM_HANDLER_PARAM_FIELD_CB: u64 = 1 << 2;
+pub const UCP_AM_HANDLER_PARAM_FIELD_ARG: u64 = 1 << 3;
+
+pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
+
+pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1 << 0;
+pub const UCP_AM_SEND_FLAG_EAGER: u32 = 1 << 1;
+pub const UCP_AM_SEND_FLAG_RNDV: u32 = 1 << 2;
+
+pub const UCP_AM_RECV_ATTR_FIELD_REPLY_EP: u64 = 1 << 0;
+pub const UCP_AM_RECV_ATTR_FLAG_DATA: u64 = 1 << 16;
+pub const UCP_AM_RECV_ATTR_FLAG_RNDV: u64 = 1 << 17;
+
+pub const UCP_DATATYPE_CONTIG: ucp_datatype_t = 0;
+
+/// The UCP API version these bindings follow, passed to [`ucp_init_version`].
+pub const UCP_API_MAJOR: c_uint = 1;
+/// See [`UCP_API_MAJOR`].
+pub const UCP_API_MINOR: c_uint = 13;
+
+pub type ucp_request_init_callback_t = Option<unsafe extern "C" fn(request: *mut c_void)>;
+pub type ucp_request_cleanup_callback_t = Option<unsafe extern "C" fn(request: *mut c_void)>;
+pub type ucp_err_handler_cb_t =
+    Option<unsafe extern "C" fn(arg: *mut c_void, ep: ucp_ep_h, status: ucs_status_t)>;
+pub type ucp_listener_accept_callback_t =
+    Option<unsafe extern "C" fn(ep: ucp_ep_h, arg: *mut c_void)>;
+pub type ucp_listener_conn_callback_t =
+    Option<unsafe extern "C" fn(conn_request: ucp_conn_request_h, arg: *mut c_void)>;
+pub type ucp_send_nbx_callback_t = Option<
+    unsafe extern "C" fn(request: *mut c_void, status: ucs_status_t, user_data: *mut c_void),
+>;
+pub type ucp_am_recv_data_nbx_callback_t = Option<
+    unsafe extern "C" fn(
+        request: *mut c_void,
+        status: ucs_status_t,
+        length: usize,
+        user_data: *mut c_void,
+    ),
+>;
+pub type ucp_am_recv_callback_t = Option<
+    unsafe extern "C" fn(
+        arg: *mut c_void,
+        header: *const c_void,
+        header_length: usize,
+        data: *mut c_void,
+        length: usize,
+        param: *const ucp_am_recv_param_t,
+    ) -> ucs_status_t,
+>;
+
+#[repr(C)]
+pub struct ucp_params_t {
+    pub field_mask: u64,
+    pub features: u64,
+    pub request_size: usize,
+    pub request_init: ucp_request_init_callback_t,
+    pub request_cleanup: ucp_request_cleanup_callback_t,
+    pub tag_sender_mask: u64,
+    pub mt_workers_shared: c_int,
+    pub estimated_num_eps: usize,
+    pub estimated_num_ppn: usize,
+    pub name: *const c_char,
+}
+
+#[repr(C)]
+pub struct ucp_worker_params_t {
+    pub field_mask: u64,
+    pub thread_mode: ucs_thread_mode_t,
+    pub cpu_mask: ucs_cpu_set_t,
+    pub events: c_uint,
+    pub user_data: *mut c_void,
+    pub event_fd: c_int,
+    pub flags: u64,
+    pub name: *const c_char,
+    pub am_alignment: usize,
+    pub client_id: u64,
+}
+
+/// `UCP_ENTITY_NAME_MAX`.
+pub const UCP_ENTITY_NAME_MAX: usize = 32;
+
+#[repr(C)]
+pub struct ucp_worker_attr_t {
+    pub field_mask: u64,
+    pub thread_mode: ucs_thread_mode_t,
+    pub address_flags: u32,
+    pub address: *mut ucp_address_t,
+    pub address_length: usize,
+    pub max_am_header: usize,
+    pub name: [c_char; UCP_ENTITY_NAME_MAX],
+    pub max_debug_string: usize,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ucs_sock_addr_t {
+    pub addr: *const libc::sockaddr,
+    pub addrlen: socklen_t,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ucp_err_handler_t {
+    pub cb: ucp_err_handler_cb_t,
+    pub arg: *mut c_void,
+}
+
+#[repr(C)]
+pub struct ucp_ep_params_t {
+    pub field_mask: u64,
+    pub address: *const ucp_address_t,
+    pub err_mode: ucp_err_handling_mode_t,
+    pub err_handler: ucp_err_handler_t,
+    pub user_data: *mut c_void,
+    pub flags: c_uint,
+    pub sockaddr: ucs_sock_addr_t,
+    pub conn_request: ucp_conn_request_h,
+    pub name: *const c_char,
+    pub local_sockaddr: ucs_sock_addr_t,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ucp_listener_accept_handler_t {
+    pub cb: ucp_listener_accept_callback_t,
+    pub arg: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ucp_listener_conn_handler_t {
+    pub cb: ucp_listener_conn_callback_t,
+    pub arg: *mut c_void,
+}
+
+#[repr(C)]
+pub struct ucp_listener_params_t {
+    pub field_mask: u64,
+    pub sockaddr: ucs_sock_addr_t,
+    pub accept_handler: ucp_listener_accept_handler_t,
+    pub conn_handler: ucp_listener_conn_handler_t,
+}
+
+#[repr(C)]
+pub struct ucp_listener_attr_t {
+    pub field_mask: u64,
+    pub sockaddr: libc::sockaddr_storage,
+}
+
+/// The callback union of [`ucp_request_param_t`]: which member counts depends on the call.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ucp_request_param_cb {
+    pub send: ucp_send_nbx_callback_t,
+    pub recv_am: ucp_am_recv_data_nbx_callback_t,
+}
+
+/// The receive-information union of [`ucp_request_param_t`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ucp_request_param_recv_info {
+    pub length: *mut usize,
+    pub tag_info: *mut c_void,
+}
+
+#[repr(C)]
+pub struct ucp_request_param_t {
+    pub op_attr_mask: u32,
+    pub flags: u32,
+    pub request: *mut c_void,
+    pub cb: ucp_request_param_cb,
+    pub datatype: ucp_datatype_t,
+    pub user_data: *mut c_void,
+    pub reply_buffer: *mut c_void,
+    pub memory_type: ucs_memory_type_t,
+    pub recv_info: ucp_request_param_recv_info,
+    pub memh: ucp_mem_h,
+}
+
+#[repr(C)]
+pub struct ucp_am_handler_param_t {
+    pub field_mask: u64,
+    pub id: c_uint,
+    pub flags: u32,
+    pub cb: ucp_am_recv_callback_t,
+    pub arg: *mut c_void,
+}
+
+#[repr(C)]
+pub struct ucp_am_recv_param_t {
+    pub recv_attr: u64,
+    pub reply_ep: ucp_ep_h,
+}
+
+#[cfg_attr(not(ucx_missing), link(name = "ucp"))]
+#[cfg_attr(not(ucx_missing), link(name = "ucs"))]
+unsafe extern "C" {
+    pub fn ucs_status_string(status: ucs_status_t) -> *const c_char;
+
+    pub fn ucp_get_version(major: *mut c_uint, minor: *mut c_uint, release: *mut c_uint);
+    pub fn ucp_config_read(
+        env_prefix: *const c_char,
+        filename: *const c_char,
+        config_p: *mut *mut ucp_config_t,
+    ) -> ucs_status_t;
+    pub fn ucp_config_modify(
+        config: *mut ucp_config_t,
+        name: *const c_char,
+        value: *const c_char,
+    ) -> ucs_status_t;
+    pub fn ucp_config_release(config: *mut ucp_config_t);
+    pub fn ucp_init_version(
+        api_major_version: c_uint,
+        api_minor_version: c_uint,
+        params: *const ucp_params_t,
+        config: *const ucp_config_t,
+        context_p: *mut ucp_context_h,
+    ) -> ucs_status_t;
+
+    pub fn ucp_worker_create(
+        context: ucp_context_h,
+        params: *const ucp_worker_params_t,
+        worker_p: *mut ucp_worker_h,
+    ) -> ucs_status_t;
+    pub fn ucp_worker_destroy(worker: ucp_worker_h);
+    pub fn ucp_worker_query(worker: ucp_worker_h, attr: *mut ucp_worker_attr_t) -> ucs_status_t;
+    pub fn ucp_worker_release_address(worker: ucp_worker_h, address: *mut ucp_address_t);
+    pub fn ucp_worker_progress(worker: ucp_worker_h) -> c_uint;
+    pub fn ucp_worker_get_efd(worker: ucp_worker_h, fd: *mut c_int) -> ucs_status_t;
+    pub fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t;
+    pub fn ucp_worker_set_am_recv_handler(
+        worker: ucp_worker_h,
+        param: *const ucp_am_handler_param_t,
+    ) -> ucs_status_t;
+
+    pub fn ucp_listener_create(
+        worker: ucp_worker_h,
+        params: *const ucp_listener_params_t,
+        listener_p: *mut ucp_listener_h,
+    ) -> ucs_status_t;
+    pub fn ucp_listener_destroy(listener: ucp_listener_h);
+    pub fn ucp_listener_query(
+        listener: ucp_listener_h,
+        attr: *mut ucp_listener_attr_t,
+    ) -> ucs_status_t;
+    pub fn ucp_listener_reject(
+        listener: ucp_listener_h,
+        conn_request: ucp_conn_request_h,
+    ) -> ucs_status_t;
+
+    pub fn ucp_ep_create(
+        worker: ucp_worker_h,
+        params: *const ucp_ep_params_t,
+        ep_p: *mut ucp_ep_h,
+    ) -> ucs_status_t;
+    pub fn ucp_ep_close_nbx(ep: ucp_ep_h, param: *const ucp_request_param_t) -> ucs_status_ptr_t;
+    pub fn ucp_ep_flush_nbx(ep: ucp_ep_h, param: *const ucp_request_param_t) -> ucs_status_ptr_t;
+
+    pub fn ucp_am_send_nbx(
+        ep: ucp_ep_h,
+        id: c_uint,
+        header: *const c_void,
+        header_length: usize,
+        buffer: *const c_void,
+        count: usize,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+    pub fn ucp_am_recv_data_nbx(
+        worker: ucp_worker_h,
+        data_desc: *mut c_void,
+        buffer: *mut c_void,
+        count: usize,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+
+    pub fn ucp_request_check_status(request: *mut c_void) -> ucs_status_t;
+    pub fn ucp_request_free(request: *mut c_void);
+}
+
+/// What a [`ucs_status_ptr_t`] holds (the `UCS_PTR_IS_ERR` / `UCS_PTR_STATUS` macros).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusPtr {
+    /// NULL: the operation completed at once.
+    Done,
+    /// The operation failed at once with this status.
+    Failed(ucs_status_t),
+    /// The operation goes on; the request handle tracks it.
+    Request(*mut c_void),
+}
+
+/// Decodes a [`ucs_status_ptr_t`].
+pub fn status_ptr(ptr: ucs_status_ptr_t) -> StatusPtr {
+    let raw = ptr as usize;
+    // Errors are the small negative numbers UCS_ERR_LAST..=-1 cast to a pointer.
+    if raw == 0 {
+        StatusPtr::Done
+    } else if raw >= (UCS_ERR_LAST as isize) as usize {
+        StatusPtr::Failed(raw as isize as ucs_status_t)
+    } else {
+        StatusPtr::Request(ptr)
+    }
+}
+
+/// UCX's text for `status` (a static string).
+pub fn status_text(status: ucs_status_t) -> &'static str {
+    #[cfg(not(ucx_missing))]
+    {
+        // SAFETY: ucs_status_string accepts any status and returns a pointer to a static,
+        // NUL-terminated string (or NULL, checked below).
+        let text = unsafe { ucs_status_string(status) };
+        if !text.is_null() {
+            // SAFETY: non-NULL, NUL-terminated and static, as above.
+            let text = unsafe { core::ffi::CStr::from_ptr(text) };
+            if let Ok(text) = text.to_str() {
+                return text;
+            }
+        }
+    }
+    let _ = status;
+    "unknown UCX status"
+}
+
+/// The version of the UCP library loaded at run time: `(major, minor, release)`.
+#[cfg(not(ucx_missing))]
+pub fn version() -> (u32, u32, u32) {
+    let (mut major, mut minor, mut release) = (0, 0, 0);
+    // SAFETY: the three pointers are valid for writes of a `c_uint` each.
+    unsafe { ucp_get_version(&mut major, &mut minor, &mut release) };
+    (major, minor, release)
+}
+
+/// Whether this build found UCX and links it.
+pub const AVAILABLE: bool = cfg!(not(ucx_missing));
+
+#[cfg(all(test, not(ucx_missing)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_the_system_library() {
+        let (major, minor, _) = version();
+        assert!(
+            (major, minor) >= (1, 13),
+            "UCX {major}.{minor} is older than the 1.13 the bindings follow"
+        );
+    }
+
+    #[test]
+    fn decodes_status_pointers() {
+        assert_eq!(status_ptr(core::ptr::null_mut()), StatusPtr::Done);
+        let err = UCS_ERR_NO_RESOURCE as isize as usize as *mut c_void;
+        assert_eq!(status_ptr(err), StatusPtr::Failed(UCS_ERR_NO_RESOURCE));
+        let last = UCS_ERR_LAST as isize as usize as *mut c_void;
+        assert_eq!(status_ptr(last), StatusPtr::Failed(UCS_ERR_LAST));
+        let mut x = 0u64;
+        let req = (&raw mut x).cast::<c_void>();
+        assert_eq!(status_ptr(req), StatusPtr::Request(req));
+        assert_ne!(status_text(UCS_ERR_NO_RESOURCE), "unknown UCX status");
+    }
+}

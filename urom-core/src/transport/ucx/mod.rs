@@ -1,0 +1,97 @@
+//! The UCX transport (feature `ucx`): frames as UCP active messages, to a peer on this or
+//! another machine, over whatever transports `UCX_TLS` / `UCX_NET_DEVICES` select (TCP,
+//! RDMA, shared memory).
+//!
+//! * `ucp`: the process-wide UCP context and the workers, endpoints and requests;
+//! * `state`: what UCX calls back into (receive slots, credits, closes, handshake messages);
+//! * `conn`: [`UcxConnection`] and its halves, [`UcxSender`] and [`UcxReceiver`];
+//! * `handshake`: [`UcxListener`], connecting, and [`UcxConnectError`].
+//!
+//! # Context
+//!
+//! One UCP context per process, created on first use with the active-message and wake-up
+//! features and `mt_workers_shared` (connections live on different threads). Its configuration
+//! comes from the `UCX_*` environment; [`set_config_defaults`] supplies values for variables
+//! the environment leaves unset (tests use it to stay on TCP over loopback). Peer error
+//! handling and sleeping need a transport besides `sm,self` alone: include `tcp` in `UCX_TLS`.
+//! `UCX_WARN_UNUSED_ENV_VARS=n` silences UCX's warnings about unknown `UCX_*` variables.
+//!
+//! # Handshake
+//!
+//! Every connection end has a UCP worker of its own (serialized mode), so a connection, or
+//! each of its halves, can move to another thread. A [`UcxListener`] has a worker too, on
+//! which it listens on a socket address; its worker's own UCX address can be published as
+//! well ([`UcxListener::worker_address`]).
+//!
+//! By socket address ([`UcxConnection::connect`]):
+//!
+//! 1. the connecting side makes its worker and a client-server endpoint to the listener's
+//!    address, and sends a hello (`urom_wire::ucx`): its maximum message size and its slot
+//!    count;
+//! 2. the listener's worker receives the connection request; `accept` makes a new worker and
+//!    creates the server endpoint from the request on that worker, so the connection is
+//!    between the two per-connection workers from the start;
+//! 3. the accepting side checks the hello (version, maximum message size, slot count) and
+//!    answers with a status, its own maximum message size and slot count. On a mismatch it
+//!    answers with the reason and both sides fail with the same error
+//!    ([`UcxConnectError::MaxMsgSizeMismatch`]).
+//!
+//! By worker address ([`UcxConnection::connect_worker`]):
+//!
+//! 1. the connecting side makes its worker and an endpoint to the listener's worker address,
+//!    and sends a hello that also carries its own worker's address;
+//! 2. `accept` makes a new worker, an endpoint from it to the address in the hello, and
+//!    answers on it with its settings and the new worker's address;
+//! 3. the connecting side creates its endpoint to that address (UCX pairs it with the
+//!    accepting side's endpoint) and closes the one to the listener.
+//!
+//! Each side waits for the other's message at most `handshake_timeout`. A listener that is not
+//! there fails the connecting endpoint at once ([`UcxConnectError::Unreachable`]).
+//!
+//! # Frames and credits
+//!
+//! A frame travels as one active message whose header is its sequence number; UCX sends small
+//! ones eagerly and large ones with its rendezvous protocol. The receiver keeps `slots`
+//! buffers of the maximum message size, allocated at setup: an eager frame is copied into the
+//! slot its sequence number names; a rendezvous frame is received straight into it
+//! (`ucp_am_recv_data_nbx`). Frames are handed out in sequence order, so a small frame that
+//! overtakes a large one waits for it. `recv` lends the slot until the next `recv` or
+//! `wait_recv`.
+//!
+//! The sender starts with the peer's slot count as credits; each frame takes one, and `send`
+//! answers [`FrameSendError::Full`](crate::transport::FrameSendError::Full) when none is left.
+//! The receiver returns credits in a small control message (the count of frames released so
+//! far) after every `slots / 2` releases, and whenever it finds nothing more to receive, so a
+//! stalled sender always gets them. The sender copies a frame that UCX cannot take at once into
+//! a send buffer of its credit's slot (allocated at setup). Nothing is allocated per frame.
+//!
+//! # Closing and failures
+//!
+//! Closing a half sends a control message: the sending half's carries how many frames it sent,
+//! so the peer reports [`PeerGoneError::Closed`](crate::transport::PeerGoneError::Closed) only
+//! after receiving every one of them; the receiving half's tells the peer's sender to stop.
+//! Dropping the last half flushes the endpoint (at most `handshake_timeout`), closes it and
+//! destroys the worker. Endpoints use UCX's peer error handling: a peer that dies, hangs up
+//! or becomes unreachable fails the endpoint, reported as
+//! [`PeerGoneError::Died`](crate::transport::PeerGoneError::Died) (for a receiver, once the
+//! frames that arrived are received). How fast a silent network failure is noticed follows
+//! UCX's keepalive settings (`UCX_KEEPALIVE_INTERVAL`, TCP keepalive).
+//!
+//! # Waiting and threads
+//!
+//! Busy polling spins on `ucp_worker_progress`. Adaptive waiting spins for the configured time,
+//! then arms the worker (`ucp_worker_arm`) and sleeps in `poll` on the worker's event
+//! descriptor; an idle connection uses no CPU. Both halves of one end share the worker: every
+//! call into it is made under the end's lock (one atomic operation when uncontended). Since
+//! either half's progress may run the other's callbacks, each half also sleeps on an eventfd of
+//! its own, which the other half writes (only when the sleeping half asked for it) when it
+//! received something for it.
+
+mod conn;
+mod handshake;
+mod state;
+mod ucp;
+
+pub use conn::{UcxConnection, UcxReceiver, UcxSender};
+pub use handshake::{MAX_SLOT_BYTES, UcxConnectError, UcxListener};
+pub use ucp::set_config_defaults;

@@ -1,0 +1,546 @@
+//! The UCP objects the transport holds, each with its one `unsafe` call site: the process-wide
+//! context, workers, endpoints and requests.
+
+use std::ffi::{CStr, CString, c_void};
+use std::net::SocketAddr;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use ucx_sys as sys;
+
+use super::UcxConnectError;
+
+/// Settings for the context, for `UCX_*` variables the environment does not set.
+static DEFAULTS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+/// The process-wide context, created on first use.
+static CONTEXT: OnceLock<Result<Context, sys::ucs_status_t>> = OnceLock::new();
+
+/// Sets defaults for the process-wide UCX context, applied when it is created (on the first
+/// connection or listener) to each `UCX_<NAME>` variable that the environment does not set.
+///
+/// `settings` holds `(NAME, value)` pairs without the `UCX_` prefix, e.g.
+/// `[("TLS", "tcp"), ("NET_DEVICES", "lo")]` to keep tests on the loopback interface. Returns
+/// `false` (and changes nothing) once the context exists. The environment always wins, so an
+/// operator's `UCX_TLS` or `UCX_NET_DEVICES` is never overridden.
+///
+/// UCX warns about `UCX_*` variables it does not know; `UCX_WARN_UNUSED_ENV_VARS=n` in the
+/// environment silences that (it cannot be set here: UCX reads it when the library loads).
+pub fn set_config_defaults(settings: &[(&str, &str)]) -> bool {
+    if CONTEXT.get().is_some() {
+        return false;
+    }
+    let mut defaults = DEFAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, value) in settings {
+        defaults.retain(|(n, _)| n != name);
+        defaults.push(((*name).to_owned(), (*value).to_owned()));
+    }
+    CONTEXT.get().is_none()
+}
+
+/// The UCP context every connection and listener of this process shares.
+struct Context(sys::ucp_context_h);
+
+// SAFETY: the context is created with `mt_workers_shared`, which makes UCX guard the state its
+// workers share with a lock of its own, so that workers driven by different threads may use it
+// at the same time. The handle itself is only ever passed to UCX.
+unsafe impl Send for Context {}
+// SAFETY: as for `Send`: every use is a UCX call that UCX makes thread-safe.
+unsafe impl Sync for Context {}
+
+/// The process-wide context, created on first use with the active-message and wake-up
+/// features; `UCX_*` variables from the environment choose transports and devices.
+fn context() -> Result<sys::ucp_context_h, UcxConnectError> {
+    let made = CONTEXT.get_or_init(|| create_context().map(Context));
+    match made {
+        Ok(context) => Ok(context.0),
+        Err(status) => Err(UcxConnectError::Ucx {
+            op: "ucp_init",
+            status: *status,
+        }),
+    }
+}
+
+fn create_context() -> Result<sys::ucp_context_h, sys::ucs_status_t> {
+    let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
+    // SAFETY: NULL prefix and file mean "UCX_ from the environment"; `config` is a valid place
+    // for the result.
+    check(unsafe { sys::ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) })?;
+    let defaults = DEFAULTS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for (name, value) in defaults {
+        if std::env::var_os(format!("UCX_{name}")).is_some() {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (CString::new(name), CString::new(value)) else {
+            continue;
+        };
+        // SAFETY: `config` came from ucp_config_read; both strings are NUL-terminated and live
+        // for the call. An unknown name is refused with an error status, which we ignore: it
+        // is a default, not a requirement.
+        let _ = unsafe { sys::ucp_config_modify(config, name.as_ptr(), value.as_ptr()) };
+    }
+    let params = sys::ucp_params_t {
+        field_mask: sys::UCP_PARAM_FIELD_FEATURES
+            | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED
+            | sys::UCP_PARAM_FIELD_NAME,
+        features: sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP,
+        request_size: 0,
+        request_init: None,
+        request_cleanup: None,
+        tag_sender_mask: 0,
+        mt_workers_shared: 1,
+        estimated_num_eps: 0,
+        estimated_num_ppn: 0,
+        name: c"urom".as_ptr(),
+    };
+    let mut context: sys::ucp_context_h = std::ptr::null_mut();
+    // SAFETY: `params` is fully initialised and names only the fields set above; `config` came
+    // from ucp_config_read; `context` is a valid place for the result.
+    let status = unsafe {
+        sys::ucp_init_version(
+            sys::UCP_API_MAJOR,
+            sys::UCP_API_MINOR,
+            &params,
+            config,
+            &mut context,
+        )
+    };
+    // SAFETY: `config` came from ucp_config_read and is not used after this.
+    unsafe { sys::ucp_config_release(config) };
+    check(status).map(|()| context)
+}
+
+/// `Ok` for `UCS_OK`, else the status.
+pub(super) fn check(status: sys::ucs_status_t) -> Result<(), sys::ucs_status_t> {
+    if status == sys::UCS_OK {
+        Ok(())
+    } else {
+        Err(status)
+    }
+}
+
+/// An active-message handler: UCX calls it from `ucp_worker_progress` with `arg`.
+pub(super) type AmHandler = unsafe extern "C" fn(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t;
+
+/// An endpoint error handler: UCX calls it from `ucp_worker_progress` with `arg`.
+pub(super) type ErrHandler =
+    unsafe extern "C" fn(arg: *mut c_void, ep: sys::ucp_ep_h, status: sys::ucs_status_t);
+
+/// Whether a worker may sleep now.
+pub(super) enum Armed {
+    /// Its descriptor will become readable on the next event.
+    Yes,
+    /// Events are waiting: progress again first.
+    Busy,
+}
+
+/// A UCP worker, destroyed on drop, with everything it created.
+///
+/// INVARIANTS: `raw` is a live worker of the process-wide context, created in serialized
+/// mode: any thread may call into it, one at a time (the owner's `&mut` or lock provides that);
+/// `efd` is its event descriptor, valid while it lives.
+pub(super) struct Worker {
+    raw: sys::ucp_worker_h,
+    efd: RawFd,
+}
+
+impl Worker {
+    /// A worker of the process-wide context, named `name` in UCX's logs.
+    pub(super) fn new(name: &CStr) -> Result<Self, UcxConnectError> {
+        let context = context()?;
+        // SAFETY: all-zero is a valid `ucp_worker_params_t` (integers, NULL pointers, an empty
+        // CPU set); only the fields named in `field_mask` are read.
+        let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask =
+            sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE | sys::UCP_WORKER_PARAM_FIELD_NAME;
+        params.thread_mode = sys::UCS_THREAD_MODE_SERIALIZED;
+        params.name = name.as_ptr();
+        let mut raw: sys::ucp_worker_h = std::ptr::null_mut();
+        // SAFETY: `context` is the live process-wide context; `params` is initialised and
+        // `name` outlives the call (UCX copies it); `raw` is a valid place for the result.
+        let status = unsafe { sys::ucp_worker_create(context, &params, &mut raw) };
+        check(status).map_err(|status| UcxConnectError::Ucx {
+            op: "ucp_worker_create",
+            status,
+        })?;
+        let mut efd: RawFd = -1;
+        // SAFETY: `raw` is the live worker just created; `efd` is a valid place for the result.
+        let status = unsafe { sys::ucp_worker_get_efd(raw, &mut efd) };
+        let worker = Self { raw, efd };
+        check(status).map_err(|status| UcxConnectError::Ucx {
+            op: "ucp_worker_get_efd",
+            status,
+        })?;
+        Ok(worker)
+    }
+
+    pub(super) fn raw(&self) -> sys::ucp_worker_h {
+        self.raw
+    }
+
+    /// The descriptor that becomes readable on an event once the worker is armed.
+    pub(super) fn efd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the worker owns `efd` and keeps it open while it lives, which `&self` covers.
+        unsafe { BorrowedFd::borrow_raw(self.efd) }
+    }
+
+    /// One round of progress: runs the callbacks of whatever arrived; how many events.
+    #[inline]
+    pub(super) fn progress(&self) -> u32 {
+        // SAFETY: `raw` is live; the caller is the only thread in this worker (see the type's
+        // invariants).
+        unsafe { sys::ucp_worker_progress(self.raw) }
+    }
+
+    /// Progress until nothing more happens (at most a bounded number of rounds, so that a
+    /// peer sending without pause cannot keep the caller here).
+    #[inline]
+    pub(super) fn progress_all(&self) {
+        for _ in 0..64 {
+            if self.progress() == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Prepares the worker to sleep on [`Worker::efd`].
+    pub(super) fn arm(&self) -> Armed {
+        // SAFETY: `raw` is live; the caller is the only thread in this worker.
+        match unsafe { sys::ucp_worker_arm(self.raw) } {
+            sys::UCS_OK => Armed::Yes,
+            // Anything else (UCS_ERR_BUSY: events are waiting) means "progress first".
+            _ => Armed::Busy,
+        }
+    }
+
+    /// The worker's address, for a peer to connect to.
+    pub(super) fn address(&self) -> Result<Vec<u8>, UcxConnectError> {
+        // SAFETY: all-zero is a valid `ucp_worker_attr_t`; only the named fields are written.
+        let mut attr: sys::ucp_worker_attr_t = unsafe { std::mem::zeroed() };
+        attr.field_mask = sys::UCP_WORKER_ATTR_FIELD_ADDRESS;
+        // SAFETY: `raw` is live; `attr` is a valid place for the answer.
+        let status = unsafe { sys::ucp_worker_query(self.raw, &mut attr) };
+        check(status).map_err(|status| UcxConnectError::Ucx {
+            op: "ucp_worker_query",
+            status,
+        })?;
+        let bytes = if attr.address.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: UCX returned `address_length` readable bytes at `address`, valid until
+            // released below.
+            unsafe { std::slice::from_raw_parts(attr.address.cast::<u8>(), attr.address_length) }
+                .to_vec()
+        };
+        // SAFETY: the address came from ucp_worker_query on this worker and is released once.
+        unsafe { sys::ucp_worker_release_address(self.raw, attr.address) };
+        Ok(bytes)
+    }
+
+    /// Registers `cb` for active messages with `id`; UCX passes it `arg`.
+    ///
+    /// # Safety
+    ///
+    /// `arg` must stay valid, for what `cb` does with it, until the worker is destroyed.
+    pub(super) unsafe fn set_handler(
+        &self,
+        id: u32,
+        cb: AmHandler,
+        arg: *mut c_void,
+    ) -> Result<(), UcxConnectError> {
+        let param = sys::ucp_am_handler_param_t {
+            field_mask: sys::UCP_AM_HANDLER_PARAM_FIELD_ID
+                | sys::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+                | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
+                | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG,
+            id,
+            flags: sys::UCP_AM_FLAG_WHOLE_MSG,
+            cb: Some(cb),
+            arg,
+        };
+        // SAFETY: `raw` is live; `param` is initialised; the caller keeps `arg` valid.
+        let status = unsafe { sys::ucp_worker_set_am_recv_handler(self.raw, &param) };
+        check(status).map_err(|status| UcxConnectError::Ucx {
+            op: "ucp_worker_set_am_recv_handler",
+            status,
+        })
+    }
+
+    /// Waits for `request` (as returned by a `_nbx` call) to complete, progressing the worker,
+    /// until `until`. Frees the request either way (UCX frees one still running once it
+    /// completes).
+    pub(super) fn wait(
+        &self,
+        request: sys::ucs_status_ptr_t,
+        until: Option<Instant>,
+    ) -> Result<(), sys::ucs_status_t> {
+        let request = match sys::status_ptr(request) {
+            sys::StatusPtr::Done => return Ok(()),
+            sys::StatusPtr::Failed(status) => return Err(status),
+            sys::StatusPtr::Request(request) => request,
+        };
+        let status = loop {
+            self.progress();
+            // SAFETY: `request` is a live request of this worker, not yet freed.
+            let status = unsafe { sys::ucp_request_check_status(request) };
+            if status != sys::UCS_INPROGRESS {
+                break status;
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                break sys::UCS_ERR_TIMED_OUT;
+            }
+            std::hint::spin_loop();
+        };
+        // SAFETY: freed once; a request still running is released by UCX when it completes.
+        unsafe { sys::ucp_request_free(request) };
+        check(status)
+    }
+
+    /// Sends one active message whose buffers stay valid until the worker is destroyed. With
+    /// `wait`, waits until `wait`'s deadline for the send to complete; otherwise releases the
+    /// request at once (UCX frees it when done).
+    ///
+    /// # Safety
+    ///
+    /// `ep` must be a live endpoint of this worker; `header` and `data` must stay valid and
+    /// unchanged until the worker is destroyed.
+    pub(super) unsafe fn send_detached(
+        &self,
+        ep: sys::ucp_ep_h,
+        id: u32,
+        header: &[u8],
+        data: &[u8],
+        wait: Option<Option<Instant>>,
+    ) -> Result<(), sys::ucs_status_t> {
+        let param = request_param(0, None, std::ptr::null_mut());
+        // SAFETY: the caller guarantees `ep` and the buffers' lifetime; `param` is initialised.
+        let sent = unsafe {
+            sys::ucp_am_send_nbx(
+                ep,
+                id,
+                header.as_ptr().cast(),
+                header.len(),
+                data.as_ptr().cast(),
+                data.len(),
+                &param,
+            )
+        };
+        if let Some(until) = wait {
+            return self.wait(sent, until);
+        }
+        match sys::status_ptr(sent) {
+            sys::StatusPtr::Done => Ok(()),
+            sys::StatusPtr::Failed(status) => Err(status),
+            sys::StatusPtr::Request(request) => {
+                // SAFETY: a live request of this worker, freed once; UCX releases it when done.
+                unsafe { sys::ucp_request_free(request) };
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // SAFETY: `raw` is live and destroyed once; its endpoints were closed by their owners
+        // (any left are released by UCX with the worker).
+        unsafe { sys::ucp_worker_destroy(self.raw) };
+    }
+}
+
+/// Request parameters: `op_attr_mask` plus the callback and user data when given.
+pub(super) fn request_param(
+    op_attr_mask: u32,
+    send_cb: sys::ucp_send_nbx_callback_t,
+    user_data: *mut c_void,
+) -> sys::ucp_request_param_t {
+    let mut mask = op_attr_mask;
+    if send_cb.is_some() {
+        mask |= sys::UCP_OP_ATTR_FIELD_CALLBACK | sys::UCP_OP_ATTR_FIELD_USER_DATA;
+    }
+    sys::ucp_request_param_t {
+        op_attr_mask: mask,
+        flags: 0,
+        request: std::ptr::null_mut(),
+        cb: sys::ucp_request_param_cb { send: send_cb },
+        datatype: sys::UCP_DATATYPE_CONTIG,
+        user_data,
+        reply_buffer: std::ptr::null_mut(),
+        memory_type: sys::UCS_MEMORY_TYPE_HOST,
+        recv_info: sys::ucp_request_param_recv_info {
+            length: std::ptr::null_mut(),
+        },
+        memh: std::ptr::null_mut(),
+    }
+}
+
+/// Where an endpoint leads.
+pub(super) enum Remote<'a> {
+    /// A listener's socket address (client-server connection).
+    Socket(SocketAddr),
+    /// A worker's address.
+    Worker(&'a [u8]),
+    /// A connection request that arrived at our listener.
+    Request(sys::ucp_conn_request_h),
+}
+
+/// `addr` in the C layout, for UCX to read, and its length.
+pub(super) fn raw_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// The socket address in `storage`, if it is IPv4 or IPv6.
+pub(super) fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is large
+            // enough and aligned for.
+            let sin = unsafe { &*(&raw const *storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, which it is large
+            // enough and aligned for.
+            let sin6 = unsafe { &*(&raw const *storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Creates an endpoint on `worker` to `remote`, with peer error handling: UCX calls
+/// `on_error(err_arg, ..)` when the peer dies or cannot be reached.
+///
+/// # Safety
+///
+/// `err_arg` must stay valid, for what `on_error` does with it, until the endpoint is closed or
+/// the worker destroyed; a connection request must not have been used before.
+pub(super) unsafe fn create_ep(
+    worker: &Worker,
+    remote: Remote<'_>,
+    on_error: ErrHandler,
+    err_arg: *mut c_void,
+) -> Result<sys::ucp_ep_h, sys::ucs_status_t> {
+    let sockaddr;
+    // SAFETY: all-zero is a valid `ucp_ep_params_t`; only the named fields are read.
+    let mut params: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
+    params.field_mask = sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+        | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER
+        | sys::UCP_EP_PARAM_FIELD_NAME;
+    params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler = sys::ucp_err_handler_t {
+        cb: Some(on_error),
+        arg: err_arg,
+    };
+    params.name = c"urom".as_ptr();
+    match remote {
+        Remote::Socket(addr) => {
+            sockaddr = raw_sockaddr(addr);
+            params.field_mask |= sys::UCP_EP_PARAM_FIELD_SOCK_ADDR | sys::UCP_EP_PARAM_FIELD_FLAGS;
+            params.flags = sys::UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+            params.sockaddr = sys::ucs_sock_addr_t {
+                addr: (&raw const sockaddr.0).cast(),
+                addrlen: sockaddr.1,
+            };
+        }
+        Remote::Worker(address) => {
+            params.field_mask |= sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+            params.address = address.as_ptr().cast();
+        }
+        Remote::Request(request) => {
+            params.field_mask |= sys::UCP_EP_PARAM_FIELD_CONN_REQUEST;
+            params.conn_request = request;
+        }
+    }
+    let mut ep: sys::ucp_ep_h = std::ptr::null_mut();
+    // SAFETY: the worker is live; `params` is initialised, and what it points to (the socket
+    // address, the worker address, the name) lives for the call, UCX copying what it keeps;
+    // the caller guarantees `err_arg` and the request; `ep` is a valid place for the result.
+    let status = unsafe { sys::ucp_ep_create(worker.raw(), &params, &mut ep) };
+    check(status).map(|()| ep)
+}
+
+/// Closes `ep`: with `force`, at once without telling the peer (its side sees an error);
+/// otherwise after flushing. Waits for the close until `until`.
+///
+/// # Safety
+///
+/// `ep` must be a live endpoint of `worker`, not used again.
+pub(super) unsafe fn close_ep(
+    worker: &Worker,
+    ep: sys::ucp_ep_h,
+    force: bool,
+    until: Option<Instant>,
+) {
+    let mut param = request_param(0, None, std::ptr::null_mut());
+    if force {
+        param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
+    }
+    // SAFETY: the caller guarantees `ep`; `param` is initialised.
+    let closing = unsafe { sys::ucp_ep_close_nbx(ep, &param) };
+    // A close that fails or times out leaves nothing to do: the worker's destruction releases
+    // what is left.
+    let _ = worker.wait(closing, until);
+}
+
+/// Flushes `ep`: waits until everything sent on it left this side, until `until`.
+///
+/// # Safety
+///
+/// `ep` must be a live endpoint of `worker`.
+pub(super) unsafe fn flush_ep(
+    worker: &Worker,
+    ep: sys::ucp_ep_h,
+    until: Option<Instant>,
+) -> Result<(), sys::ucs_status_t> {
+    let param = request_param(0, None, std::ptr::null_mut());
+    // SAFETY: the caller guarantees `ep`; `param` is initialised.
+    let flushing = unsafe { sys::ucp_ep_flush_nbx(ep, &param) };
+    worker.wait(flushing, until)
+}
