@@ -55,7 +55,7 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
 }
 
 /// The packages whose programs speak UCX when built with their `ucx` feature.
-const UCX_PACKAGES: [&str; 3] = ["urom-daemon", "urom-worker", "urom-samples"];
+const UCX_PACKAGES: [&str; 4] = ["urom-daemon", "urom-worker", "urom-samples", "urom-testkit"];
 
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
 /// process, and returns the path of `artifact` in the profile directory. With this crate's

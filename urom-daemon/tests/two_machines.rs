@@ -2,23 +2,19 @@
 //! The daemon and its workers run in the first, hosts in the second, over UCX on TCP. Skips with
 //! a printed reason when not root or `ip` is missing.
 //!
-//! Every host call of this test binary runs on threads inside the second namespace (UCX's
-//! process-wide context is made there), or in processes started there.
+//! One test runs every case in turn on one pair of namespaces. Hosts are processes started in
+//! the second namespace with `ip netns exec` (the bootstrap sample, `urom-remote-host`): UCX
+//! reads the network devices from `/sys`, which only that remounts for the namespace.
 #![cfg(feature = "ucx")]
 
-use std::cell::Cell;
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::{
-    CompletedTask, ControlError, Idle, ProgressEngine, Running, Service, ServiceStartError, Worker,
-};
-use urom_core::wire::Status;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
-use urom_testkit::host::{TIMEOUT, run_worker};
+use urom_testkit::host::TIMEOUT;
 use urom_testkit::netns::Network;
 use urom_testkit::process::{Signal, signal};
 use urom_testkit::{TempDir, binary};
@@ -99,22 +95,11 @@ fn write_key(dir: &Path, name: &str, secret: &[u8]) -> PathBuf {
 }
 
 impl Setup {
-    /// Runs `f` on a host thread on the hosts' machine, with UCX kept on its link.
-    fn on_host<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        urom_core::transport::ucx::set_config_defaults(&[
-            ("TLS", "tcp"),
-            ("WARN_UNUSED_ENV_VARS", "n"),
-        ]);
-        self.network.run_in(HOSTS, f)
-    }
-
-    fn service(&self, identity: &str, key: &Path) -> Result<Service<Running>, ServiceStartError> {
-        Service::<Idle>::new()
-            .set_remote(&self.address)
-            .set_key_file(key)
-            .set_identity(identity)
-            .start()
-            .map_err(|(_, e)| e)
+    /// `urom-remote-host` on the hosts' machine, reaching the daemon with `key` as `identity`.
+    fn remote_host(&self, key: &Path, identity: &str, command: &[&str]) -> Command {
+        let mut host = self.host_program(binary("urom-testkit", "urom-remote-host"));
+        host.arg(&self.address).arg(key).arg(identity).args(command);
+        host
     }
 
     /// A host program started on the hosts' machine.
@@ -127,28 +112,18 @@ impl Setup {
     }
 }
 
-thread_local! {
-    static DONE: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-}
-
-fn record(task: &CompletedTask<'_>) {
-    let ok = loopback_result(task).is_ok();
-    DONE.with(|done| {
-        let (good, bad) = done.get();
-        done.set(if ok { (good + 1, bad) } else { (good, bad + 1) });
-    });
-}
-
-fn graph_of(service: &Service<Running>) -> GraphHost {
-    let info = service.plugin("worker_graph").unwrap().clone();
-    GraphHost::init(info.id, info.version).unwrap()
-}
-
 #[test]
-fn the_bootstrap_sample_runs_against_a_daemon_on_another_machine() {
-    let Some(setup) = setup("bootstrap") else {
+fn two_machines() {
+    let Some(setup) = setup("two") else {
         return;
     };
+    the_bootstrap_sample_runs_against_a_daemon_on_another_machine(&setup);
+    a_host_with_the_wrong_key_is_refused_on_both_sides(&setup);
+    a_host_cannot_destroy_or_attach_to_another_hosts_worker(&setup);
+    a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(&setup);
+}
+
+fn the_bootstrap_sample_runs_against_a_daemon_on_another_machine(setup: &Setup) {
     let hostname = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let services = setup._dir.path().join("services");
     std::fs::write(
@@ -185,30 +160,22 @@ fn the_bootstrap_sample_runs_against_a_daemon_on_another_machine() {
     assert!(setup.daemon.log().contains("remote host authenticated"));
 }
 
-#[test]
-fn a_host_with_the_wrong_key_is_refused_on_both_sides() {
-    let Some(setup) = setup("wrongkey") else {
-        return;
-    };
+fn a_host_with_the_wrong_key_is_refused_on_both_sides(setup: &Setup) {
     let wrong = write_key(
         setup._dir.path(),
         "wrong",
         b"not the secret the daemon holds",
     );
-    let error = setup
-        .on_host(|| setup.service("intruder", &wrong).err())
-        .expect("refused");
+    let output = setup
+        .remote_host(&wrong, "intruder", &["connect"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(3), "{stdout}");
     assert!(
-        matches!(
-            &error,
-            ServiceStartError::Control(ControlError::Refused {
-                status: Status::Authentication,
-                ..
-            })
-        ),
-        "{error}"
+        stdout.contains("refused") && stdout.contains("wrong proof of the shared secret"),
+        "{stdout}"
     );
-    assert!(error.to_string().contains("wrong proof"), "{error}");
     let deadline = Instant::now() + TIMEOUT;
     while !setup.daemon.log().contains("failed authentication") {
         assert!(Instant::now() < deadline, "{}", setup.daemon.log());
@@ -216,110 +183,62 @@ fn a_host_with_the_wrong_key_is_refused_on_both_sides() {
     }
 }
 
-#[test]
-fn a_host_cannot_destroy_or_attach_to_another_hosts_worker() {
-    let Some(setup) = setup("owners") else {
-        return;
-    };
-    setup.on_host(|| {
-        let owner = setup.service("rank-0", &setup.key).unwrap();
-        let graph = graph_of(&owner);
-        let mut engine = ProgressEngine::new();
-        let worker = run_worker(
-            &mut engine,
-            Worker::new()
-                .set_service(&owner)
-                .set_id(5)
-                .set_plugins(graph.id()),
-        );
-        let other = setup.service("rank-1", &setup.key).unwrap();
-        assert!(
-            other.workers_by_gid(0).unwrap().is_empty(),
-            "another host's workers are not listed"
-        );
-        let mut other_engine = ProgressEngine::new();
-        let attach = Worker::new()
-            .set_service(&other)
-            .set_id(5)
-            .set_plugins(graph.id())
-            .start(&mut other_engine)
-            .map_err(|(_, e)| e.to_string())
-            .and_then(|starting| {
-                starting
-                    .wait_running(&mut other_engine, TIMEOUT)
-                    .map(|_| ())
-                    .map_err(|progress| format!("{progress:?}"))
-            });
-        let refused = attach.expect_err("attached to another host's worker");
-        assert!(refused.contains("belongs to another user"), "{refused}");
+fn a_host_cannot_destroy_or_attach_to_another_hosts_worker(setup: &Setup) {
+    let mut owner = setup
+        .remote_host(&setup.key, "rank-0", &["spawn", "5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(owner.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert_eq!(first, "running 5", "{}", setup.daemon.log());
 
-        graph.loopback(&worker, 1, 0, record).unwrap();
-        let deadline = Instant::now() + TIMEOUT;
-        while DONE.with(Cell::get).0 < 1 {
-            engine.progress();
-            assert!(
-                Instant::now() < deadline,
-                "the owner's worker stopped answering"
-            );
-        }
-    });
+    let output = setup
+        .remote_host(&setup.key, "rank-1", &["attach", "5"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("refused") && stdout.contains("belongs to another user"),
+        "another identity attached to worker 5: {stdout}"
+    );
+    assert!(setup.daemon.worker_pid(5).is_some(), "worker 5 still runs");
+    drop(owner.stdin.take());
+    assert!(owner.wait().unwrap().success());
 }
 
-#[test]
-fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on() {
-    let Some(setup) = setup("kill") else {
-        return;
+fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setup) {
+    let mut host = setup
+        .remote_host(&setup.key, "rank-0", &["load", "1", "2", "100000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "running",
+        "{}",
+        setup.daemon.log()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let victim = setup.daemon.worker_pid(1).expect("worker 1 runs");
+    signal(victim, Signal::SIGKILL);
+    let completed = lines.next().unwrap().unwrap();
+    let numbers: Vec<u64> = completed
+        .strip_prefix("completed ")
+        .unwrap_or_else(|| panic!("{completed}"))
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let [good, bad, submitted] = numbers[..] else {
+        panic!("{completed}")
     };
-    setup.on_host(|| {
-        let service = setup.service("rank-0", &setup.key).unwrap();
-        let graph = graph_of(&service);
-        let mut engine = ProgressEngine::new();
-        let config = |id| {
-            Worker::new()
-                .set_service(&service)
-                .set_id(id)
-                .set_plugins(graph.id())
-                .set_max_inflight_tasks(64)
-        };
-        let victim = run_worker(&mut engine, config(1));
-        let survivor = run_worker(&mut engine, config(2));
-        let victim_pid = setup.daemon.worker_pid(1).expect("worker 1 runs");
-        let mut submitted = 0;
-        let deadline = Instant::now() + TIMEOUT;
-        let mut killed = false;
-        while submitted < 2000 {
-            for worker in [&victim, &survivor] {
-                if graph.loopback(worker, submitted, 0, record).is_ok() {
-                    submitted += 1;
-                }
-            }
-            engine.progress();
-            if !killed && submitted >= 500 {
-                signal(victim_pid, Signal::SIGKILL);
-                killed = true;
-            }
-            assert!(Instant::now() < deadline, "tasks did not flow");
-        }
-        // Every task submitted completes exactly once: with success, or with the worker's
-        // failure.
-        while {
-            let (good, bad) = DONE.with(Cell::get);
-            good + bad < submitted as usize
-        } {
-            engine.progress();
-            assert!(Instant::now() < deadline, "some tasks never completed");
-        }
-        let (good, bad) = DONE.with(Cell::get);
-        assert_eq!(good + bad, submitted as usize);
-        assert!(bad > 0, "the killed worker's tasks failed");
-        let before = good;
-        graph.loopback(&survivor, 7, 0, record).unwrap();
-        while DONE.with(Cell::get).0 == before {
-            engine.progress();
-            assert!(
-                Instant::now() < deadline,
-                "the other worker stopped answering"
-            );
-        }
-    });
+    assert_eq!(good + bad, submitted, "every task completed exactly once");
+    assert!(
+        bad > 0,
+        "the killed worker's tasks in flight failed: {completed}"
+    );
+    assert_eq!(lines.next().unwrap().unwrap(), "answering");
+    assert!(host.wait().unwrap().success());
 }

@@ -114,13 +114,6 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
         error!("no plugin could be loaded");
         return Err(WorkerRunError::NoPlugins);
     }
-    // With an allow list every local user may connect; `accept_hosts` checks who did.
-    let mode = (!args.allow_uids.is_empty()).then_some(0o666);
-    let listener =
-        urom_cli::listen_unix(&args.listen, mode).map_err(|source| WorkerRunError::Listen {
-            path: args.listen.clone(),
-            source,
-        })?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
@@ -139,6 +132,14 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     if let Some(ucx) = &args.ucx {
         remote::listen(&mut worker, ucx, args.id, max)?;
     }
+    // Last: the daemon takes the socket's appearance for "ready", UCX address file included.
+    // With an allow list every local user may connect; `accept_hosts` checks who did.
+    let mode = (!args.allow_uids.is_empty()).then_some(0o666);
+    let listener =
+        urom_cli::listen_unix(&args.listen, mode).map_err(|source| WorkerRunError::Listen {
+            path: args.listen.clone(),
+            source,
+        })?;
     worker.listen(listener, args.allow_uids.clone());
     worker.run(&stop);
     drop(worker);

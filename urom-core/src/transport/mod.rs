@@ -29,10 +29,10 @@ mod channel;
 pub mod loopback;
 #[allow(unsafe_code)]
 pub mod shm;
+pub mod stream;
 #[cfg(feature = "ucx")]
 #[allow(unsafe_code)]
 pub mod ucx;
-pub mod stream;
 
 pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};
 
