@@ -9,6 +9,7 @@
 //! `benches/run-ucx-bench.sh [ROUNDS]`, or `UROM_BENCH_ROUNDS=N cargo bench -p urom-benches
 //! --features ucx --bench ucx`.
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
@@ -57,16 +58,17 @@ impl Place<'_> {
             .env("UCX_WARN_UNUSED_ENV_VARS", "n");
         command
     }
-
-    fn on_host<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        match self.network {
-            Some(network) => network.run_in(1, f),
-            None => std::thread::scope(|scope| scope.spawn(f).join().unwrap()),
-        }
-    }
 }
 
+/// Set (to the service's address) in the host side's environment.
+const HOST_SIDE: &str = "UROM_UCX_BENCH_HOST";
+
 fn main() {
+    if let Ok(address) = std::env::var(HOST_SIDE) {
+        let key = std::env::var("UROM_BENCH_KEY").expect("the key file");
+        host_side(&address, &key);
+        return;
+    }
     let rounds = std::env::var("UROM_BENCH_ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -140,52 +142,51 @@ fn bench(place: &Place<'_>, rounds: usize, perftest: bool) -> String {
         &flags,
         true,
     );
-    let rows = place.on_host(|| {
-        urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
-        let service = Service::<Idle>::new()
-            .set_remote(&address)
-            .set_key_file(&key)
-            .set_identity("bench")
-            .start()
-            .map_err(|(_, e)| e)
-            .unwrap_or_else(|e| panic!("the service did not start: {e}\n{}", daemon.log()));
-        let info = service.plugin("worker_graph").unwrap().clone();
-        let graph = GraphHost::init(info.id, info.version).unwrap();
-        let mut engine = ProgressEngine::new();
-        let worker = Worker::new()
-            .set_service(&service)
-            .set_plugins(graph.id())
-            .set_max_inflight_tasks(IN_FLIGHT * 2)
-            .set_cpuset([PEER_CORE].into_iter().collect())
-            .start(&mut engine)
-            .map_err(|(_, e)| e)
-            .unwrap()
-            .wait_running(&mut engine, Duration::from_secs(60))
-            .unwrap_or_else(|p| panic!("the worker did not run: {p:?}"));
-        let mut rows = Vec::with_capacity(rounds);
-        for round in 0..rounds {
-            let ours_rt = round_trip_ns(&mut engine, &graph, &worker);
-            let ours_rate = rate(&mut engine, &graph, &worker);
-            let (ucx_rt, ucx_rate) = if perftest {
-                let port = 20_000 + (round as u16) * 2;
-                (
-                    perftest_latency_ns(place, port),
-                    perftest_rate(place, port + 1),
-                )
-            } else {
-                (f64::NAN, f64::NAN)
-            };
-            rows.push([
-                ours_rt,
-                ucx_rt,
-                ours_rt / ucx_rt,
-                ours_rate,
-                ucx_rate,
-                ours_rate / ucx_rate,
-            ]);
-        }
-        rows
-    });
+    // The host side is this program again, started on the host's machine (`ip netns exec`
+    // remounts `/sys`, where UCX finds the network devices); it measures a round when asked.
+    let mut host = place
+        .command(1, std::env::current_exe().expect("the benchmark's path"))
+        .env(HOST_SIDE, &address)
+        .env("UROM_BENCH_KEY", &key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the host side");
+    let mut to_host = host.stdin.take().unwrap();
+    let mut from_host = BufReader::new(host.stdout.take().unwrap()).lines();
+    let ready = from_host.next().and_then(Result::ok);
+    assert_eq!(
+        ready.as_deref(),
+        Some("ready"),
+        "the host side did not start:\n{}",
+        daemon.log()
+    );
+    let mut rows = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        writeln!(to_host, "round").unwrap();
+        let line = from_host.next().unwrap().unwrap();
+        let ours: Vec<f64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+        let (ours_rt, ours_rate) = (ours[0], ours[1]);
+        let (ucx_rt, ucx_rate) = if perftest {
+            let port = 20_000 + (round as u16) * 2;
+            (
+                perftest_latency_ns(place, port),
+                perftest_rate(place, port + 1),
+            )
+        } else {
+            (f64::NAN, f64::NAN)
+        };
+        rows.push([
+            ours_rt,
+            ucx_rt,
+            ours_rt / ucx_rt,
+            ours_rate,
+            ucx_rate,
+            ours_rate / ucx_rate,
+        ]);
+    }
+    drop(to_host);
+    let _ = host.wait();
     let column = |i: usize| median(&mut rows.iter().map(|row| row[i]).collect::<Vec<_>>());
     format!(
         "{}\n  round trip: ours {:8.1} us   ucp_am_lat (p50 one way x2) {:8.1} us   ours/ucx {:5.2}  (goal <= 1.15)\n  \
@@ -198,6 +199,44 @@ fn bench(place: &Place<'_>, rounds: usize, perftest: bool) -> String {
         column(4) / 1e6,
         column(5),
     )
+}
+
+/// The host side: a service at `address`, a worker, then one round of measurements for each
+/// `round` line on standard input, answered with `ROUND_TRIP_NS RATE_PER_S`.
+fn host_side(address: &str, key: &str) {
+    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    let service = Service::<Idle>::new()
+        .set_remote(address)
+        .set_key_file(key)
+        .set_identity("bench")
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap_or_else(|e| panic!("the service did not start: {e}"));
+    let info = service.plugin("worker_graph").unwrap().clone();
+    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let worker = Worker::new()
+        .set_service(&service)
+        .set_plugins(graph.id())
+        .set_max_inflight_tasks(IN_FLIGHT * 2)
+        .set_cpuset([PEER_CORE].into_iter().collect())
+        .start(&mut engine)
+        .map_err(|(_, e)| e)
+        .unwrap()
+        .wait_running(&mut engine, Duration::from_secs(60))
+        .unwrap_or_else(|p| panic!("the worker did not run: {p:?}"));
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").unwrap();
+    out.flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+        let round_trip = round_trip_ns(&mut engine, &graph, &worker);
+        let rate = rate(&mut engine, &graph, &worker);
+        writeln!(out, "{round_trip} {rate}").unwrap();
+        out.flush().unwrap();
+    }
 }
 
 /// A port nobody listens on at the service's address.
