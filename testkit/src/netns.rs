@@ -67,6 +67,12 @@ impl Network {
             ip(&["-n", hub, "link", "set", &hub_end, "up"])?;
             ip(&["-n", name, "link", "set", &end, "up"])?;
         }
+        // The kernel reports a new link up a moment later, and UCX leaves out devices that are
+        // not up yet.
+        for (i, name) in network.names.iter().enumerate().skip(1) {
+            wait_until_up(hub, &network.device(0, i))?;
+            wait_until_up(name, &network.device(i, 0))?;
+        }
         Ok(network)
     }
 
@@ -126,6 +132,24 @@ impl Drop for Network {
         for name in &self.names {
             let _ = ip(&["netns", "del", name]);
         }
+    }
+}
+
+/// Waits until `device` in namespace `namespace` is up, at most 10 s.
+fn wait_until_up(namespace: &str, device: &str) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let output = Command::new("ip")
+            .args(["-n", namespace, "-o", "link", "show", "dev", device])
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if String::from_utf8_lossy(&output.stdout).contains("state UP") {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{device} in {namespace} did not come up"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
