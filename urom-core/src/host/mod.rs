@@ -43,7 +43,9 @@ pub use engine::ProgressEngine;
 pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
 };
-pub use service_file::{SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service};
+pub use service_file::{
+    SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service, same_pci, service_lines,
+};
 pub use task::{
     CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,
     TaskSlotsNewError, TaskSubmitError, TaskWriteError, USER_DATA_LEN,
