@@ -4,8 +4,10 @@
 //! [`CtxObj`] with a table of operations ([`CtxOps`]) and its own object as `imp`. The generic
 //! calls check what they can here (arguments, the state machine, the connection to a progress
 //! engine) and hand the rest to the operations. State changes are recorded as they happen and
-//! their callbacks run from [`progress`], after the contexts were polled, so a callback may start,
-//! stop or destroy contexts, submit tasks and connect new contexts.
+//! their callbacks run from [`PeObj::progress`]: those made outside it (by `doca_ctx_start()` or
+//! `doca_ctx_stop()`) before the context is polled, those its polling made right after, so a
+//! callback sees its context in the state it reports and may start, stop or destroy contexts,
+//! submit tasks and connect new contexts.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -231,6 +233,10 @@ impl PeObj {
             let Some(ctx) = self.inner.ctxs.borrow().get(index).cloned() else {
                 break;
             };
+            // Changes made since the last progress (by doca_ctx_start() or doca_ctx_stop())
+            // are reported before the context moves on, then those its progress made: each
+            // callback sees the context in the state it reports.
+            work += ctx.deliver_state_changes();
             work += ffi::ctx_progress(ctx.ops, ctx.imp);
             work += ctx.deliver_state_changes();
             index += 1;
