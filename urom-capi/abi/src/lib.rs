@@ -121,7 +121,7 @@ pub type StateChangedCb =
     unsafe extern "C" fn(user_data: DocaData, ctx: *mut DocaCtx, prev: u32, next: u32);
 
 /// What a context of another library does when the generic context calls are made on it. Each
-/// operation gets the `imp` pointer given to [`urom_capi_ctx_create`]; none may unwind.
+/// operation gets the `imp` pointer given to [`urom_capi_ctx_create`](internal::urom_capi_ctx_create); none may unwind.
 #[repr(C)]
 pub struct CtxOps {
     /// `doca_ctx_start()` on an idle context connected to a progress engine: `DOCA_SUCCESS`
@@ -133,7 +133,7 @@ pub struct CtxOps {
     /// keeps its state.
     pub stop: unsafe extern "C" fn(imp: *mut c_void) -> DocaError,
     /// One round of `doca_pe_progress()`: receives, completes tasks, runs their callbacks and
-    /// makes state transitions ([`urom_capi_ctx_set_state`]); returns how much it did.
+    /// makes state transitions ([`urom_capi_ctx_set_state`](internal::urom_capi_ctx_set_state)); returns how much it did.
     pub progress: unsafe extern "C" fn(imp: *mut c_void) -> usize,
     /// Tasks submitted and not yet completed.
     pub inflight: unsafe extern "C" fn(imp: *mut c_void) -> usize,
@@ -148,39 +148,39 @@ pub struct TaskOps {
     pub free: unsafe extern "C" fn(imp: *mut c_void),
 }
 
-/// The signature of [`urom_capi_ctx_create`].
+/// The signature of [`urom_capi_ctx_create`](internal::urom_capi_ctx_create).
 pub type CtxCreateFn = unsafe extern "C" fn(ops: *const CtxOps, imp: *mut c_void) -> *mut DocaCtx;
-/// The signature of [`urom_capi_ctx_destroy`].
+/// The signature of [`urom_capi_ctx_destroy`](internal::urom_capi_ctx_destroy).
 pub type CtxDestroyFn = unsafe extern "C" fn(ctx: *mut DocaCtx);
-/// The signature of [`urom_capi_ctx_state`].
+/// The signature of [`urom_capi_ctx_state`](internal::urom_capi_ctx_state).
 pub type CtxStateFn = unsafe extern "C" fn(ctx: *const DocaCtx) -> u32;
-/// The signature of [`urom_capi_ctx_set_state`].
+/// The signature of [`urom_capi_ctx_set_state`](internal::urom_capi_ctx_set_state).
 pub type CtxSetStateFn = unsafe extern "C" fn(ctx: *mut DocaCtx, state: u32);
-/// The signature of [`urom_capi_ctx_user_data`].
+/// The signature of [`urom_capi_ctx_user_data`](internal::urom_capi_ctx_user_data).
 pub type CtxUserDataFn = unsafe extern "C" fn(ctx: *const DocaCtx) -> DocaData;
-/// The signature of [`urom_capi_task_create`].
+/// The signature of [`urom_capi_task_create`](internal::urom_capi_task_create).
 pub type TaskCreateFn =
     unsafe extern "C" fn(ctx: *mut DocaCtx, ops: *const TaskOps, imp: *mut c_void) -> *mut DocaTask;
-/// The signature of [`urom_capi_task_destroy`].
+/// The signature of [`urom_capi_task_destroy`](internal::urom_capi_task_destroy).
 pub type TaskDestroyFn = unsafe extern "C" fn(task: *mut DocaTask);
-/// The signature of [`urom_capi_task_set_status`].
+/// The signature of [`urom_capi_task_set_status`](internal::urom_capi_task_set_status).
 pub type TaskSetStatusFn = unsafe extern "C" fn(task: *mut DocaTask, status: DocaError);
-/// The signature of [`urom_capi_task_user_data`].
+/// The signature of [`urom_capi_task_user_data`](internal::urom_capi_task_user_data).
 pub type TaskUserDataFn = unsafe extern "C" fn(task: *const DocaTask) -> DocaData;
-/// The signature of [`urom_capi_buf_create`].
+/// The signature of [`urom_capi_buf_create`](internal::urom_capi_buf_create).
 pub type BufCreateFn = unsafe extern "C" fn(head: *mut u8, len: usize) -> *mut DocaBuf;
-/// The signature of [`urom_capi_buf_destroy`].
+/// The signature of [`urom_capi_buf_destroy`](internal::urom_capi_buf_destroy).
 pub type BufDestroyFn = unsafe extern "C" fn(buf: *mut DocaBuf);
-/// The signature of [`urom_capi_buf_data`].
+/// The signature of [`urom_capi_buf_data`](internal::urom_capi_buf_data).
 pub type BufDataFn =
     unsafe extern "C" fn(buf: *const DocaBuf, data: *mut *mut u8, len: *mut usize) -> DocaError;
-/// The signature of [`urom_capi_buf_set_data`].
+/// The signature of [`urom_capi_buf_set_data`](internal::urom_capi_buf_set_data).
 pub type BufSetDataFn =
     unsafe extern "C" fn(buf: *mut DocaBuf, data: *mut u8, len: usize) -> DocaError;
-/// The signature of [`urom_capi_dev_pci`].
+/// The signature of [`urom_capi_dev_pci`](internal::urom_capi_dev_pci).
 pub type DevPciFn =
     unsafe extern "C" fn(dev: *const DocaDev, out: *mut c_char, size: usize) -> DocaError;
-/// The signature of [`urom_capi_log_sdk`].
+/// The signature of [`urom_capi_log_sdk`](internal::urom_capi_log_sdk).
 pub type LogSdkFn = unsafe extern "C" fn(
     level: u32,
     source: *const u8,

@@ -4,7 +4,7 @@
 //! [`CtxObj`] with a table of operations ([`CtxOps`]) and its own object as `imp`. The generic
 //! calls check what they can here (arguments, the state machine, the connection to a progress
 //! engine) and hand the rest to the operations. State changes are recorded as they happen and
-//! their callbacks run from [`PeObj::progress`]: those made outside it (by `doca_ctx_start()` or
+//! their callbacks run from `PeObj::progress`: those made outside it (by `doca_ctx_start()` or
 //! `doca_ctx_stop()`) before the context is polled, those its polling made right after, so a
 //! callback sees its context in the state it reports and may start, stop or destroy contexts,
 //! submit tasks and connect new contexts.

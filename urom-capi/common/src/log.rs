@@ -2,7 +2,7 @@
 //! libraries' own ("SDK") messages.
 //!
 //! A program registers each source file (`DOCA_LOG_REGISTER`) and logs through `DOCA_LOG_*`,
-//! which format the message in the caller and hand it to [`app`]. Application backends show the
+//! which format the message in the caller and hand it to `app`. Application backends show the
 //! messages whose level lies between their upper limit (the most severe shown; default critical)
 //! and their lower limit (the most verbose; default info). The standard backend writes info and
 //! more verbose messages to stdout and warnings and more severe ones to stderr. SDK backends show

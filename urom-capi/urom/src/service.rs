@@ -203,9 +203,10 @@ impl ServiceObj {
             log::error("service", &e.to_string());
             Status::InvalidValue
         })?;
-        self.configure(|idle| match idle.set_max_msg_size(bytes) {
-            Ok(idle) => Ok(idle),
-            Err(_) => Err((Service::<Idle>::new(), Status::InvalidValue)),
+        // Checked above, so the setter takes it; it consumes the service only when it refuses.
+        self.configure(|idle| {
+            idle.set_max_msg_size(bytes)
+                .map_err(|_| (Service::<Idle>::new(), Status::InvalidValue))
         })?;
         *self
             .cell
@@ -218,9 +219,13 @@ impl ServiceObj {
     /// `doca_ctx_start()`: connects, authenticates, reads the plugins and CPUs.
     pub(crate) fn start(&self) -> Result<(), Status> {
         let mut state = self.cell.lock();
-        let ServiceState::Idle(idle) = std::mem::replace(&mut *state, ServiceState::Moving) else {
+        let idle = match std::mem::replace(&mut *state, ServiceState::Moving) {
+            ServiceState::Idle(idle) => idle,
             // The context says idle, so this is a service that failed mid-transition.
-            return Err(Status::BadState);
+            other => {
+                *state = other;
+                return Err(Status::BadState);
+            }
         };
         let idle = match std::env::var_os(SOCKET_VAR) {
             Some(socket) => idle.set_socket(socket),

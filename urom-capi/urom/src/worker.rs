@@ -185,8 +185,8 @@ impl WorkerObj {
     }
 
     pub(crate) fn id(&self) -> u64 {
-        match &*self.inner.phase.borrow() {
-            Phase::Running(worker) | Phase::StopRunning(worker) => worker.id(),
+        match self.inner.phase.try_borrow().as_deref() {
+            Ok(Phase::Running(worker) | Phase::StopRunning(worker)) => worker.id(),
             _ => self.inner.id.get(),
         }
     }
@@ -209,8 +209,12 @@ impl WorkerObj {
             .phase
             .try_borrow_mut()
             .map_err(|_| Status::BadState)?;
-        let Phase::Idle(idle) = std::mem::replace(&mut *phase, Phase::Moving) else {
-            return Err(Status::BadState);
+        let idle = match std::mem::replace(&mut *phase, Phase::Moving) {
+            Phase::Idle(idle) => idle,
+            other => {
+                *phase = other;
+                return Err(Status::BadState);
+            }
         };
         let idle = {
             let state = service.lock();

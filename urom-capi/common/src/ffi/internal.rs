@@ -100,9 +100,10 @@ pub unsafe extern "C" fn urom_capi_ctx_destroy(ctx: *mut DocaCtx) {
 /// `ctx` is NULL or a live context.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn urom_capi_ctx_state(ctx: *const DocaCtx) -> u32 {
-    // SAFETY: the caller passes NULL or a live context.
     guard_value(0, || {
-        unsafe { self::ctx(ctx) }.map_or(0, |ctx| ctx.state() as u32)
+        // SAFETY: the caller passes NULL or a live context.
+        let live = unsafe { self::ctx(ctx) };
+        live.map_or(0, |ctx| ctx.state() as u32)
     })
 }
 

@@ -260,37 +260,38 @@ unsafe fn imp<'a, T>(imp: *mut c_void) -> Option<&'a T> {
     unsafe { imp.cast::<T>().as_ref() }
 }
 
-// The operation tables libdoca_common calls. Each operation receives the object's own handle.
+// The operation tables libdoca_common calls. Each operation receives the object's own handle:
+// the `imp` pointer this library gave with the table, a live object of the operation's type.
 
 unsafe extern "C" fn service_start(obj: *mut c_void) -> i32 {
-    // SAFETY: the service context's `imp` is its live `ServiceObj`.
     guard(|| {
-        unsafe { imp::<ServiceObj>(obj) }
-            .ok_or(Status::InvalidValue)?
-            .start()
+        // SAFETY: the service context's `imp` is its live `ServiceObj`.
+        let service = unsafe { imp::<ServiceObj>(obj) };
+        service.ok_or(Status::InvalidValue)?.start()
     })
 }
 
 unsafe extern "C" fn service_stop(obj: *mut c_void) -> i32 {
-    // SAFETY: as in `service_start`.
     guard(|| {
-        unsafe { imp::<ServiceObj>(obj) }
-            .ok_or(Status::InvalidValue)?
-            .stop()
+        // SAFETY: as in `service_start`.
+        let service = unsafe { imp::<ServiceObj>(obj) };
+        service.ok_or(Status::InvalidValue)?.stop()
     })
 }
 
 unsafe extern "C" fn service_progress(obj: *mut c_void) -> usize {
-    // SAFETY: as in `service_start`.
     guard_value(0, || {
-        unsafe { imp::<ServiceObj>(obj) }.map_or(0, ServiceObj::progress)
+        // SAFETY: as in `service_start`.
+        let service = unsafe { imp::<ServiceObj>(obj) };
+        service.map_or(0, ServiceObj::progress)
     })
 }
 
 unsafe extern "C" fn service_inflight(obj: *mut c_void) -> usize {
-    // SAFETY: as in `service_start`.
     guard_value(0, || {
-        unsafe { imp::<ServiceObj>(obj) }.map_or(0, ServiceObj::inflight)
+        // SAFETY: as in `service_start`.
+        let service = unsafe { imp::<ServiceObj>(obj) };
+        service.map_or(0, ServiceObj::inflight)
     })
 }
 
@@ -302,34 +303,34 @@ pub(crate) static SERVICE_OPS: CtxOps = CtxOps {
 };
 
 unsafe extern "C" fn worker_start(obj: *mut c_void) -> i32 {
-    // SAFETY: the worker context's `imp` is its live `WorkerObj`.
     guard(|| {
-        unsafe { imp::<WorkerObj>(obj) }
-            .ok_or(Status::InvalidValue)?
-            .start()
+        // SAFETY: the worker context's `imp` is its live `WorkerObj`.
+        let worker = unsafe { imp::<WorkerObj>(obj) };
+        worker.ok_or(Status::InvalidValue)?.start()
     })
 }
 
 unsafe extern "C" fn worker_stop(obj: *mut c_void) -> i32 {
-    // SAFETY: as in `worker_start`.
     guard(|| {
-        unsafe { imp::<WorkerObj>(obj) }
-            .ok_or(Status::InvalidValue)?
-            .stop()
+        // SAFETY: as in `worker_start`.
+        let worker = unsafe { imp::<WorkerObj>(obj) };
+        worker.ok_or(Status::InvalidValue)?.stop()
     })
 }
 
 unsafe extern "C" fn worker_progress(obj: *mut c_void) -> usize {
-    // SAFETY: as in `worker_start`.
     guard_value(0, || {
-        unsafe { imp::<WorkerObj>(obj) }.map_or(0, WorkerObj::progress)
+        // SAFETY: as in `worker_start`.
+        let worker = unsafe { imp::<WorkerObj>(obj) };
+        worker.map_or(0, WorkerObj::progress)
     })
 }
 
 unsafe extern "C" fn worker_inflight(obj: *mut c_void) -> usize {
-    // SAFETY: as in `worker_start`.
     guard_value(0, || {
-        unsafe { imp::<WorkerObj>(obj) }.map_or(0, WorkerObj::inflight)
+        // SAFETY: as in `worker_start`.
+        let worker = unsafe { imp::<WorkerObj>(obj) };
+        worker.map_or(0, WorkerObj::inflight)
     })
 }
 
@@ -341,19 +342,18 @@ pub(crate) static WORKER_OPS: CtxOps = CtxOps {
 };
 
 unsafe extern "C" fn cmd_submit(obj: *mut c_void) -> i32 {
-    // SAFETY: a command task's `imp` is its live `CmdTask`, owned by its worker's task pool.
     guard(|| {
-        unsafe { imp::<CmdTask>(obj) }
-            .ok_or(Status::InvalidValue)?
-            .submit()
+        // SAFETY: a command task's `imp` is its live `CmdTask`, owned by its worker's pool.
+        let task = unsafe { imp::<CmdTask>(obj) };
+        task.ok_or(Status::InvalidValue)?.submit()
     })
 }
 
 unsafe extern "C" fn cmd_free(obj: *mut c_void) {
-    // SAFETY: as in `cmd_submit`.
     guard_value((), || {
         // SAFETY: as in `cmd_submit`.
-        if let Some(task) = unsafe { imp::<CmdTask>(obj) } {
+        let task = unsafe { imp::<CmdTask>(obj) };
+        if let Some(task) = task {
             let _ = task.release();
         }
     })
@@ -365,19 +365,18 @@ pub(crate) static CMD_TASK_OPS: TaskOps = TaskOps {
 };
 
 unsafe extern "C" fn gid_submit(obj: *mut c_void) -> i32 {
-    // SAFETY: a workers-by-gid task's `imp` is its live `GidTask`, owned by its service.
     guard(|| {
-        unsafe { imp::<GidTask>(obj) }
-            .ok_or(Status::InvalidValue)?
-            .submit()
+        // SAFETY: a workers-by-gid task's `imp` is its live `GidTask`, owned by its service.
+        let task = unsafe { imp::<GidTask>(obj) };
+        task.ok_or(Status::InvalidValue)?.submit()
     })
 }
 
 unsafe extern "C" fn gid_free(obj: *mut c_void) {
-    // SAFETY: as in `gid_submit`.
     guard_value((), || {
         // SAFETY: as in `gid_submit`.
-        if let Some(task) = unsafe { imp::<GidTask>(obj) } {
+        let task = unsafe { imp::<GidTask>(obj) };
+        if let Some(task) = task {
             let _ = task.release();
         }
     })
