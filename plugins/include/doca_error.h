@@ -53,6 +53,16 @@ typedef enum doca_error {
 	DOCA_ERROR_DEVICE_FATAL_ERROR = 31,
 } doca_error_t;
 
+/* Whether a status is an error. */
+#define DOCA_IS_ERROR(_result) ((_result) != DOCA_SUCCESS)
+
+/* Keeps the first error: sets `_result` to `_new_result` unless `_result` already holds one. */
+#define DOCA_ERROR_PROPAGATE(_result, _new_result)          \
+	do {                                                \
+		if ((_result) == DOCA_SUCCESS)              \
+			(_result) = (_new_result);          \
+	} while (0)
+
 /* The constant's name ("DOCA_ERROR_NOT_FOUND"); "DOCA_ERROR_UNRECOGNIZED" for other values. */
 const char *doca_error_get_name(doca_error_t error);
 

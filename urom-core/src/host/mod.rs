@@ -46,7 +46,9 @@ pub use engine::ProgressEngine;
 pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
 };
-pub use service_file::{SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service};
+pub use service_file::{
+    SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service, same_pci, service_lines,
+};
 pub use status::StatusReport;
 pub use task::{
     CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,

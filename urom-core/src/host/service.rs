@@ -504,6 +504,20 @@ impl Service<Running> {
         gid: u32,
         callback: GidCallback,
     ) -> Result<(), ControlError> {
+        self.workers_by_gid_task_with(engine, gid, callback)
+    }
+
+    /// [`Service::workers_by_gid_task`] with a closure, which may carry the caller's context
+    /// (the task it completes, say); it runs once, from `engine.progress()`.
+    pub fn workers_by_gid_task_with<F>(
+        &self,
+        engine: &mut ProgressEngine,
+        gid: u32,
+        callback: F,
+    ) -> Result<(), ControlError>
+    where
+        F: FnOnce(u32, Result<&[u64], &ControlError>) + 'static,
+    {
         let reply = self
             .shared()
             .channel
@@ -511,7 +525,7 @@ impl Service<Running> {
         engine.add_task(Box::new(GidTask {
             gid,
             reply,
-            callback,
+            callback: Some(callback),
         }));
         Ok(())
     }
@@ -526,32 +540,39 @@ impl Service<Running> {
     }
 }
 
-/// A workers-by-gid query in flight.
-struct GidTask {
+/// A workers-by-gid query in flight; its callback runs once (`None` afterwards).
+struct GidTask<F> {
     gid: u32,
     reply: std::sync::mpsc::Receiver<super::control::Reply>,
-    callback: GidCallback,
+    callback: Option<F>,
 }
 
-impl OneShot for GidTask {
+impl<F> OneShot for GidTask<F>
+where
+    F: FnOnce(u32, Result<&[u64], &ControlError>) + 'static,
+{
     fn poll(&mut self) -> bool {
         let reply = match self.reply.try_recv() {
-            Ok(reply) => reply,
+            Ok(reply) => Some(reply),
             Err(std::sync::mpsc::TryRecvError::Empty) => return false,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                (self.callback)(self.gid, Err(&ControlError::Closed));
-                return true;
-            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+        };
+        let Some(callback) = self.callback.take() else {
+            return true;
+        };
+        let Some(reply) = reply else {
+            callback(self.gid, Err(&ControlError::Closed));
+            return true;
         };
         match (reply.refusal(), reply.message()) {
-            (Err(error), _) => (self.callback)(self.gid, Err(&error)),
+            (Err(error), _) => callback(self.gid, Err(&error)),
             (Ok(()), ControlMessage::WorkersByGidReply(ids)) => {
                 let ids: Vec<u64> = ids.iter().collect();
-                (self.callback)(self.gid, Ok(&ids));
+                callback(self.gid, Ok(&ids));
             }
             (Ok(()), other) => {
                 let error = ControlError::Protocol(format!("expected worker ids, got {other:?}"));
-                (self.callback)(self.gid, Err(&error));
+                callback(self.gid, Err(&error));
             }
         }
         true

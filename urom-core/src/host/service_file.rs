@@ -131,6 +131,32 @@ fn is_pci_address(text: &str) -> bool {
     }
 }
 
+/// Whether two PCI addresses name the same function: the domain defaults to `0000` and hex
+/// digits compare without case (`03:00.0` is `0000:03:00.0`, as DOCA writes it).
+pub fn same_pci(a: &str, b: &str) -> bool {
+    let full = |pci: &str| {
+        let pci = pci.to_ascii_lowercase();
+        if pci.matches(':').count() == 1 {
+            format!("0000:{pci}")
+        } else {
+            pci
+        }
+    };
+    full(a) == full(b)
+}
+
+/// Every line of service file `path` for `hostname`, in file order (none is no error).
+pub fn service_lines(path: &Path, hostname: &str) -> Result<Vec<ServiceLine>, ServiceFileError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ServiceFileError::Read {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(parse(path, &text)?
+        .into_iter()
+        .filter(|line| line.app_hostname == hostname)
+        .collect())
+}
+
 /// The line of service file `path` for `hostname` (and `pci`, when given).
 pub fn lookup_service(
     path: &Path,
@@ -144,7 +170,7 @@ pub fn lookup_service(
     parse(path, &text)?
         .into_iter()
         .find(|line| {
-            line.app_hostname == hostname && pci.is_none_or(|pci| line.dev_pci_addr == pci)
+            line.app_hostname == hostname && pci.is_none_or(|pci| same_pci(&line.dev_pci_addr, pci))
         })
         .ok_or_else(|| ServiceFileError::NoMatch {
             path: path.to_owned(),
@@ -210,12 +236,47 @@ mod tests {
     }
 
     #[test]
+    fn every_line_of_a_host() {
+        let dir = std::env::temp_dir().join(format!("urom-service-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("service.txt");
+        let text = "node1 dpu bf1 03:00.0 mlx5_0\nnode2 dpu bf2 04:00.0 mlx5_1\nnode1 dpu bf3 05:00.0 mlx5_2:1,mlx5_3:1\n";
+        std::fs::write(&path, text).unwrap();
+        let lines = service_lines(&path, "node1").unwrap();
+        let pcis: Vec<&str> = lines.iter().map(|l| l.dev_pci_addr.as_str()).collect();
+        assert_eq!(pcis, ["03:00.0", "05:00.0"]);
+        assert!(service_lines(&path, "node9").unwrap().is_empty());
+        std::fs::write(&path, "node1 dpu bf1 03:00.0\n").unwrap();
+        assert!(matches!(
+            service_lines(&path, "node9"),
+            Err(ServiceFileError::Malformed { line: 1, .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn no_match_names_the_host() {
         let error = lookup("node1 dpu node1-bf 03:00.0 d\n", "node9", None).unwrap_err();
         assert!(matches!(error, ServiceFileError::NoMatch { .. }));
         assert!(
             error.to_string().contains("no line for host node9"),
             "{error}"
+        );
+        assert!(
+            lookup(
+                "node1 dpu node1-bf 03:00.0 d\n",
+                "node1",
+                Some("0000:03:00.0")
+            )
+            .is_ok()
+        );
+        assert!(
+            lookup(
+                "node1 dpu node1-bf 0000:3A:00.1 d\n",
+                "node1",
+                Some("3a:00.1")
+            )
+            .is_ok()
         );
         let error = lookup("node1 dpu node1-bf 03:00.0 d\n", "node1", Some("04:00.0")).unwrap_err();
         assert!(matches!(error, ServiceFileError::NoMatch { .. }));

@@ -1,0 +1,326 @@
+//! Progress engines, generic contexts and tasks (`doca_pe.h`, `doca_ctx.h`).
+//!
+//! A context belongs to another library (libdoca_urom's service or worker): it asks for a
+//! [`CtxObj`] with a table of operations ([`CtxOps`]) and its own object as `imp`. The generic
+//! calls check what they can here (arguments, the state machine, the connection to a progress
+//! engine) and hand the rest to the operations. State changes are recorded as they happen and
+//! their callbacks run from `PeObj::progress`: those made outside it (by `doca_ctx_start()` or
+//! `doca_ctx_stop()`) before the context is polled, those its polling made right after, so a
+//! callback sees its context in the state it reports and may start, stop or destroy contexts,
+//! submit tasks and connect new contexts.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::rc::{Rc, Weak};
+
+use urom_capi_abi::{CtxOps, CtxState, DocaData, StateChangedCb, Status, TaskOps};
+
+use crate::ffi;
+
+/// Marks a live context object.
+pub(crate) const CTX_MAGIC: u64 = 0x7572_6f6d_6374_7831; // "uromctx1"
+/// Marks a live progress engine.
+pub(crate) const PE_MAGIC: u64 = 0x7572_6f6d_7065_6e31; // "urompen1"
+/// Marks a live task object.
+pub(crate) const TASK_MAGIC: u64 = 0x7572_6f6d_7461_736b; // "uromtask"
+
+/// `struct doca_ctx`.
+pub struct CtxObj {
+    pub(crate) magic: Cell<u64>,
+    pub(crate) inner: Rc<CtxInner>,
+}
+
+/// A context's generic part.
+pub(crate) struct CtxInner {
+    ops: *const CtxOps,
+    imp: *mut c_void,
+    /// The C handle (the address of its [`CtxObj`]), given to state-changed callbacks.
+    handle: Cell<*mut CtxObj>,
+    state: Cell<CtxState>,
+    user_data: Cell<u64>,
+    state_cb: Cell<Option<StateChangedCb>>,
+    /// State changes whose callback has not run yet.
+    pending: RefCell<VecDeque<(CtxState, CtxState)>>,
+    pe: RefCell<Weak<PeInner>>,
+}
+
+impl CtxObj {
+    /// A context for `imp` whose generic calls go to `ops`; idle and not connected.
+    pub(crate) fn new(ops: *const CtxOps, imp: *mut c_void) -> Box<Self> {
+        let ctx = Box::new(Self {
+            magic: Cell::new(CTX_MAGIC),
+            inner: Rc::new(CtxInner {
+                ops,
+                imp,
+                handle: Cell::new(std::ptr::null_mut()),
+                state: Cell::new(CtxState::Idle),
+                user_data: Cell::new(0),
+                state_cb: Cell::new(None),
+                pending: RefCell::new(VecDeque::with_capacity(4)),
+                pe: RefCell::new(Weak::new()),
+            }),
+        });
+        ctx.inner.handle.set(&*ctx as *const Self as *mut Self);
+        ctx
+    }
+
+    /// The context, if `ctx` points to a live one.
+    pub(crate) fn check(ctx: Option<&Self>) -> Result<&Self, Status> {
+        ctx.filter(|ctx| ctx.magic.get() == CTX_MAGIC)
+            .ok_or(Status::InvalidValue)
+    }
+
+    /// Disconnects from the progress engine; the object is freed by the caller.
+    pub(crate) fn retire(&self) {
+        if let Some(pe) = self.inner.pe.borrow().upgrade() {
+            pe.ctxs
+                .borrow_mut()
+                .retain(|ctx| !Rc::ptr_eq(ctx, &self.inner));
+        }
+        self.inner.pending.borrow_mut().clear();
+        self.magic.set(0);
+    }
+
+    pub(crate) fn state(&self) -> CtxState {
+        self.inner.state.get()
+    }
+
+    pub(crate) fn set_state(&self, state: CtxState) {
+        self.inner.set_state(state);
+    }
+
+    /// `doca_ctx_start()`.
+    pub(crate) fn start(&self) -> Result<(), Status> {
+        if self.state() != CtxState::Idle {
+            return Err(Status::BadState);
+        }
+        if self.inner.pe.borrow().upgrade().is_none() {
+            return Err(Status::NotConnected);
+        }
+        let status = ffi::ctx_start(self.inner.ops, self.inner.imp);
+        match status {
+            Status::Success => self.set_state(CtxState::Running),
+            Status::InProgress => self.set_state(CtxState::Starting),
+            _ => {}
+        }
+        status.into_result()
+    }
+
+    /// `doca_ctx_stop()`.
+    pub(crate) fn stop(&self) -> Result<(), Status> {
+        match self.state() {
+            CtxState::Idle => return Err(Status::BadState),
+            CtxState::Stopping => return Err(Status::InProgress),
+            CtxState::Starting | CtxState::Running => {}
+        }
+        let status = ffi::ctx_stop(self.inner.ops, self.inner.imp);
+        match status {
+            Status::Success => self.set_state(CtxState::Idle),
+            Status::InProgress => self.set_state(CtxState::Stopping),
+            _ => {}
+        }
+        status.into_result()
+    }
+
+    pub(crate) fn inflight(&self) -> usize {
+        self.inner.inflight()
+    }
+
+    pub(crate) fn user_data(&self) -> DocaData {
+        DocaData::from_bits(self.inner.user_data.get())
+    }
+
+    pub(crate) fn set_user_data(&self, data: DocaData) {
+        self.inner.user_data.set(data.bits());
+    }
+
+    pub(crate) fn set_state_cb(&self, cb: StateChangedCb) {
+        self.inner.state_cb.set(Some(cb));
+    }
+}
+
+impl CtxInner {
+    fn set_state(&self, state: CtxState) {
+        let prev = self.state.replace(state);
+        if prev != state {
+            self.pending.borrow_mut().push_back((prev, state));
+        }
+    }
+
+    fn inflight(&self) -> usize {
+        ffi::ctx_inflight(self.ops, self.imp)
+    }
+
+    /// Runs the callbacks of the state changes recorded so far; returns how many.
+    fn deliver_state_changes(&self) -> usize {
+        let mut delivered = 0;
+        loop {
+            let Some((prev, next)) = self.pending.borrow_mut().pop_front() else {
+                return delivered;
+            };
+            delivered += 1;
+            if let Some(cb) = self.state_cb.get() {
+                let data = DocaData::from_bits(self.user_data.get());
+                ffi::call_state_cb(cb, data, self.handle.get(), prev, next);
+            }
+        }
+    }
+}
+
+/// `struct doca_pe`.
+pub struct PeObj {
+    pub(crate) magic: Cell<u64>,
+    inner: Rc<PeInner>,
+}
+
+pub(crate) struct PeInner {
+    ctxs: RefCell<Vec<Rc<CtxInner>>>,
+    progressing: Cell<bool>,
+}
+
+impl PeObj {
+    pub(crate) fn new() -> Box<Self> {
+        Box::new(Self {
+            magic: Cell::new(PE_MAGIC),
+            inner: Rc::new(PeInner {
+                ctxs: RefCell::new(Vec::new()),
+                progressing: Cell::new(false),
+            }),
+        })
+    }
+
+    /// The engine, if `pe` points to a live one.
+    pub(crate) fn check(pe: Option<&Self>) -> Result<&Self, Status> {
+        pe.filter(|pe| pe.magic.get() == PE_MAGIC)
+            .ok_or(Status::InvalidValue)
+    }
+
+    /// Whether contexts are still connected (then it cannot be destroyed).
+    pub(crate) fn in_use(&self) -> bool {
+        !self.inner.ctxs.borrow().is_empty()
+    }
+
+    pub(crate) fn retire(&self) {
+        self.magic.set(0);
+    }
+
+    /// `doca_pe_connect_ctx()`.
+    pub(crate) fn connect(&self, ctx: &CtxObj) -> Result<(), Status> {
+        if ctx.state() != CtxState::Idle {
+            return Err(Status::BadState);
+        }
+        let mut pe = ctx.inner.pe.borrow_mut();
+        if pe.upgrade().is_some() {
+            return Err(Status::NotPermitted);
+        }
+        *pe = Rc::downgrade(&self.inner);
+        self.inner.ctxs.borrow_mut().push(Rc::clone(&ctx.inner));
+        Ok(())
+    }
+
+    /// `doca_pe_progress()`: polls every connected context, then runs the callbacks of their
+    /// state changes; 1 when anything happened. A call from inside one of its own callbacks
+    /// does nothing.
+    pub(crate) fn progress(&self) -> u8 {
+        if self.inner.progressing.replace(true) {
+            return 0;
+        }
+        let mut work = 0;
+        let mut index = 0;
+        loop {
+            // Callbacks may connect or destroy contexts: look the list up afresh each time.
+            let Some(ctx) = self.inner.ctxs.borrow().get(index).cloned() else {
+                break;
+            };
+            // Changes made since the last progress (by doca_ctx_start() or doca_ctx_stop())
+            // are reported before the context moves on, then those its progress made: each
+            // callback sees the context in the state it reports.
+            work += ctx.deliver_state_changes();
+            work += ffi::ctx_progress(ctx.ops, ctx.imp);
+            work += ctx.deliver_state_changes();
+            index += 1;
+        }
+        self.inner.progressing.set(false);
+        u8::from(work > 0)
+    }
+
+    pub(crate) fn inflight(&self) -> usize {
+        self.inner
+            .ctxs
+            .borrow()
+            .iter()
+            .map(|ctx| ctx.inflight())
+            .sum()
+    }
+}
+
+/// `struct doca_task`: the generic part of another library's task.
+pub struct TaskObj {
+    pub(crate) magic: Cell<u64>,
+    ctx: Weak<CtxInner>,
+    ops: *const TaskOps,
+    imp: *mut c_void,
+    user_data: Cell<u64>,
+    status: Cell<i32>,
+}
+
+impl TaskObj {
+    pub(crate) fn new(ctx: &CtxObj, ops: *const TaskOps, imp: *mut c_void) -> Box<Self> {
+        Box::new(Self {
+            magic: Cell::new(TASK_MAGIC),
+            ctx: Rc::downgrade(&ctx.inner),
+            ops,
+            imp,
+            user_data: Cell::new(0),
+            status: Cell::new(0),
+        })
+    }
+
+    /// The task, if `task` points to a live one.
+    pub(crate) fn check(task: Option<&Self>) -> Result<&Self, Status> {
+        task.filter(|task| task.magic.get() == TASK_MAGIC)
+            .ok_or(Status::InvalidValue)
+    }
+
+    pub(crate) fn retire(&self) {
+        self.magic.set(0);
+    }
+
+    /// `doca_task_submit()`: only while its context runs.
+    pub(crate) fn submit(&self) -> Result<(), Status> {
+        let ctx = self.ctx.upgrade().ok_or(Status::BadState)?;
+        if ctx.state.get() != CtxState::Running {
+            return Err(Status::BadState);
+        }
+        ffi::task_submit(self.ops, self.imp).into_result()
+    }
+
+    /// `doca_task_free()`.
+    pub(crate) fn free(&self) {
+        ffi::task_free(self.ops, self.imp);
+    }
+
+    pub(crate) fn status(&self) -> i32 {
+        self.status.get()
+    }
+
+    pub(crate) fn set_status(&self, status: i32) {
+        self.status.set(status);
+    }
+
+    pub(crate) fn user_data(&self) -> DocaData {
+        DocaData::from_bits(self.user_data.get())
+    }
+
+    pub(crate) fn set_user_data(&self, data: DocaData) {
+        self.user_data.set(data.bits());
+    }
+
+    /// The handle of the context that allocated it, null once that is gone.
+    pub(crate) fn ctx_handle(&self) -> *mut CtxObj {
+        self.ctx
+            .upgrade()
+            .map_or(std::ptr::null_mut(), |ctx| ctx.handle.get())
+    }
+}

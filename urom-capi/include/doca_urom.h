@@ -1,0 +1,270 @@
+/*
+ * doca_urom.h - the host API of DOCA UROM, in urom: services and workers, and their tasks.
+ *
+ * A service is the connection to urom-daemon; a worker is a process the daemon runs plugins
+ * in. Both are contexts (doca_ctx.h) connected to a progress engine (doca_pe.h):
+ *
+ *   - service: create, set max workers / message size / device, doca_ctx_start() (connects at
+ *     once: DOCA_SUCCESS and running), get its plugins and CPUs, query workers by group with a
+ *     task, doca_ctx_stop() (at once), destroy (idle only: DOCA_ERROR_NOT_PERMITTED otherwise).
+ *   - worker: create, set service / id / group / plugins / CPUs / environment / max in-flight
+ *     tasks, doca_ctx_start() (DOCA_ERROR_IN_PROGRESS: doca_pe_progress() brings it to running,
+ *     or back to idle if the daemon refuses or the worker fails), command tasks, doca_ctx_stop()
+ *     (DOCA_ERROR_IN_PROGRESS: the next progress completes tasks in flight with
+ *     DOCA_ERROR_SHUTDOWN, has the daemon destroy the worker and makes it idle), destroy.
+ *
+ * Setters need an idle context (DOCA_ERROR_BAD_STATE); NULL arguments give
+ * DOCA_ERROR_INVALID_VALUE. Callbacks run from doca_pe_progress() of the context's engine.
+ *
+ * Which service: DOCA_UROM_SERVICE_FILE names the service of this host (and, once
+ * doca_urom_service_set_dev() picked a device, of that device's line); a service on this host is
+ * reached at its default socket, or at the socket named by UROM_SERVICE_SOCKET. Why a service or
+ * worker did not start is logged to the SDK log backends (doca_log.h).
+ *
+ * Domains (doca_urom_domain_*) are not offered yet.
+ */
+#ifndef DOCA_UROM_H_
+#define DOCA_UROM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <doca_compat.h>
+#include <doca_error.h>
+#include <doca_types.h>
+#include <doca_urom_plugin.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CPU sets are UCX's: its header where UCX is installed, the same layout otherwise. */
+#if defined(__has_include)
+#if __has_include(<ucs/type/cpu_set.h>) && !defined(UROM_OWN_UCS_CPU_SET)
+#include <ucs/type/cpu_set.h>
+#endif
+#endif
+#ifndef UCS_TYPE_CPU_SET_H
+#define UCS_TYPE_CPU_SET_H
+typedef unsigned long int ucs_cpu_mask_t;
+#define UCS_CPU_SETSIZE 1024
+#define UCS_NCPUBITS (8 * sizeof(ucs_cpu_mask_t))
+#define UCS_CPUELT(_cpu) ((_cpu) / UCS_NCPUBITS)
+#define UCS_CPUMASK(_cpu) ((ucs_cpu_mask_t)1 << ((_cpu) % UCS_NCPUBITS))
+typedef struct {
+	ucs_cpu_mask_t ucs_bits[UCS_CPU_SETSIZE / 64];
+} ucs_cpu_set_t;
+#define UCS_CPU_ZERO(_cpusetp)                                              \
+	do {                                                                \
+		size_t _i;                                                  \
+		for (_i = 0; _i < UCS_CPU_SETSIZE / UCS_NCPUBITS; ++_i)     \
+			(_cpusetp)->ucs_bits[_i] = 0;                       \
+	} while (0)
+#define UCS_CPU_SET(_cpu, _cpusetp)                                         \
+	do {                                                                \
+		size_t _cpu2 = (_cpu);                                      \
+		if (_cpu2 < UCS_CPU_SETSIZE)                                \
+			(_cpusetp)->ucs_bits[UCS_CPUELT(_cpu2)] |= UCS_CPUMASK(_cpu2); \
+	} while (0)
+static inline int ucs_cpu_is_set(int cpu, const ucs_cpu_set_t *cpusetp)
+{
+	return cpu >= 0 && cpu < UCS_CPU_SETSIZE &&
+	       (cpusetp->ucs_bits[UCS_CPUELT((size_t)cpu)] & UCS_CPUMASK((size_t)cpu)) != 0;
+}
+#endif
+typedef ucs_cpu_set_t doca_cpu_set_t;
+#define DOCA_CPU_ZERO(_cpusetp) UCS_CPU_ZERO(_cpusetp)
+#define DOCA_CPU_SET(_cpu, _cpusetp) UCS_CPU_SET(_cpu, _cpusetp)
+#define doca_cpu_is_set(_cpu, _cpusetp) ucs_cpu_is_set(_cpu, _cpusetp)
+
+struct doca_buf;
+struct doca_ctx;
+struct doca_dev;
+struct doca_task;
+
+/* Services. */
+
+struct doca_urom_service;
+struct doca_urom_service_get_workers_by_gid_task;
+
+/* Runs from doca_pe_progress() when a workers-by-gid query completes. */
+typedef void (*doca_urom_service_get_workers_by_gid_task_completion_cb_t)(
+	struct doca_urom_service_get_workers_by_gid_task *task,
+	union doca_data task_user_data,
+	union doca_data ctx_user_data);
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_create(struct doca_urom_service **service_ctx);
+
+/* Idle (DOCA_ERROR_NOT_PERMITTED otherwise) and no query in flight (DOCA_ERROR_IN_USE); frees
+ * its tasks. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_destroy(struct doca_urom_service *service_ctx);
+
+/* The largest frame on every channel, headers included (184 to 16 MiB, default 4096); the
+ * daemon must use the same (its -m). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_set_max_comm_msg_size(struct doca_urom_service *service_ctx, size_t msg_size);
+
+/* The most workers this host runs through the service at once; a power of two (default 64). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_set_max_workers(struct doca_urom_service *service_ctx, uint32_t max_workers);
+
+/* The device (doca_dev.h) whose line of DOCA_UROM_SERVICE_FILE names the service. Optional: without
+ * one, the first line of this host, or the default socket when there is no file. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_set_dev(struct doca_urom_service *service_ctx, struct doca_dev *dev);
+
+DOCA_EXPERIMENTAL
+struct doca_ctx *doca_urom_service_as_ctx(struct doca_urom_service *service_ctx);
+
+/* The plugins the service offers (running only: DOCA_ERROR_BAD_STATE; none: DOCA_ERROR_NOT_FOUND);
+ * the array stays valid until the service stops. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_get_plugins_list(struct doca_urom_service *service_ctx,
+						const struct doca_urom_service_plugin_info **plugins,
+						size_t *plugins_count);
+
+/* The CPUs workers may use (running only). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_get_cpuset(struct doca_urom_service *service_ctx, doca_cpu_set_t *cpuset);
+
+/* A query for the workers of a group (running only: DOCA_ERROR_BAD_STATE). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_get_workers_by_gid_task_allocate(struct doca_urom_service *service_ctx,
+								struct doca_urom_service_get_workers_by_gid_task **task);
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_get_workers_by_gid_task_allocate_init(
+	struct doca_urom_service *service_ctx,
+	uint32_t gid,
+	doca_urom_service_get_workers_by_gid_task_completion_cb_t cb,
+	struct doca_urom_service_get_workers_by_gid_task **task);
+
+/* Not while in flight (DOCA_ERROR_NOT_PERMITTED). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_service_get_workers_by_gid_task_release(struct doca_urom_service_get_workers_by_gid_task *task);
+
+DOCA_EXPERIMENTAL
+void doca_urom_service_get_workers_by_gid_task_set_gid(struct doca_urom_service_get_workers_by_gid_task *task,
+						       uint32_t gid);
+
+DOCA_EXPERIMENTAL
+void doca_urom_service_get_workers_by_gid_task_set_cb(struct doca_urom_service_get_workers_by_gid_task *task,
+						      doca_urom_service_get_workers_by_gid_task_completion_cb_t cb);
+
+DOCA_EXPERIMENTAL
+struct doca_task *doca_urom_service_get_workers_by_gid_task_as_task(
+	struct doca_urom_service_get_workers_by_gid_task *task);
+
+/* The answer, valid until the task is submitted again or released. */
+DOCA_EXPERIMENTAL
+size_t doca_urom_service_get_workers_by_gid_task_get_workers_count(
+	struct doca_urom_service_get_workers_by_gid_task *task);
+
+DOCA_EXPERIMENTAL
+const uint64_t *doca_urom_service_get_workers_by_gid_task_get_worker_ids(
+	struct doca_urom_service_get_workers_by_gid_task *task);
+
+/* Workers. */
+
+struct doca_urom_worker;
+struct doca_urom_worker_cmd_task;
+
+/* Runs from doca_pe_progress() when a command completes: with the plugin's notification in the
+ * response buffer, or with DOCA_ERROR_SHUTDOWN (stopped) or DOCA_ERROR_NOT_CONNECTED (the worker
+ * or its channel failed) as the task's status. */
+typedef void (*doca_urom_worker_cmd_task_completion_cb_t)(struct doca_urom_worker_cmd_task *task,
+							  union doca_data task_user_data,
+							  union doca_data ctx_user_data);
+
+/* Any id: the service picks a fresh one. */
+#define DOCA_UROM_WORKER_ID_ANY -1ULL
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_create(struct doca_urom_worker **worker_ctx);
+
+/* Idle only (DOCA_ERROR_NOT_PERMITTED otherwise); frees its command tasks. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_destroy(struct doca_urom_worker *worker_ctx);
+
+/* The service must run when the worker starts (DOCA_ERROR_BAD_STATE from doca_ctx_start()). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_service(struct doca_urom_worker *worker_ctx, struct doca_urom_service *service_ctx);
+
+/* An existing worker's id to share it, or DOCA_UROM_WORKER_ID_ANY (the default). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_id(struct doca_urom_worker *worker_ctx, uint64_t worker_id);
+
+/* An OR of plugin ids (not 0). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_plugins(struct doca_urom_worker *worker_ctx, uint64_t plugins);
+
+/* A non-empty subset of the service's CPUs. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_cpuset(struct doca_urom_worker *worker_ctx, doca_cpu_set_t cpuset);
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_gid(struct doca_urom_worker *worker_ctx, uint32_t gid);
+
+/* A power of two (default 64): the number of command tasks. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_max_inflight_tasks(struct doca_urom_worker *worker_ctx, uint32_t max_tasks);
+
+/* `NAME=value` entries for the worker's process; variables that change how programs load
+ * (LD_*, MALLOC_*, ...) are refused with DOCA_ERROR_NOT_PERMITTED. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_set_env(struct doca_urom_worker *worker_ctx, char *const env[], size_t count);
+
+/* The id set, or the worker's own once running. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_get_id(struct doca_urom_worker *worker_ctx, uint64_t *worker_id);
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_get_gid(struct doca_urom_worker *worker_ctx, uint32_t *worker_gid);
+
+DOCA_EXPERIMENTAL
+struct doca_ctx *doca_urom_worker_as_ctx(struct doca_urom_worker *worker_ctx);
+
+/* A command task from the worker's pool (running only: DOCA_ERROR_BAD_STATE; all in use:
+ * DOCA_ERROR_NO_MEMORY). Its payload buffer's data spans the whole payload space: write the
+ * command at its start and set the data to it with doca_buf_set_data(). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_cmd_task_allocate(struct doca_urom_worker *worker_ctx,
+						struct doca_urom_worker_cmd_task **task);
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_cmd_task_allocate_init(struct doca_urom_worker *worker_ctx,
+						     uint64_t plugin,
+						     struct doca_urom_worker_cmd_task **task);
+
+/* Back to the pool; not while in flight (DOCA_ERROR_NOT_PERMITTED). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_worker_cmd_task_release(struct doca_urom_worker_cmd_task *task);
+
+DOCA_EXPERIMENTAL
+void doca_urom_worker_cmd_task_set_plugin(struct doca_urom_worker_cmd_task *task, uint64_t plugin);
+
+/* Required before submitting (DOCA_ERROR_INVALID_VALUE otherwise). */
+DOCA_EXPERIMENTAL
+void doca_urom_worker_cmd_task_set_cb(struct doca_urom_worker_cmd_task *task,
+				      doca_urom_worker_cmd_task_completion_cb_t cb);
+
+DOCA_EXPERIMENTAL
+struct doca_buf *doca_urom_worker_cmd_task_get_payload(struct doca_urom_worker_cmd_task *task);
+
+DOCA_EXPERIMENTAL
+struct doca_buf *doca_urom_worker_cmd_task_get_response(struct doca_urom_worker_cmd_task *task);
+
+/* 32 bytes of the task's own, zeroed when it is allocated. */
+DOCA_EXPERIMENTAL
+void *doca_urom_worker_cmd_task_get_user_data(struct doca_urom_worker_cmd_task *task);
+
+DOCA_EXPERIMENTAL
+struct doca_task *doca_urom_worker_cmd_task_as_task(struct doca_urom_worker_cmd_task *task);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DOCA_UROM_H_ */

@@ -1,0 +1,20 @@
+//! `libdoca_urom` for urom: DOCA UROM's host API in DOCA's C names, over `urom_core::host`.
+//!
+//! * [`service`]: `struct doca_urom_service` (`doca_urom_service_*`) and its workers-by-gid
+//!   task, over `Service<Idle>` / `Service<Running>`.
+//! * [`worker`]: `struct doca_urom_worker` (`doca_urom_worker_*`) and its command task
+//!   (`doca_urom_worker_cmd_task_*`), over `Worker<Idle>` / `Worker<Starting>` /
+//!   `Worker<Running>`.
+//!
+//! Both are DOCA contexts: libdoca_common (package `urom-capi-common`) holds their generic part
+//! and calls back into this library from `doca_ctx_start()`, `doca_ctx_stop()`,
+//! `doca_pe_progress()` and `doca_task_submit()` (see `urom-capi-abi`). A C object keeps the Rust
+//! typestate value of its current state in an enum and moves it from state to state.
+//!
+//! Domains (`doca_urom_domain_*`) are not offered: urom-core's host API has none yet.
+#![deny(unsafe_code)]
+
+mod ffi;
+mod log;
+pub mod service;
+pub mod worker;

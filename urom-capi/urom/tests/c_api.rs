@@ -1,0 +1,118 @@
+//! urom's DOCA-named C API, driven from C against a real daemon.
+//!
+//! Each test builds `libdoca_common.so` and `libdoca_urom.so`, compiles a C program of
+//! `tests/c/` with `-I urom-capi/include -ldoca_urom -ldoca_common` (warnings as errors), starts
+//! a daemon offering the graph and faulty plugins, writes a service file whose line for this host
+//! names two devices, `mlx5_0` and `mlx5_1` at `03:00.0`, and runs the program with
+//! `DOCA_UROM_SERVICE_FILE` and `UROM_SERVICE_SOCKET` pointing at them:
+//!
+//! * `bootstrap.c`: the multi-worker bootstrap (service, plugin list, four workers on their own
+//!   threads and progress engines, graph loopbacks, the faulty plugin's answers, groups queried
+//!   with tasks, everything stopped and destroyed);
+//! * `misuse.c`: every call with NULL arguments, in the wrong state or with bad values returns its
+//!   documented error.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use urom_testkit::daemon::{Daemon, graph_and_faulty};
+use urom_testkit::{TempDir, cdylib, profile_dir, workspace_root};
+
+/// The directory holding both libraries, built for this test's profile.
+fn libraries() -> PathBuf {
+    cdylib("urom-capi-common", "doca_common");
+    let urom = cdylib("urom-capi-urom", "doca_urom");
+    urom.parent().expect("the profile directory").to_owned()
+}
+
+/// Compiles `tests/c/<name>.c` into a program linked with both libraries.
+fn compile(name: &str) -> PathBuf {
+    let libs = libraries();
+    let root = workspace_root();
+    let source = root
+        .join("urom-capi/urom/tests/c")
+        .join(format!("{name}.c"));
+    let dir = profile_dir().join("c-objects");
+    std::fs::create_dir_all(&dir).expect("creating the C object directory");
+    let out = dir.join(format!("capi-{name}"));
+    let partial = dir.join(format!("capi-{name}.{}.partial", std::process::id()));
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&compiler)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
+        .arg("-DDOCA_ALLOW_EXPERIMENTAL_API")
+        .arg(format!("-I{}", root.join("urom-capi/include").display()))
+        .arg("-o")
+        .arg(&partial)
+        .arg(&source)
+        .arg(format!("-L{}", libs.display()))
+        .args(["-ldoca_urom", "-ldoca_common", "-lpthread", "-ldl"])
+        .arg(format!("-Wl,-rpath,{}", libs.display()))
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
+    assert!(status.success(), "compiling {} failed", source.display());
+    std::fs::rename(&partial, &out).expect("moving the program into place");
+    out
+}
+
+/// A service file whose line for this host names `mlx5_0` and `mlx5_1` at `03:00.0`.
+fn service_file(dir: &TempDir) -> PathBuf {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("reading this host's name")
+        .trim()
+        .to_owned();
+    let path = dir.path().join("urom_service.txt");
+    let text = format!(
+        "# the daemon of this host\nother-host dpu other-bf 04:00.0 mlx5_9:1\n{hostname} dpu {hostname} 03:00.0 mlx5_0:1,mlx5_1:1\n"
+    );
+    std::fs::write(&path, text).expect("writing the service file");
+    path
+}
+
+/// Runs `program` against `daemon`.
+fn run(program: &PathBuf, daemon: &Daemon, dir: &TempDir) -> Output {
+    Command::new(program)
+        .current_dir(dir.path())
+        .env("DOCA_UROM_SERVICE_FILE", service_file(dir))
+        .env("UROM_SERVICE_SOCKET", &daemon.socket)
+        .output()
+        .expect("running the C program")
+}
+
+fn assert_ran(output: &Output, daemon: &Daemon, expected: &str) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(expected),
+        "the program failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- daemon log\n{}",
+        output.status,
+        daemon.log()
+    );
+}
+
+#[test]
+fn the_multi_worker_bootstrap_runs_through_the_c_api() {
+    let program = compile("bootstrap");
+    let (_plugins, daemon) = graph_and_faulty(&[]);
+    let dir = TempDir::new("urom-capi-bootstrap");
+    let output = run(&program, &daemon, &dir);
+    assert_ran(
+        &output,
+        &daemon,
+        "bootstrap ok: 4 workers, 200 loopbacks each",
+    );
+    // The program's messages went through the standard backend.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("[DOCA][INFO][bootstrap.c:") && stdout.contains("group 1: 2 workers"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn misuse_gets_the_documented_errors() {
+    let program = compile("misuse");
+    let (_plugins, daemon) = graph_and_faulty(&[]);
+    let dir = TempDir::new("urom-capi-misuse");
+    let output = run(&program, &daemon, &dir);
+    assert_ran(&output, &daemon, "misuse ok");
+}
