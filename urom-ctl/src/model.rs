@@ -189,6 +189,7 @@ impl Snapshot {
                 kind: match l.kind {
                     ListenKind::Control => "control".to_owned(),
                     ListenKind::Metrics => "metrics".to_owned(),
+                    ListenKind::Ucx => "ucx".to_owned(),
                     ListenKind::Unknown(code) => format!("kind {code}"),
                 },
                 address: l.address.to_owned(),

@@ -143,6 +143,8 @@ pub(crate) struct Service {
     socket: PathBuf,
     /// The metrics address, if metrics are served.
     metrics: Option<SocketAddr>,
+    /// The UCX listener for hosts on other machines, once it listens.
+    ucx_listen: std::sync::OnceLock<SocketAddr>,
     /// Whether worker rings go on hugepages.
     hugepages: urom_core::transport::shm::HugePages,
     /// The most workers at once.
@@ -261,6 +263,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         started_at,
         socket: socket.clone(),
         metrics: metrics_addr,
+        ucx_listen: std::sync::OnceLock::new(),
         hugepages: args.hugepages,
         max_workers: args.max_workers,
     });
@@ -298,6 +301,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         let bound = remote::listen(&service, address, Arc::clone(&next_host))
             .map_err(DaemonRunError::Remote)?;
         info!(address = %bound, "listening for hosts on other machines over UCX");
+        let _ = service.ucx_listen.set(bound);
     }
     // Last, so that a socket there means every listener is up.
     let listener = bind(&socket, if others_allowed { 0o666 } else { 0o600 })?;

@@ -652,6 +652,7 @@ mod tests {
             started_at: std::time::Instant::now(),
             socket: dir.join("urom.sock"),
             metrics: None,
+            ucx_listen: std::sync::OnceLock::new(),
             hugepages: urom_core::transport::shm::HugePages::Never,
             max_workers: 4,
         })

@@ -87,6 +87,9 @@ pub(crate) fn collect(service: &Service, owner: &Owner) -> Report {
         cpuset: service.cpuset.to_string(),
     };
     let mut listen = vec![(ListenKind::Control, service.socket.display().to_string())];
+    if let Some(ucx) = service.ucx_listen.get() {
+        listen.push((ListenKind::Ucx, ucx.to_string()));
+    }
     if let Some(metrics) = service.metrics {
         listen.push((ListenKind::Metrics, metrics.to_string()));
     }

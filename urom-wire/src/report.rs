@@ -45,6 +45,8 @@ int_enum! {
         Control = 1,
         /// The Prometheus metrics endpoint (`--metrics-listen`).
         Metrics = 2,
+        /// The UCX listener hosts on other machines connect to (`--listen-ucx`).
+        Ucx = 3,
     }
 }
 
