@@ -43,7 +43,9 @@ fn re_emit(record: &RecordRepr<'_>, out: &mut [u8]) -> usize {
 fuzz_target!(|data: &[u8]| {
     let max = MaxMsgSize::DEFAULT;
     if let Ok(frame) = FrameRepr::<DomainMessage>::parse(data, max) {
-        check(data, |buf| frame.emit(buf, max).expect("a parsed frame emits again"));
+        check(data, |buf| {
+            frame.emit(buf, max).expect("a parsed frame emits again")
+        });
     }
     if let Ok(record) = RecordRepr::parse(data) {
         check(data, |buf| re_emit(&record, buf));
@@ -61,12 +63,18 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(block) = JoinBlock::parse(data) {
-        check(data, |buf| block.emit(buf).expect("a parsed block emits again"));
+        check(data, |buf| {
+            block.emit(buf).expect("a parsed block emits again")
+        });
     }
     if let Ok(block) = ReadyBlock::parse(data) {
-        check(data, |buf| block.emit(buf).expect("a parsed block emits again"));
+        check(data, |buf| {
+            block.emit(buf).expect("a parsed block emits again")
+        });
     }
     if let Ok(message) = OobRepr::parse(data, 1 << 20) {
-        check(data, |buf| message.emit(buf).expect("a parsed message emits again"));
+        check(data, |buf| {
+            message.emit(buf).expect("a parsed message emits again")
+        });
     }
 });
