@@ -3,6 +3,9 @@
  * command it asks the worker's domain lookups about a domain member and reports what they
  * returned in the notification.
  *
+ * Its address (what `addr` returns) is "domain-lookups@<pid>" with its NUL, so that a test can
+ * tell the workers of a domain apart.
+ *
  * Command (8 bytes): the domain id to look up.
  * Notification (56 bytes), all little-endian:
  *   int32 status[8]  addr, seg, memh, mkey lookups with valid output pointers, then the same
@@ -13,6 +16,19 @@
  *   uint64 api_version  the __doca_api_version word of the interface the worker handed back
  *                       in ctx->iface;
  *   uint64 commands  commands handled so far.
+ *
+ * Command (24 bytes): uint64 domain id, uint64 va, int32 seg, uint32 zero: what the lookups
+ * found for that member, virtual address and segment.
+ * Notification (160 bytes), all little-endian:
+ *   int32 status[4]  addr, seg, memh, mkey lookups;
+ *   int32 seg        what seg_lookup stored for va;
+ *   uint32 memh_len  what memh_lookup stored for seg;
+ *   uint32 mkey_len  what mkey_lookup stored for seg;
+ *   uint32 addr_len  the length of the address addr_lookup returned, up to its first NUL;
+ *   char addr[64]    that address, NUL-padded (cut at 63 bytes);
+ *   uint8 memh[32]   the first bytes of the memory handle, zero-padded;
+ *   uint8 mkey[32]   the first bytes of the remote key, zero-padded.
+ *
  * A command of another length gets an empty notification with DOCA_ERROR_INVALID_VALUE.
  *
  * Build: cc -std=c11 -shared -fPIC -I plugins/include -o worker_domain_lookups.so \
@@ -21,17 +37,21 @@
  *   -DIFACE_WORD=n  store n as the interface version word instead of what DOCA_STRUCT_CTOR
  *                   stores, as a plugin built with another SDK's headers would
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include <doca_error.h>
 #include <doca_urom_plugin.h>
 #include <doca_compat.h>
 #include <doca_log.h>
 
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 DOCA_LOG_REGISTER(UROM::WORKER::DOMAIN_LOOKUPS);
 
 #define LOOKUPS_VERSION 0x01
-#define LOOKUPS_ADDR "domain-lookups-endpoint"
+#define LOOKUPS_ADDR_MAX 64
 
 struct lookups_notif {
 	int32_t status[8];
@@ -41,9 +61,22 @@ struct lookups_notif {
 	uint64_t commands;
 };
 
+struct lookups_detail {
+	int32_t status[4];
+	int32_t seg;
+	uint32_t memh_len;
+	uint32_t mkey_len;
+	uint32_t addr_len;
+	char addr[64];
+	uint8_t memh[32];
+	uint8_t mkey[32];
+};
+
 struct lookups_worker {
 	ucs_list_link_t completed;
 	uint64_t commands;
+	char addr[LOOKUPS_ADDR_MAX];
+	size_t addr_len;
 };
 
 static doca_error_t lookups_open(struct urom_worker_ctx *ctx)
@@ -54,6 +87,8 @@ static doca_error_t lookups_open(struct urom_worker_ctx *ctx)
 		return DOCA_ERROR_NO_MEMORY;
 	ucs_list_head_init(&worker->completed);
 	worker->commands = 0;
+	snprintf(worker->addr, sizeof(worker->addr), "domain-lookups@%ld", (long)getpid());
+	worker->addr_len = strlen(worker->addr) + 1;
 	ctx->plugin_ctx = worker;
 	DOCA_LOG_DBG("opened, interface version word %#zx", ctx->iface.__doca_api_version);
 	return DOCA_SUCCESS;
@@ -72,14 +107,45 @@ static void lookups_close(struct urom_worker_ctx *ctx)
 
 static doca_error_t lookups_addr(struct urom_worker_ctx *ctx, void *addr, uint64_t *addr_len)
 {
-	(void)ctx;
-	if (*addr_len < sizeof(LOOKUPS_ADDR)) {
-		*addr_len = sizeof(LOOKUPS_ADDR);
+	struct lookups_worker *worker = ctx->plugin_ctx;
+
+	if (*addr_len < worker->addr_len) {
+		*addr_len = worker->addr_len;
 		return DOCA_ERROR_INVALID_VALUE;
 	}
-	*addr_len = sizeof(LOOKUPS_ADDR);
-	memcpy(addr, LOOKUPS_ADDR, sizeof(LOOKUPS_ADDR));
+	*addr_len = worker->addr_len;
+	memcpy(addr, worker->addr, worker->addr_len);
 	return DOCA_SUCCESS;
+}
+
+/* What the lookups found for member `id`, address `va` and segment `seg`. */
+static void lookup_detail(struct urom_worker_ctx *ctx, uint64_t id, uint64_t va, int seg,
+			  struct lookups_detail *out)
+{
+	void *addr = NULL;
+	void *memh = NULL;
+	void *rkey = NULL;
+	size_t memh_len = 0;
+	size_t rkey_len = 0;
+	int found_seg = 99;
+
+	out->status[0] = doca_urom_worker_domain_addr_lookup(ctx, id, &addr);
+	if (out->status[0] == DOCA_SUCCESS && addr != NULL) {
+		size_t len = strnlen(addr, sizeof(out->addr) - 1);
+
+		memcpy(out->addr, addr, len);
+		out->addr_len = (uint32_t)len;
+	}
+	out->status[1] = doca_urom_worker_domain_seg_lookup(ctx, id, va, &found_seg);
+	out->seg = found_seg;
+	out->status[2] = doca_urom_worker_domain_memh_lookup(ctx, id, seg, &memh_len, &memh);
+	out->memh_len = (uint32_t)memh_len;
+	if (out->status[2] == DOCA_SUCCESS && memh != NULL)
+		memcpy(out->memh, memh, memh_len < sizeof(out->memh) ? memh_len : sizeof(out->memh));
+	out->status[3] = doca_urom_worker_domain_mkey_lookup(ctx, id, seg, &rkey_len, &rkey);
+	out->mkey_len = (uint32_t)rkey_len;
+	if (out->status[3] == DOCA_SUCCESS && rkey != NULL)
+		memcpy(out->mkey, rkey, rkey_len < sizeof(out->mkey) ? rkey_len : sizeof(out->mkey));
 }
 
 /* Asks every lookup about domain member `id`. */
@@ -130,9 +196,10 @@ static doca_error_t lookups_worker_cmd(struct urom_worker_ctx *ctx, ucs_list_lin
 		struct urom_worker_cmd *cmd = &cmd_desc->worker_cmd;
 		struct urom_worker_notif_desc *nd;
 		struct lookups_notif result;
+		struct lookups_detail detail;
 		uint64_t id;
 
-		nd = calloc(1, sizeof(*nd) + sizeof(result));
+		nd = calloc(1, sizeof(*nd) + sizeof(detail));
 		if (nd == NULL) {
 			free(cmd_desc);
 			return DOCA_ERROR_NO_MEMORY;
@@ -140,7 +207,20 @@ static doca_error_t lookups_worker_cmd(struct urom_worker_ctx *ctx, ucs_list_lin
 		nd->dest_id = cmd_desc->dest_id;
 		nd->worker_notif.type = cmd->type;
 		nd->worker_notif.urom_context = cmd->urom_context;
-		if (cmd->len != sizeof(id)) {
+		if (cmd->len == 24) {
+			uint64_t va;
+			int32_t seg;
+
+			memcpy(&id, cmd->plugin_cmd, sizeof(id));
+			memcpy(&va, cmd->plugin_cmd + 8, sizeof(va));
+			memcpy(&seg, cmd->plugin_cmd + 16, sizeof(seg));
+			memset(&detail, 0, sizeof(detail));
+			lookup_detail(ctx, id, va, seg, &detail);
+			worker->commands++;
+			nd->worker_notif.status = DOCA_SUCCESS;
+			nd->worker_notif.len = sizeof(detail);
+			memcpy(nd->worker_notif.plugin_notif, &detail, sizeof(detail));
+		} else if (cmd->len != sizeof(id)) {
 			DOCA_LOG_ERR("command of %lu bytes, expected %zu", (unsigned long)cmd->len, sizeof(id));
 			nd->worker_notif.status = DOCA_ERROR_INVALID_VALUE;
 			nd->worker_notif.len = 0;

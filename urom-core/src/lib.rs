@@ -11,8 +11,11 @@
 //! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
 //!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
 //!   sample plugin's messages;
-//! * [`host`]: the progress engine and the typestate contexts `Service` and `Worker`, whose
-//!   commands are tasks from preallocated task slots; `Domain` will follow;
+//! * [`domain`]: a domain's table (its members' plugin addresses and its hosts' buffers), as
+//!   workers answer plugins' domain lookups from it;
+//! * [`host`]: the progress engine and the typestate contexts `Service`, `Worker` and
+//!   `Domain`, whose commands are tasks from preallocated task slots, and the out-of-band
+//!   collectives domains are built with;
 //! * [`auth`]: how a remote host and the service prove to each other that they share a secret;
 //! * beside them, the rules the daemon and the worker share: [`plugin_id`] (plugin ids are
 //!   single bits, at most 62 plugins), [`worker_command`] (the worker's command line) and
@@ -29,6 +32,8 @@ pub use urom_wire as wire;
 pub mod abi;
 #[cfg(not(loom))]
 pub mod auth;
+#[cfg(not(loom))]
+pub mod domain;
 #[cfg(not(loom))]
 pub mod graph;
 #[cfg(not(loom))]

@@ -8,6 +8,10 @@
 //! is caught at the boundary and becomes `DOCA_ERROR_UNEXPECTED`; it never unwinds into the
 //! worker.
 //!
+//! While it handles a command or progresses, a plugin reaches the other members of its
+//! worker's domain through [`Notifier::domain`]: their plugin addresses and their hosts'
+//! buffers, safely, as the DOCA domain lookups give them to C plugins.
+//!
 //! ```no_run
 //! use urom_core::plugin::{Command, Notifier, Plugin};
 //! use urom_core::wire::Status;
@@ -27,7 +31,7 @@
 //! urom_core::export_plugin!(Echo);
 //! ```
 
-pub use crate::abi::export::Notifier;
+pub use crate::abi::export::{Domain, Notifier};
 pub use crate::wire::Status;
 
 /// One command for the plugin.
@@ -98,6 +102,21 @@ macro_rules! export_plugin {
         ) -> i32 {
             // SAFETY: forwarded under this function's own contract.
             unsafe { $crate::abi::export::get_iface::<$plugin>(iface) }
+        }
+
+        /// The native domain lookups of urom workers.
+        ///
+        /// # Safety
+        /// `ctx` is null or the context `open` succeeded on; `iface` is null or valid for
+        /// reads.
+        #[allow(unsafe_code)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn urom_plugin_set_native_domain(
+            ctx: *mut $crate::abi::WorkerCtx,
+            iface: *const $crate::abi::NativeDomainIface,
+        ) -> i32 {
+            // SAFETY: forwarded under this function's own contract.
+            unsafe { $crate::abi::export::set_native_domain::<$plugin>(ctx, iface) }
         }
 
         /// The native fast path of urom workers.

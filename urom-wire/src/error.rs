@@ -92,6 +92,14 @@ pub enum DecodeError {
         /// What is wrong with it.
         reason: EnvEntryError,
     },
+    /// A domain table's records are not in rank order: the record at `expected` says it is
+    /// rank `found`.
+    RankMismatch {
+        /// The rank the record's position gives it.
+        expected: u32,
+        /// The rank the record says.
+        found: u32,
+    },
 }
 
 impl fmt::Display for DecodeError {
@@ -148,6 +156,10 @@ impl fmt::Display for DecodeError {
             Self::InvalidEnvEntry { index, reason } => {
                 write!(f, "environment entry {index}: {reason}")
             }
+            Self::RankMismatch { expected, found } => write!(
+                f,
+                "the domain record of rank {expected} says it is rank {found}"
+            ),
         }
     }
 }

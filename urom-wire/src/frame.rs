@@ -97,6 +97,14 @@ int_enum! {
         Command = 0x0201,
         /// Worker -> host: [`crate::data::Notification`].
         Notify = 0x0202,
+        /// Host -> worker: [`crate::domain::AddressRequest`].
+        DomainAddressRequest = 0x0210,
+        /// Worker -> host: [`crate::domain::AddressReply`].
+        DomainAddressReply = 0x0211,
+        /// Host -> worker: [`crate::domain::TableChunk`].
+        DomainTableChunk = 0x0212,
+        /// Worker -> host: [`crate::domain::TableAck`].
+        DomainTableAck = 0x0213,
         /// Daemon -> worker, on the daemon's link: what are your counters?
         CountersRequest = 0x0301,
         /// Worker -> daemon: [`crate::link::CounterReport`].

@@ -10,6 +10,10 @@
 //!   events);
 //! * [`data`]: the bodies exchanged between a host and a worker: commands carrying the 24-byte
 //!   `urom_worker_cmd` header and notifications carrying the 32-byte `urom_worker_notify` header;
+//! * [`domain`]: what a host and its workers exchange to start a domain (plugin addresses, the
+//!   table of the domain's members in chunks, acknowledgements) on the same data channel, the
+//!   table's layout, and the blocks hosts allgather to build it; [`oob`]: the socket
+//!   rendezvous, an allgather among hosts without MPI;
 //! * [`graph`]: the graph (loopback) plugin's 16-byte commands and notifications, the payload
 //!   of those data-path messages;
 //! * [`report`]: the records of the daemon's status report (daemon, plugin directories and
@@ -47,6 +51,7 @@ mod codec;
 pub mod control;
 pub mod cpuset;
 pub mod data;
+pub mod domain;
 mod error;
 pub mod frame;
 pub mod gpu;
@@ -54,6 +59,7 @@ pub mod graph;
 mod limits;
 pub mod link;
 pub mod list;
+pub mod oob;
 pub mod report;
 pub mod shm;
 mod status;

@@ -32,7 +32,10 @@ use urom_wire::{FrameRepr, MaxMsgSize, Status};
 use crate::accept::accept_hosts;
 use crate::backlog::{BACKLOG_LIMIT, Backlog};
 use crate::counters::{Counters, Published};
+use crate::domain::{DomainReplies, Domains};
 use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
+use urom_wire::DecodeError;
+use urom_wire::domain::DomainMessage;
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
@@ -91,6 +94,8 @@ pub struct Worker {
     counters: Counters,
     /// Where the counts are published for other threads, if anyone reads them.
     published: Option<Arc<Published>>,
+    /// Domain tables on their way from hosts.
+    domains: Domains,
 }
 
 impl Worker {
@@ -121,6 +126,7 @@ impl Worker {
             seq: 0,
             counters: Counters::default(),
             published: None,
+            domains: Domains::default(),
         }
     }
 
@@ -294,8 +300,9 @@ impl Worker {
     /// Ends a host's channel: its tasks in flight complete with an error on its side.
     fn drop_host(&mut self, slot: usize, why: &str) {
         info!(slot, "host left: {why}");
-        if self.inbound[slot].take().is_some() {
+        if let Some(host) = self.inbound[slot].take() {
             self.counters.hosts -= 1;
+            self.domains.forget(dest_id(slot, host.generation));
         }
         self.outbound[slot] = None;
     }
@@ -365,7 +372,13 @@ impl Worker {
                 seq: &mut self.seq,
                 counters: &mut self.counters,
             };
-            dispatch(&mut self.plugins, &mut router, dest_id, frame);
+            dispatch(
+                &mut self.plugins,
+                &mut self.domains,
+                &mut router,
+                dest_id,
+                frame,
+            );
             taken += 1;
         }
         self.counters.ring_batch(taken);
@@ -404,6 +417,7 @@ impl Drop for Worker {
 /// answered here with an error.
 fn dispatch(
     plugins: &mut [Option<LoadedPlugin>],
+    domains: &mut Domains,
     router: &mut Router<'_>,
     dest_id: u64,
     frame: &[u8],
@@ -436,6 +450,11 @@ fn dispatch(
         }) => {
             warn!("a host sent a notification; only commands are accepted");
             (notify.plugin, notify.urom_context, Status::InvalidValue)
+        }
+        Err(DecodeError::UnexpectedKind(kind)) if DomainMessage::is_domain_kind(kind) => {
+            let max = router.max;
+            domains.handle(plugins, router, max, dest_id, frame);
+            return;
         }
         Err(error) => {
             warn!("malformed frame from a host: {error}");
@@ -513,6 +532,30 @@ impl NotificationSink for Router<'_> {
             self.counters.backlog(host.backlog.held());
         }
         sent
+    }
+}
+
+impl DomainReplies for Router<'_> {
+    fn reply(&mut self, dest_id: u64, body: DomainMessage<'_>) -> Result<(), Status> {
+        let slot = (dest_id & u64::from(u32::MAX)) as usize;
+        let generation = (dest_id >> 32) as u32;
+        let host = match self.hosts.get_mut(slot) {
+            Some(Some(host)) if host.generation == generation => host,
+            _ => {
+                debug!(dest_id, "domain reply for a host that has left");
+                return Err(Status::NotConnected);
+            }
+        };
+        *self.seq += 1;
+        let frame = FrameRepr {
+            seq: *self.seq,
+            body,
+        };
+        let len = frame.emit(self.outbox, self.max).map_err(|e| {
+            warn!("cannot write a domain reply: {e}");
+            Status::TooBig
+        })?;
+        host.send(&self.outbox[..len])
     }
 }
 

@@ -6,6 +6,9 @@
 //! off every host channel, hand it to the plugin its id names, give every plugin time to
 //! progress, and route each notification back to the host connection it answers.
 //!
+//! A host that starts a domain asks the worker for its plugins' addresses and sends it the
+//! domain's table, which the worker answers its plugins' domain lookups from.
+//!
 //! A plugin that fails to load or open is logged and left out; the others run. A command for an
 //! unknown plugin, a malformed frame, a command a plugin refuses and a plugin that panics each
 //! get an error notification, and the worker goes on. SIGTERM or SIGINT stop the worker: every
@@ -17,6 +20,7 @@ mod args;
 mod backlog;
 pub mod counters;
 mod dispatch;
+mod domain;
 mod link;
 mod remote;
 

@@ -60,7 +60,10 @@ fn answer(plugin: &mut LoadedPlugin, context: u64, payload: &[u8]) -> (Status, V
 
 fn survives_everything(native: bool) {
     let mut plugin = open(native);
-    assert_eq!(plugin.address().unwrap(), b"faulty-address");
+    assert_eq!(
+        plugin.address().unwrap(),
+        format!("faulty-address@{}", std::process::id()).as_bytes()
+    );
     assert_eq!(
         answer(&mut plugin, 1, b"hello"),
         (Status::Success, b"hello".to_vec())
@@ -107,4 +110,124 @@ fn native_path_survives_a_faulty_plugin() {
 #[test]
 fn doca_path_survives_a_faulty_plugin() {
     survives_everything(false);
+}
+
+/// A table of two ranks: member 3 (this plugin at "peer-3") with a buffer that has both keys,
+/// member 4 (no address of this plugin) with a buffer that has no memory handle.
+fn two_rank_table() -> std::sync::Arc<urom_core::domain::DomainTable> {
+    use urom_core::wire::domain::{Buffer, MemberSpec, PluginAddress, RecordSpec, TableRepr};
+    let ours = [PluginAddress {
+        name: "libworker_faulty",
+        address: b"peer-3",
+    }];
+    let other = [PluginAddress {
+        name: "worker_graph",
+        address: b"graph-4",
+    }];
+    let (m0, m1) = (
+        [MemberSpec {
+            domain_id: 3,
+            plugins: &ours,
+        }],
+        [MemberSpec {
+            domain_id: 4,
+            plugins: &other,
+        }],
+    );
+    let (b0, b1) = (
+        [Buffer {
+            va: 0x1000,
+            len: 0x1000,
+            memh: b"memh-3",
+            mkey: b"mkey-3",
+        }],
+        [Buffer {
+            va: 0x1000,
+            len: 0x10,
+            memh: b"",
+            mkey: b"mkey-4",
+        }],
+    );
+    let records: Vec<Vec<u8>> = [
+        RecordSpec {
+            rank: 0,
+            members: &m0,
+            buffers: &b0,
+        },
+        RecordSpec {
+            rank: 1,
+            members: &m1,
+            buffers: &b1,
+        },
+    ]
+    .iter()
+    .map(|spec| {
+        let mut bytes = vec![0; spec.buffer_len()];
+        spec.emit(&mut bytes).unwrap();
+        bytes
+    })
+    .collect();
+    let slices: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    let mut table = vec![0; TableRepr::buffer_len(&slices)];
+    TableRepr::emit(&slices, &mut table).unwrap();
+    std::sync::Arc::new(urom_core::domain::DomainTable::parse(&table).unwrap())
+}
+
+fn domain_command(id: u64, va: u64, seg: i32) -> Vec<u8> {
+    let mut payload = b"domain:".to_vec();
+    payload.extend_from_slice(&id.to_le_bytes());
+    payload.extend_from_slice(&va.to_le_bytes());
+    payload.extend_from_slice(&seg.to_le_bytes());
+    payload
+}
+
+fn sdk_lookups(native: bool) {
+    let mut plugin = open(native);
+    let ask = |plugin: &mut LoadedPlugin, id: u64, va: u64, seg: i32| {
+        let (status, text) = answer(plugin, 1, &domain_command(id, va, seg));
+        assert_eq!(status, Status::Success);
+        String::from_utf8(text).unwrap()
+    };
+    // No domain yet: every id is unknown.
+    assert_eq!(
+        ask(&mut plugin, 3, 0x1000, 0),
+        "addr=!DOCA_ERROR_NOT_FOUND;seg=!DOCA_ERROR_NOT_FOUND;memh=!DOCA_ERROR_NOT_FOUND;\
+         mkey=!DOCA_ERROR_NOT_FOUND"
+    );
+    plugin.set_domain(two_rank_table());
+    assert_eq!(
+        ask(&mut plugin, 3, 0x1fff, 0),
+        "addr=peer-3;seg=0;memh=memh-3;mkey=mkey-3"
+    );
+    // Member 4 runs no faulty plugin; its buffer has no memory handle (UCX 1.13 exports none).
+    assert_eq!(
+        ask(&mut plugin, 4, 0x1000, 0),
+        "addr=!DOCA_ERROR_NOT_FOUND;seg=0;memh=!DOCA_ERROR_NOT_SUPPORTED;mkey=mkey-4"
+    );
+    // An address no buffer holds, a segment that is not there, an unknown id.
+    assert_eq!(
+        ask(&mut plugin, 3, 0x2000, 1),
+        "addr=peer-3;seg=!DOCA_ERROR_NOT_FOUND;memh=!DOCA_ERROR_NOT_FOUND;\
+         mkey=!DOCA_ERROR_NOT_FOUND"
+    );
+    assert_eq!(
+        ask(&mut plugin, 9, 0x1000, 0),
+        "addr=!DOCA_ERROR_NOT_FOUND;seg=!DOCA_ERROR_NOT_FOUND;memh=!DOCA_ERROR_NOT_FOUND;\
+         mkey=!DOCA_ERROR_NOT_FOUND"
+    );
+    // A malformed request is the plugin's error.
+    assert_eq!(
+        answer(&mut plugin, 2, b"domain:short"),
+        (Status::InvalidValue, vec![])
+    );
+}
+
+#[test]
+fn sdk_plugins_look_up_their_domain_on_the_native_path() {
+    sdk_lookups(true);
+}
+
+#[test]
+fn sdk_plugins_look_up_their_domain_through_the_doca_interface() {
+    sdk_lookups(false);
 }

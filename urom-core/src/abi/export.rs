@@ -6,12 +6,14 @@
 //! `catch_unwind`: a panic becomes `DOCA_ERROR_UNEXPECTED` and a line on stderr.
 
 use core::ffi::c_void;
+use core::marker::PhantomData;
 use core::ptr;
 
 use super::list::{self, ListHead};
 use super::{
-    DocaError, ListLink, NATIVE_IFACE_VERSION, NativeIface, NotifySink, PLUGIN_IFACE_VERSION,
-    PluginIface, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
+    DocaError, ListLink, NATIVE_DOMAIN_VERSION, NATIVE_IFACE_VERSION, NativeDomainIface,
+    NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc, WorkerCtx,
+    WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::plugin::{Command, Plugin};
 use crate::wire::Status;
@@ -21,6 +23,8 @@ struct Instance<P> {
     plugin: P,
     /// Notifications made on the DOCA path, waiting for the next `progress`.
     pending: ListHead,
+    /// The worker's address lookup with a length, when it offers one (a urom worker does).
+    native_domain: Option<NativeDomainIface>,
 }
 
 enum Target<'a> {
@@ -30,12 +34,114 @@ enum Target<'a> {
     Pending(&'a mut ListHead),
 }
 
-/// Where a plugin sends its notifications.
+/// Where a plugin sends its notifications, and through [`Notifier::domain`] what it may ask
+/// its worker about its domain, for the duration of one call into the plugin.
 pub struct Notifier<'a> {
     target: Target<'a>,
+    domain: Domain<'a>,
 }
 
-impl Notifier<'_> {
+/// The plugin's view of its worker's domain: the members' plugin addresses and their hosts'
+/// buffers, as the host that started the domain gave them (DOCA's domain lookups).
+///
+/// Errors as DOCA documents them: `DOCA_ERROR_NOT_FOUND` for a domain id the worker does not
+/// know (every id, before any domain is started), a segment that is not there, or a member
+/// that does not run this plugin; `DOCA_ERROR_NOT_SUPPORTED` for a buffer added without a
+/// memory handle or remote key, and for addresses on a worker that does not give their length.
+/// What a lookup returns stays valid for the whole call.
+#[derive(Clone, Copy)]
+pub struct Domain<'a> {
+    /// The plugin's context, valid for the call.
+    ctx: *mut WorkerCtx,
+    native: Option<NativeDomainIface>,
+    _call: PhantomData<&'a ()>,
+}
+
+impl core::fmt::Debug for Domain<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Domain")
+            .field("native", &self.native.is_some())
+            .finish()
+    }
+}
+
+impl<'a> Domain<'a> {
+    /// The view of the context `ctx`, for one call.
+    fn new(ctx: *mut WorkerCtx, native: Option<NativeDomainIface>) -> Self {
+        Self {
+            ctx,
+            native,
+            _call: PhantomData,
+        }
+    }
+
+    /// This plugin's address on member `domain_id` (what that member's instance of this plugin
+    /// returned from its `addr`).
+    pub fn address(&self, domain_id: u64) -> Result<&'a [u8], Status> {
+        let lookup = self
+            .native
+            .and_then(|native| native.addr_lookup)
+            .ok_or(Status::NotSupported)?;
+        let mut addr: *const u8 = ptr::null();
+        let mut len = 0usize;
+        // SAFETY: the native ABI: the worker's lookup, the context it gave for this call, and
+        // valid outputs.
+        let status = unsafe { lookup(self.ctx, domain_id, &mut addr, &mut len) };
+        Status::from_raw(status).into_result()?;
+        // SAFETY: a successful lookup returns `len` bytes that stay valid at least for the
+        // call (the worker keeps its tables until the plugin closes).
+        unsafe { super::lent_bytes(addr, len as u64) }.ok_or(Status::Unexpected)
+    }
+
+    /// The index of the buffer of member `domain_id`'s host that holds `va`.
+    pub fn segment(&self, domain_id: u64, va: u64) -> Result<i32, Status> {
+        // SAFETY: the worker's context is valid for the call.
+        let lookups = unsafe { (*self.ctx).domain_iface };
+        let lookup = lookups.seg_lookup.ok_or(Status::NotSupported)?;
+        let mut seg = -1i32;
+        // SAFETY: the plugin ABI: the worker's lookup, its context, a valid output.
+        let status = unsafe { lookup(self.ctx, domain_id, va, &mut seg) };
+        Status::from_raw(status).into_result().map(|()| seg)
+    }
+
+    /// The packed memory handle of segment `seg` of member `domain_id`.
+    pub fn memory_handle(&self, domain_id: u64, seg: i32) -> Result<&'a [u8], Status> {
+        // SAFETY: the worker's context is valid for the call.
+        let lookups = unsafe { (*self.ctx).domain_iface };
+        self.key(lookups.memh_lookup, domain_id, seg)
+    }
+
+    /// The packed remote key of segment `seg` of member `domain_id`.
+    pub fn remote_key(&self, domain_id: u64, seg: i32) -> Result<&'a [u8], Status> {
+        // SAFETY: the worker's context is valid for the call.
+        let lookups = unsafe { (*self.ctx).domain_iface };
+        self.key(lookups.mkey_lookup, domain_id, seg)
+    }
+
+    fn key(
+        &self,
+        lookup: Option<super::MemhLookupFn>,
+        domain_id: u64,
+        seg: i32,
+    ) -> Result<&'a [u8], Status> {
+        let lookup = lookup.ok_or(Status::NotSupported)?;
+        let mut key: *mut c_void = ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: the plugin ABI: the worker's lookup, its context, valid outputs.
+        let status = unsafe { lookup(self.ctx, domain_id, seg, &mut len, &mut key) };
+        Status::from_raw(status).into_result()?;
+        // SAFETY: a successful lookup returns `len` bytes valid at least for the call.
+        unsafe { super::lent_bytes(key.cast::<u8>().cast_const(), len as u64) }
+            .ok_or(Status::Unexpected)
+    }
+}
+
+impl<'a> Notifier<'a> {
+    /// What the plugin may ask about its worker's domain during this call.
+    pub fn domain(&self) -> Domain<'a> {
+        self.domain
+    }
+
     /// Sends a notification to host connection `dest_id`.
     pub fn notify(
         &mut self,
@@ -204,6 +310,7 @@ unsafe extern "C" fn open<P: Plugin>(ctx: *mut WorkerCtx) -> DocaError {
                 let instance = Box::new(Instance {
                     plugin,
                     pending: ListHead::new(),
+                    native_domain: None,
                 });
                 // SAFETY: `ctx` is the worker's valid context (plugin ABI).
                 unsafe { (*ctx).plugin_ctx = Box::into_raw(instance).cast::<c_void>() };
@@ -271,7 +378,12 @@ unsafe extern "C" fn worker_cmd<P: Plugin>(
 ) -> DocaError {
     guard("worker_cmd", || {
         // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
-        let Some(Instance { plugin, pending }) = (unsafe { instance::<P>(ctx) }) else {
+        let Some(Instance {
+            plugin,
+            pending,
+            native_domain,
+        }) = (unsafe { instance::<P>(ctx) })
+        else {
             return Status::InvalidValue;
         };
         if cmd_list.is_null() {
@@ -295,6 +407,7 @@ unsafe extern "C" fn worker_cmd<P: Plugin>(
             };
             let mut out = Notifier {
                 target: Target::Pending(pending),
+                domain: Domain::new(ctx, *native_domain),
             };
             if let Err(status) = plugin.command(&command, &mut out) {
                 // Answer the failed command here, so a list of several commands still gets
@@ -314,7 +427,12 @@ unsafe extern "C" fn progress<P: Plugin>(
 ) -> DocaError {
     guard("progress", || {
         // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (plugin ABI).
-        let Some(Instance { plugin, pending }) = (unsafe { instance::<P>(ctx) }) else {
+        let Some(Instance {
+            plugin,
+            pending,
+            native_domain,
+        }) = (unsafe { instance::<P>(ctx) })
+        else {
             return Status::InvalidValue;
         };
         if notif_list.is_null() {
@@ -322,6 +440,7 @@ unsafe extern "C" fn progress<P: Plugin>(
         }
         let mut out = Notifier {
             target: Target::Pending(pending),
+            domain: Domain::new(ctx, *native_domain),
         };
         let result = plugin.progress(&mut out);
         let mut handed_over = false;
@@ -376,7 +495,12 @@ unsafe extern "C" fn native_command<P: Plugin>(
 ) -> DocaError {
     guard("command", || {
         // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
-        let Some(Instance { plugin, .. }) = (unsafe { instance::<P>(ctx) }) else {
+        let Some(Instance {
+            plugin,
+            native_domain,
+            ..
+        }) = (unsafe { instance::<P>(ctx) })
+        else {
             return Status::InvalidValue;
         };
         if cmd.is_null() || sink.is_null() {
@@ -398,6 +522,7 @@ unsafe extern "C" fn native_command<P: Plugin>(
         };
         let mut out = Notifier {
             target: Target::Sink(sink),
+            domain: Domain::new(ctx, *native_domain),
         };
         match plugin.command(&command, &mut out) {
             Ok(()) => Status::Success,
@@ -412,7 +537,12 @@ unsafe extern "C" fn native_progress<P: Plugin>(
 ) -> DocaError {
     guard("progress", || {
         // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
-        let Some(Instance { plugin, .. }) = (unsafe { instance::<P>(ctx) }) else {
+        let Some(Instance {
+            plugin,
+            native_domain,
+            ..
+        }) = (unsafe { instance::<P>(ctx) })
+        else {
             return Status::InvalidValue;
         };
         if sink.is_null() {
@@ -421,11 +551,39 @@ unsafe extern "C" fn native_progress<P: Plugin>(
         let mut out = Notifier {
             // SAFETY: non-null and valid for the call (native ABI).
             target: Target::Sink(unsafe { &*sink }),
+            domain: Domain::new(ctx, *native_domain),
         };
         match plugin.progress(&mut out) {
             Ok(true) => Status::Success,
             Ok(false) => Status::Empty,
             Err(status) => status,
         }
+    })
+}
+
+/// `urom_plugin_set_native_domain`: keeps the worker's native domain lookups for the plugin's
+/// [`Domain`] view.
+///
+/// # Safety
+/// `ctx` is null or the context `open::<P>` succeeded on; `iface` is null or valid for reads.
+pub unsafe fn set_native_domain<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    iface: *const NativeDomainIface,
+) -> DocaError {
+    guard("set_native_domain", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (caller).
+        let Some(instance) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if iface.is_null() {
+            return Status::InvalidValue;
+        }
+        // SAFETY: non-null and valid for reads (caller).
+        let iface = unsafe { *iface };
+        if iface.version != NATIVE_DOMAIN_VERSION {
+            return Status::NotSupported;
+        }
+        instance.native_domain = Some(iface);
+        Status::Success
     })
 }

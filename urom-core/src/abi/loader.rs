@@ -12,13 +12,17 @@ use std::path::{Path, PathBuf};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
+use std::sync::Arc;
+
+use super::domain::{DomainSlot, LOOKUPS, NATIVE_DOMAIN, WorkerCtxExt};
 use super::list::ListHead;
 use super::{
-    DOCA_RELEASES, DocaError, DomainLookupsIface, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL,
-    GET_VERSION_SYMBOL, GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion,
-    NATIVE_IFACE_VERSION, NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmd,
-    WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
+    DOCA_RELEASES, DocaError, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL, GET_VERSION_SYMBOL,
+    GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion, NATIVE_IFACE_VERSION, NativeIface,
+    NotifySink, PLUGIN_IFACE_VERSION, PluginIface, SET_NATIVE_DOMAIN_SYMBOL, SetNativeDomainFn,
+    WorkerCmd, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
 };
+use crate::domain::DomainTable;
 use crate::wire::data::{NOTIFY_HEADER_LEN, Notification, max_notify_payload};
 use crate::wire::{MaxMsgSize, Status, data::Command};
 
@@ -139,6 +143,8 @@ pub struct PluginLibrary {
     iface_version: IfaceVersion,
     iface: PluginIface,
     native: Option<NativeIface>,
+    /// Where an SDK plugin takes the native domain lookups, when it exports it.
+    set_native_domain: Option<SetNativeDomainFn>,
     // INVARIANTS: keeps the code `iface` and `native` point into mapped; it is never read, only
     // held, and it is the last field, so it is dropped after everything that may call into it.
     _library: Library,
@@ -206,12 +212,14 @@ impl PluginLibrary {
         }
 
         let native = native_iface(&library, path);
+        let set_native_domain = symbol(&library, path, SET_NATIVE_DOMAIN_SYMBOL).ok();
         Ok(Self {
             path: path.to_owned(),
             version,
             iface_version,
             iface,
             native,
+            set_native_domain,
             _library: library,
         })
     }
@@ -231,6 +239,15 @@ impl PluginLibrary {
         self.iface_version
     }
 
+    /// The plugin's name: its file name without `.so`, as the service lists it and domain
+    /// tables name its address.
+    pub fn name(&self) -> &str {
+        self.path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .unwrap_or_default()
+    }
+
     /// Whether the plugin offers the allocation-free native path.
     pub fn has_native_path(&self) -> bool {
         self.native.is_some()
@@ -246,30 +263,40 @@ impl PluginLibrary {
     /// Creates the plugin's instance for plugin id `id` (`open`). `max` bounds the packed
     /// notifications the instance can return.
     pub fn open(self, id: u64, max: MaxMsgSize) -> Result<LoadedPlugin, PluginOpenError> {
-        let mut ctx = Box::new(WorkerCtx {
-            iface: self.iface,
-            domain_iface: NO_DOMAIN,
-            plugin_ctx: ptr::null_mut(),
-        });
-        let open = self.iface.open.expect("checked at load");
-        let ctx_ptr: *mut WorkerCtx = &mut *ctx;
-        // SAFETY: `open` has the ABI's signature; `ctx` is a valid context that stays at this
-        // address for the instance's lifetime.
-        let status = Status::from_raw(guard_call(|| unsafe { open(ctx_ptr) }));
-        if status != Status::Success {
-            return Err(PluginOpenError {
-                path: self.path,
-                status,
-            });
-        }
-        Ok(LoadedPlugin {
+        let ctx = Box::into_raw(Box::new(WorkerCtxExt {
+            ctx: WorkerCtx {
+                iface: self.iface,
+                domain_iface: LOOKUPS,
+                plugin_ctx: ptr::null_mut(),
+            },
+            domain: DomainSlot::new(self.name()),
+        }));
+        let mut plugin = LoadedPlugin {
             id,
             ctx,
             cmd_list: ListHead::new(),
             notif_list: ListHead::new(),
             packed: vec![0; NOTIFY_HEADER_LEN + max_notify_payload(max)].into_boxed_slice(),
+            opened: false,
             library: self,
-        })
+        };
+        let open = plugin.library.iface.open.expect("checked at load");
+        let ctx_ptr = plugin.ctx_ptr();
+        // SAFETY: `open` has the ABI's signature; `ctx` is a valid context that stays at this
+        // address for the instance's lifetime.
+        let status = Status::from_raw(guard_call(|| unsafe { open(ctx_ptr) }));
+        if status != Status::Success {
+            let path = plugin.library.path.clone();
+            return Err(PluginOpenError { path, status });
+        }
+        plugin.opened = true;
+        if let Some(set_native_domain) = plugin.library.set_native_domain {
+            // SAFETY: the native ABI: the context `open` succeeded on and an interface that
+            // outlives the instance (a constant). A plugin that refuses it still runs; its
+            // address lookups then have no length.
+            guard_call(|| unsafe { set_native_domain(ctx_ptr, &NATIVE_DOMAIN) });
+        }
+        Ok(plugin)
     }
 }
 
@@ -282,12 +309,17 @@ pub trait NotificationSink {
 /// An opened plugin instance.
 pub struct LoadedPlugin {
     id: u64,
-    // INVARIANTS: boxed so its address stays fixed: the plugin may keep a pointer to it.
-    ctx: Box<WorkerCtx>,
+    // INVARIANTS: from `Box::into_raw`, freed in `drop` after `close`: its address stays fixed
+    // and every access goes through this one pointer, the one the plugin is given (as a pointer
+    // to its first field, the DOCA context) and may keep, so that the domain lookups reach the
+    // rest.
+    ctx: *mut WorkerCtxExt,
     cmd_list: ListHead,
     notif_list: ListHead,
     /// Room for one packed notification (header and largest payload).
     packed: Box<[u8]>,
+    /// Whether `open` succeeded (and so `close` is due).
+    opened: bool,
     library: PluginLibrary,
 }
 
@@ -311,10 +343,24 @@ impl LoadedPlugin {
         &self.library
     }
 
+    /// The context pointer the plugin is given: the DOCA context at the start of its
+    /// extension, with the provenance of the whole.
+    fn ctx_ptr(&mut self) -> *mut WorkerCtx {
+        self.ctx.cast()
+    }
+
+    /// Answers the plugin's domain lookups from `table` from now on. What the plugin looked up
+    /// in an earlier table stays valid until it closes.
+    pub fn set_domain(&mut self, table: Arc<DomainTable>) {
+        // SAFETY: the context is live (INVARIANTS) and no call into the plugin is running: this
+        // takes `&mut self`, and every call into the plugin does too.
+        unsafe { (*self.ctx).domain.set(table) };
+    }
+
     /// The plugin's endpoint address, read with the two-call protocol of `addr`.
     pub fn address(&mut self) -> Result<Vec<u8>, Status> {
         let addr = self.library.iface.addr.expect("checked at load");
-        let ctx: *mut WorkerCtx = &mut *self.ctx;
+        let ctx = self.ctx_ptr();
         let mut len = 0usize;
         // SAFETY: `addr` has the ABI's signature; a zero capacity with a null buffer asks for
         // the length only.
@@ -352,7 +398,7 @@ impl LoadedPlugin {
             urom_context: command.urom_context,
             len: command.payload.len() as u64,
         };
-        let ctx: *mut WorkerCtx = &mut *self.ctx;
+        let ctx = self.ctx_ptr();
         if let Some(native) = self.library.native {
             let native_command = native.command.expect("checked at load");
             let mut sink: &mut dyn NotificationSink = sink;
@@ -390,7 +436,7 @@ impl LoadedPlugin {
     /// Gives the plugin time for asynchronous work and delivers its finished notifications to
     /// `sink`; returns whether anything happened.
     pub fn progress(&mut self, sink: &mut dyn NotificationSink) -> Result<bool, Status> {
-        let ctx: *mut WorkerCtx = &mut *self.ctx;
+        let ctx = self.ctx_ptr();
         let status = if let Some(native) = self.library.native {
             let native_progress = native.progress.expect("checked at load");
             let mut sink: &mut dyn NotificationSink = sink;
@@ -461,19 +507,24 @@ impl LoadedPlugin {
 
 impl Drop for LoadedPlugin {
     fn drop(&mut self) {
-        let close = self.library.iface.close.expect("checked at load");
-        let ctx: *mut WorkerCtx = &mut *self.ctx;
-        guard_call(|| {
-            // SAFETY: the ABI: `close` once, with the context `open` succeeded on.
-            unsafe { close(ctx) };
-            Status::Success.raw()
-        });
+        if self.opened {
+            let close = self.library.iface.close.expect("checked at load");
+            let ctx = self.ctx_ptr();
+            guard_call(|| {
+                // SAFETY: the ABI: `close` once, with the context `open` succeeded on.
+                unsafe { close(ctx) };
+                Status::Success.raw()
+            });
+        }
         // SAFETY: descriptors still listed are ours to free (the lists are drained after each
         // call, so this only matters if a call panicked midway).
         while let Some(link) = unsafe { self.notif_list.pop_front() } {
             // SAFETY: malloc'ed by the plugin, owned by the worker.
             unsafe { libc::free(link.cast()) };
         }
+        // SAFETY: from `Box::into_raw` in `PluginLibrary::open`, freed once, here, after the
+        // plugin closed; the library is unloaded only after this (a later field).
+        drop(unsafe { Box::from_raw(self.ctx) });
     }
 }
 
@@ -567,90 +618,6 @@ unsafe extern "C" fn sink_trampoline(
     })
 }
 
-/// The domain lookups of a worker on which no domain has been started: every domain id is
-/// unknown, so each lookup answers `DOCA_ERROR_NOT_FOUND` (the status DOCA documents for an
-/// unknown domain id), or `DOCA_ERROR_INVALID_VALUE` for a null context or output pointer.
-/// The outputs it can write are cleared, so a plugin that ignores the status reads null
-/// pointers and zero lengths rather than garbage.
-const NO_DOMAIN: DomainLookupsIface = DomainLookupsIface {
-    addr_lookup: Some(no_domain_addr),
-    seg_lookup: Some(no_domain_seg),
-    memh_lookup: Some(no_domain_memh),
-    mkey_lookup: Some(no_domain_mkey),
-};
-
-/// Stores `value` through `out` when it is not null; whether it was.
-///
-/// # Safety
-/// `out` is null or points to a writable `T`.
-unsafe fn clear<T>(out: *mut T, value: T) -> bool {
-    if out.is_null() {
-        return false;
-    }
-    // SAFETY: non-null and writable (caller).
-    unsafe { out.write(value) };
-    true
-}
-
-/// The status of a lookup on a worker without a domain, given whether the context and every
-/// output pointer were non-null.
-fn no_domain_status(ctx: *mut WorkerCtx, outputs_present: bool) -> DocaError {
-    if ctx.is_null() || !outputs_present {
-        Status::InvalidValue.raw()
-    } else {
-        Status::NotFound.raw()
-    }
-}
-
-unsafe extern "C" fn no_domain_addr(
-    ctx: *mut WorkerCtx,
-    _domain_id: u64,
-    addr: *mut *mut c_void,
-) -> DocaError {
-    // SAFETY: the ABI: `addr` is null or a writable pointer.
-    let addr_ok = unsafe { clear(addr, ptr::null_mut()) };
-    no_domain_status(ctx, addr_ok)
-}
-
-unsafe extern "C" fn no_domain_seg(
-    ctx: *mut WorkerCtx,
-    _domain_id: u64,
-    _va: u64,
-    seg: *mut i32,
-) -> DocaError {
-    // SAFETY: the ABI: `seg` is null or a writable int.
-    let seg_ok = unsafe { clear(seg, -1) };
-    no_domain_status(ctx, seg_ok)
-}
-
-unsafe extern "C" fn no_domain_memh(
-    ctx: *mut WorkerCtx,
-    _domain_id: u64,
-    _seg: i32,
-    len: *mut usize,
-    memh: *mut *mut c_void,
-) -> DocaError {
-    // SAFETY: the ABI: `len` is null or a writable size_t.
-    let len_ok = unsafe { clear(len, 0) };
-    // SAFETY: the ABI: `memh` is null or a writable pointer.
-    let memh_ok = unsafe { clear(memh, ptr::null_mut()) };
-    no_domain_status(ctx, len_ok && memh_ok)
-}
-
-unsafe extern "C" fn no_domain_mkey(
-    ctx: *mut WorkerCtx,
-    _domain_id: u64,
-    _seg: i32,
-    len: *mut usize,
-    rkey: *mut *mut c_void,
-) -> DocaError {
-    // SAFETY: the ABI: `len` is null or a writable size_t.
-    let len_ok = unsafe { clear(len, 0) };
-    // SAFETY: the ABI: `rkey` is null or a writable pointer.
-    let rkey_ok = unsafe { clear(rkey, ptr::null_mut()) };
-    no_domain_status(ctx, len_ok && rkey_ok)
-}
-
 /// Flattens an error and its sources into one line.
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -661,79 +628,4 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Calls each lookup of [`NO_DOMAIN`] with `ctx` and outputs that start non-zero.
-    fn lookups(ctx: *mut WorkerCtx) -> [(Status, bool); 4] {
-        let lookups = NO_DOMAIN;
-        let mut addr: *mut c_void = ptr::NonNull::dangling().as_ptr();
-        let mut seg = 99i32;
-        let (mut memh, mut memh_len) = (ptr::NonNull::<c_void>::dangling().as_ptr(), 99usize);
-        let (mut rkey, mut rkey_len) = (ptr::NonNull::<c_void>::dangling().as_ptr(), 99usize);
-        // SAFETY: the outputs are valid; the lookups never read through `ctx`.
-        let addr_status = unsafe { (lookups.addr_lookup.unwrap())(ctx, 7, &mut addr) };
-        // SAFETY: as above.
-        let seg_status = unsafe { (lookups.seg_lookup.unwrap())(ctx, 7, 0x1000, &mut seg) };
-        // SAFETY: as above.
-        let memh_status =
-            unsafe { (lookups.memh_lookup.unwrap())(ctx, 7, 0, &mut memh_len, &mut memh) };
-        // SAFETY: as above.
-        let mkey_status =
-            unsafe { (lookups.mkey_lookup.unwrap())(ctx, 7, 0, &mut rkey_len, &mut rkey) };
-        [
-            (Status::from_raw(addr_status), addr.is_null()),
-            (Status::from_raw(seg_status), seg == -1),
-            (
-                Status::from_raw(memh_status),
-                memh.is_null() && memh_len == 0,
-            ),
-            (
-                Status::from_raw(mkey_status),
-                rkey.is_null() && rkey_len == 0,
-            ),
-        ]
-    }
-
-    #[test]
-    fn without_a_domain_every_lookup_is_not_found_and_clears_its_outputs() {
-        let mut ctx = WorkerCtx {
-            iface: PluginIface::default(),
-            domain_iface: NO_DOMAIN,
-            plugin_ctx: ptr::null_mut(),
-        };
-        assert_eq!(lookups(&mut ctx), [(Status::NotFound, true); 4]);
-    }
-
-    #[test]
-    fn a_null_context_or_output_is_an_invalid_value() {
-        assert_eq!(lookups(ptr::null_mut()), [(Status::InvalidValue, true); 4]);
-        let mut ctx = WorkerCtx {
-            iface: PluginIface::default(),
-            domain_iface: NO_DOMAIN,
-            plugin_ctx: ptr::null_mut(),
-        };
-        let ctx: *mut WorkerCtx = &mut ctx;
-        let mut len = 5usize;
-        let mut out: *mut c_void = ptr::NonNull::dangling().as_ptr();
-        let null_ptr = ptr::null_mut::<*mut c_void>();
-        // Every pointer is null or valid; the lookups never read through `ctx`.
-        let statuses = [
-            // SAFETY: see above.
-            unsafe { (NO_DOMAIN.addr_lookup.unwrap())(ctx, 1, null_ptr) },
-            // SAFETY: see above.
-            unsafe { (NO_DOMAIN.seg_lookup.unwrap())(ctx, 1, 0, ptr::null_mut()) },
-            // SAFETY: see above.
-            unsafe { (NO_DOMAIN.memh_lookup.unwrap())(ctx, 1, 0, ptr::null_mut(), &mut out) },
-            // SAFETY: see above.
-            unsafe { (NO_DOMAIN.mkey_lookup.unwrap())(ctx, 1, 0, &mut len, null_ptr) },
-        ];
-        assert_eq!(statuses, [Status::InvalidValue.raw(); 4]);
-        // The outputs that were given are still cleared.
-        assert!(out.is_null());
-        assert_eq!(len, 0);
-    }
 }

@@ -21,6 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::wire::Status;
 
+mod domain;
 #[doc(hidden)]
 pub mod export;
 mod list;
@@ -355,6 +356,37 @@ pub struct NativeIface {
 /// `urom_plugin_get_native_iface`.
 pub type GetNativeIfaceFn = unsafe extern "C" fn(iface: *mut NativeIface) -> DocaError;
 
+/// The optional symbol through which a urom worker hands an SDK plugin [`NativeDomainIface`].
+pub const SET_NATIVE_DOMAIN_SYMBOL: &str = "urom_plugin_set_native_domain";
+/// The version of [`NativeDomainIface`] this build speaks.
+pub const NATIVE_DOMAIN_VERSION: u64 = 1;
+
+/// `addr_lookup` with the address's length: the plugin address of domain member `domain_id`
+/// and its length in bytes. Errors as [`AddrLookupFn`]'s.
+pub type NativeAddrLookupFn = unsafe extern "C" fn(
+    ctx: *mut WorkerCtx,
+    domain_id: u64,
+    addr: *mut *const u8,
+    len: *mut usize,
+) -> DocaError;
+
+/// What a urom worker offers SDK plugins beside the DOCA domain lookups: the address lookup
+/// with a length (DOCA's `addr_lookup` has none, as UCX addresses carry their own), so that
+/// the SDK can hand plugins the address as a byte slice.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NativeDomainIface {
+    /// [`NATIVE_DOMAIN_VERSION`].
+    pub version: u64,
+    /// The address lookup with a length.
+    pub addr_lookup: Option<NativeAddrLookupFn>,
+}
+
+/// `urom_plugin_set_native_domain`: called by a urom worker right after `open` succeeded, with
+/// the plugin's context and the worker's [`NativeDomainIface`], valid until `close`.
+pub type SetNativeDomainFn =
+    unsafe extern "C" fn(ctx: *mut WorkerCtx, iface: *const NativeDomainIface) -> DocaError;
+
 /// `len` bytes at `ptr`, lent across the interface for one call: empty when `len` is 0,
 /// whatever `ptr` is; `None` for a null pointer with a non-zero length.
 ///
@@ -414,6 +446,7 @@ const _: () = {
     assert!(offset_of!(WorkerCtx, plugin_ctx) == 88);
     assert!(size_of::<ServicePluginInfo>() == 64);
     assert!(size_of::<NativeIface>() == 24);
+    assert!(size_of::<NativeDomainIface>() == 16);
     // The wire headers are these structs, little-endian.
     assert!(size_of::<WorkerCmd>() == crate::wire::data::CMD_HEADER_LEN);
     assert!(size_of::<WorkerNotify>() == crate::wire::data::NOTIFY_HEADER_LEN);

@@ -11,6 +11,12 @@
 //!   tasks) -> `start()` -> `Worker<Starting>`, progressed until it is running ->
 //!   `Worker<Running>` (command tasks) -> `stop()`.
 //!
+//! * [`Domain`]: `Domain<Idle>` (out-of-band collective, workers with their domain ids,
+//!   buffers) -> `start()` -> `Domain<Starting>`, progressed until every host's workers have
+//!   the domain's table -> `Domain<Running>` -> `stop()`. The collective is an
+//!   [`oob::OobCollective`]; [`oob::SocketOob`] is a rendezvous over a socket that needs no
+//!   MPI.
+//!
 //! Methods that are wrong in a state do not exist in that state, and a context holds in each
 //! state only what is true of it (an idle worker has no channel, a running one always has).
 //!
@@ -32,9 +38,18 @@
 //! let service = Service::<Idle>::new();
 //! service.plugins(); // an idle service has not listed its plugins
 //! ```
+//!
+//! ```compile_fail
+//! use urom_core::host::{Domain, Running};
+//! fn grow(domain: Domain<Running>) {
+//!     domain.set_buffers_count(2); // a started domain takes no settings
+//! }
+//! ```
 
 mod control;
+mod domain;
 mod engine;
+pub mod oob;
 mod service;
 mod service_file;
 mod status;
@@ -42,6 +57,7 @@ mod task;
 mod worker;
 
 pub use control::ControlError;
+pub use domain::{Domain, DomainBuffer, DomainConfigError, DomainStartError, DomainStartProgress};
 pub use engine::ProgressEngine;
 pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
@@ -67,6 +83,8 @@ mod sealed {
         type Service;
         /// What a [`Worker`](super::Worker) holds in this state besides its settings.
         type Worker;
+        /// What a [`Domain`](super::Domain) holds in this state besides its settings.
+        type Domain;
     }
 }
 
@@ -86,15 +104,18 @@ pub struct Running;
 impl sealed::Sealed for Idle {
     type Service = ();
     type Worker = worker::Unstarted;
+    type Domain = domain::Unstarted;
 }
 impl sealed::Sealed for Starting {
     // A service starts in one call: there is no starting service.
     type Service = core::convert::Infallible;
     type Worker = worker::Started;
+    type Domain = domain::Started;
 }
 impl sealed::Sealed for Running {
     type Service = service::Connected;
     type Worker = worker::Started;
+    type Domain = domain::Joined;
 }
 impl State for Idle {}
 impl State for Starting {}

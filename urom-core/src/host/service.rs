@@ -131,6 +131,11 @@ impl Shared {
     pub(crate) fn max_workers(&self) -> usize {
         self.max_workers
     }
+
+    /// The plugins the service offers.
+    pub(crate) fn plugins(&self) -> &[ServicePlugin] {
+        &self.plugins
+    }
 }
 
 /// A worker context's place among its service's `max_workers`; given back when dropped.

@@ -8,6 +8,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use super::control::{ControlError, Reply};
+use super::domain::DomainInbox;
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
 use super::task::{
@@ -26,6 +27,7 @@ use crate::wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
     write_command_headers,
 };
+use crate::wire::domain::DomainMessage;
 use crate::wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
 
 /// Why a worker did not start.
@@ -141,6 +143,9 @@ pub enum WorkerProtocolError {
         /// Bytes of response space.
         capacity: usize,
     },
+    /// A domain reply (a frame of this kind) while no domain start was waiting for one, or a
+    /// domain request: workers send hosts only replies.
+    UnexpectedDomainFrame(u16),
 }
 
 impl fmt::Display for WorkerProtocolError {
@@ -155,6 +160,10 @@ impl fmt::Display for WorkerProtocolError {
             Self::ResponseTooLarge { len, capacity } => write!(
                 f,
                 "a notification of {len} bytes exceeds the task's response space of {capacity} bytes"
+            ),
+            Self::UnexpectedDomainFrame(kind) => write!(
+                f,
+                "a domain frame (kind {kind:#06x}) that no domain start asked for"
             ),
         }
     }
@@ -296,6 +305,8 @@ struct Link {
     conn: Channel,
     tasks: TaskSlots,
     exit: mpsc::Receiver<WorkerExit>,
+    /// Replies to a domain start, while one waits for them.
+    domain: DomainInbox,
 }
 
 impl Link {
@@ -311,13 +322,18 @@ impl Link {
         let tasks = TaskSlots::new(max_inflight, max.get(), max_notify_payload(max))
             .map_err(|_| WorkerStartError::MaxInflight(max_inflight))?;
         let exit = shared.channel.watch_exit(id);
-        Ok(Self { conn, tasks, exit })
+        Ok(Self {
+            conn,
+            tasks,
+            exit,
+            domain: DomainInbox::default(),
+        })
     }
 
     /// Completes the tasks answered so far, then checks that the worker still runs. Returns
     /// how many tasks completed, or that and why the link must be failed.
     fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
-        let completed = receive(&mut self.conn, &mut self.tasks)?;
+        let completed = receive(&mut self.conn, &mut self.tasks, &mut self.domain)?;
         match self.exit.try_recv() {
             Ok(exit) => Err((completed, WorkerFailure::Exited(exit))),
             Err(_) => Ok(completed),
@@ -325,12 +341,14 @@ impl Link {
     }
 }
 
-/// Completes the task of every notification waiting on `conn`; returns how many completed, or
-/// that count and why the channel must be failed: it broke, or the worker sent a frame that is
-/// not a notification for a task in flight ([`WorkerProtocolError`]).
+/// Completes the task of every notification waiting on `conn` (and hands domain replies to
+/// `domain`); returns how many completed, or that count and why the channel must be failed: it
+/// broke, or the worker sent a frame that is not a notification for a task in flight
+/// ([`WorkerProtocolError`]).
 fn receive(
     conn: &mut (impl Transport + ?Sized),
     tasks: &mut TaskSlots,
+    domain: &mut DomainInbox,
 ) -> Result<usize, (usize, WorkerFailure)> {
     let max = conn.max_msg_size();
     let mut completed = 0;
@@ -338,6 +356,13 @@ fn receive(
         match conn.recv() {
             Ok(Some(frame)) => match complete(tasks, frame, max) {
                 Ok(()) => completed += 1,
+                Err(WorkerProtocolError::Malformed(DecodeError::UnexpectedKind(kind)))
+                    if DomainMessage::is_domain_kind(kind) =>
+                {
+                    if let Err(e) = domain.accept(frame, max) {
+                        return Err((completed, WorkerFailure::Protocol(e)));
+                    }
+                }
                 Err(e) => return Err((completed, WorkerFailure::Protocol(e))),
             },
             Ok(None) => return Ok(completed),
@@ -732,6 +757,14 @@ impl Worker<Starting> {
 }
 
 impl Worker<Running> {
+    /// What a domain keeps of the worker: its core and its plugins.
+    pub(crate) fn domain_link(&self) -> DomainLink {
+        DomainLink {
+            core: Rc::clone(&self.data.core),
+            plugins: self.config.plugins,
+        }
+    }
+
     /// Its id (the fresh one when it was started with `WORKER_ID_ANY`).
     pub fn id(&self) -> u64 {
         self.data.core.borrow().id
@@ -823,6 +856,82 @@ impl Worker<Running> {
     }
 }
 
+/// A domain's hold on one of its workers: the data channel its start goes over.
+#[derive(Clone)]
+pub(crate) struct DomainLink {
+    core: Rc<RefCell<Core>>,
+    plugins: u64,
+}
+
+impl DomainLink {
+    /// Whether both hold the same worker.
+    pub(crate) fn same_worker(&self, other: &DomainLink) -> bool {
+        Rc::ptr_eq(&self.core, &other.core)
+    }
+
+    /// The worker's plugins, by id and name.
+    pub(crate) fn plugins(&self) -> Vec<(u64, String)> {
+        let core = self.core.borrow();
+        core.shared
+            .plugins()
+            .iter()
+            .filter(|plugin| plugin.id & self.plugins != 0)
+            .map(|plugin| (plugin.id, plugin.name.clone()))
+            .collect()
+    }
+
+    /// The worker's message size.
+    pub(crate) fn max_msg_size(&self) -> MaxMsgSize {
+        self.core.borrow().shared.max_msg_size
+    }
+
+    /// Why the worker no longer runs, if it does not.
+    pub(crate) fn failure(&self) -> Option<WorkerFailure> {
+        match &self.core.borrow().phase {
+            Phase::Running(_) => None,
+            Phase::Failed(failure) => Some(*failure),
+            // Not seen: a domain holds only workers handed out running.
+            Phase::Starting(_) => Some(WorkerFailure::Stopped),
+        }
+    }
+
+    /// Takes domain replies from now on (`open`), or no more (and forgets those not taken).
+    pub(crate) fn set_inbox_open(&self, open: bool) {
+        if let Phase::Running(link) = &mut self.core.borrow_mut().phase {
+            link.domain.set_open(open);
+        }
+    }
+
+    /// The next domain reply the worker sent, if any.
+    pub(crate) fn take_reply(&self) -> Option<super::domain::DomainReply> {
+        match &mut self.core.borrow_mut().phase {
+            Phase::Running(link) => link.domain.take(),
+            _ => None,
+        }
+    }
+
+    /// Sends a domain request; `Err(FrameSendError::Full)` when the channel is full.
+    pub(crate) fn send(&self, body: DomainMessage<'_>) -> Result<(), FrameSendError> {
+        let mut core = self.core.borrow_mut();
+        let Core {
+            phase, seq, shared, ..
+        } = &mut *core;
+        let Phase::Running(link) = phase else {
+            return Err(FrameSendError::Closed);
+        };
+        *seq += 1;
+        let frame = FrameRepr { seq: *seq, body };
+        let mut bytes = vec![0; frame.buffer_len()];
+        frame
+            .emit(&mut bytes, shared.max_msg_size)
+            .map_err(|_| FrameSendError::TooLarge {
+                len: bytes.len(),
+                max: shared.max_msg_size.as_u32(),
+            })?;
+        link.conn.send(&bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -880,9 +989,15 @@ mod tests {
     fn a_notification_completes_its_task() {
         let (mut host, mut worker, mut tasks, [first, _]) = two_in_flight();
         send(&mut worker, notify(first));
-        assert_eq!(receive(&mut host, &mut tasks), Ok(1));
+        assert_eq!(
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
+            Ok(1)
+        );
         assert_eq!(DONE.with(|d| d.take()), [(0, Status::Success)]);
-        assert_eq!(receive(&mut host, &mut tasks), Ok(0));
+        assert_eq!(
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
+            Ok(0)
+        );
         assert_eq!(tasks.in_flight(), 1);
     }
 
@@ -893,7 +1008,7 @@ mod tests {
         worker.send(&[0xa5; 40]).unwrap();
         let error = FrameRepr::<DataMessage>::parse(&[0xa5; 40], MaxMsgSize::DEFAULT).unwrap_err();
         assert_eq!(
-            receive(&mut host, &mut tasks),
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
             Err((
                 1,
                 WorkerFailure::Protocol(WorkerProtocolError::Malformed(error))
@@ -911,7 +1026,7 @@ mod tests {
         };
         send(&mut worker, DataMessage::Command(command));
         assert_eq!(
-            receive(&mut host, &mut tasks),
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
             Err((0, WorkerFailure::Protocol(WorkerProtocolError::Command)))
         );
         assert_eq!(tasks.in_flight(), 2);
@@ -924,7 +1039,10 @@ mod tests {
         send(&mut worker, notify(first));
         send(&mut worker, notify(first));
         let failure = WorkerFailure::Protocol(WorkerProtocolError::NotInFlight(first));
-        assert_eq!(receive(&mut host, &mut tasks), Err((1, failure)));
+        assert_eq!(
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
+            Err((1, failure))
+        );
         assert_eq!(
             failure.to_string(),
             "the worker broke the data protocol: a notification for a task that is not in \
@@ -934,7 +1052,7 @@ mod tests {
         let never = TaskHandle::from_u64(second.to_u64() + 2);
         send(&mut worker, notify(never));
         assert_eq!(
-            receive(&mut host, &mut tasks),
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
             Err((
                 0,
                 WorkerFailure::Protocol(WorkerProtocolError::NotInFlight(never))
@@ -953,7 +1071,7 @@ mod tests {
         let (mut host, worker, mut tasks, _) = two_in_flight();
         worker.simulate_crash();
         assert!(matches!(
-            receive(&mut host, &mut tasks),
+            receive(&mut host, &mut tasks, &mut DomainInbox::default()),
             Err((0, WorkerFailure::Lost(FrameRecvError::PeerGone(_))))
         ));
     }
