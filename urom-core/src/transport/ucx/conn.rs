@@ -503,13 +503,11 @@ impl Link {
 
     /// Sleeps until the worker has an event, `half` is woken, or `timeout` passes.
     fn sleep(&self, half: usize, timeout: Option<Duration>) {
-        // SAFETY: both descriptors belong to `ucp`, which lives as long as `self`.
-        let (efd, waker) = unsafe {
-            (
-                BorrowedFd::borrow_raw(self.efd),
-                BorrowedFd::borrow_raw(self.wakers[half]),
-            )
-        };
+        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
+        // worker is owned by `ucp`, which lives as long as `self`.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
+        // SAFETY: the half's eventfd is owned by `ucp`, which lives as long as `self`.
+        let waker = unsafe { BorrowedFd::borrow_raw(self.wakers[half]) };
         let mut fds = [
             PollFd::new(efd, PollFlags::POLLIN),
             PollFd::new(waker, PollFlags::POLLIN),
@@ -774,13 +772,14 @@ impl FrameReceiver for UcxReceiver {
         self.holding = true;
         drop(held);
         let (at, len) = self.frame;
-        // SAFETY: the slot at `at` holds `len <= max` received bytes; it is Held, so neither
+        // SAFETY: `at` is `index * max` for a slot index below `slots`, so it lies inside the
+        // receive buffer of `slots * max` bytes that `rx_buf` points to.
+        let start = unsafe { self.link.rx_buf.add(at) };
+        // SAFETY: the slot at `start` holds `len <= max` received bytes; it is Held, so neither
         // UCX (which only writes Free slots) nor the state touches it until this half releases
         // it, which needs `&mut self`, ending this borrow first. The buffer lives as long as
         // the link.
-        Ok(Some(unsafe {
-            std::slice::from_raw_parts(self.link.rx_buf.add(at), len)
-        }))
+        Ok(Some(unsafe { std::slice::from_raw_parts(start, len) }))
     }
 
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
