@@ -1,8 +1,9 @@
 //! A UCX connection and its two halves.
 
 use std::mem::ManuallyDrop;
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -14,10 +15,10 @@ use urom_wire::ucx::{UcxControlKind, UcxControlRepr, UcxDataRepr};
 
 use super::UcxConnectError;
 use super::state::{self, AM_CONTROL, AM_DATA, RX, Slot, State, StateBox, TX};
-use super::ucp::{self, Armed, Worker};
+use super::ucp::{self, Worker};
 use crate::sync::spin_hint;
 use crate::transport::{
-    ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
+    Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
     PeerGoneError, Transport, WaitMode, deadline,
 };
 
@@ -368,15 +369,32 @@ unsafe impl Send for Ucp {}
 /// peer's UCX drop what it has not read yet), the end lingers on a thread of its own until the
 /// peer confirms, fails, or `linger` passes, then closes the endpoint and destroys the worker.
 /// A crashed or failed end closes at once.
-fn linger(ucp: Ucp) {
+///
+/// When the process exits, lingering ends close at once (see [`finish_lingering`]): UCX tears
+/// its global state down after the process's exit handlers, and a worker still alive then
+/// (with UCX's progress thread calling into it) crashes the exit.
+fn linger(mut ucp: Ucp) {
     if ucp.crashed || ucp.ep.is_null() || ucp.state().failed.is_some() {
         return;
     }
     ucp.state().locked = true;
+    let Some(exit) = exit_waker() else {
+        // No way to be woken at exit: close here, after a bounded flush.
+        return;
+    };
+    {
+        let mut count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
+        if LINGERING.exiting.load(Ordering::Acquire) {
+            ucp.linger = ucp.linger.min(EXIT_FLUSH);
+            return;
+        }
+        *count += 1;
+    }
     let until = Instant::now() + ucp.linger;
     let spawned = std::thread::Builder::new()
         .name("urom-ucx-close".to_owned())
         .spawn(move || {
+            let _counted = Counted;
             ucp.state().locked = true;
             loop {
                 ucp.worker.progress_all();
@@ -388,14 +406,97 @@ fn linger(ucp: Ucp) {
                 if now >= until {
                     break;
                 }
-                if let Armed::Yes = ucp.worker.arm() {
-                    let mut fds = [PollFd::new(ucp.worker.efd(), PollFlags::POLLIN)];
+                if LINGERING.exiting.load(Ordering::Acquire) {
+                    ucp.linger = ucp.linger.min(EXIT_FLUSH);
+                    break;
+                }
+                if let ucp::Armed::Yes = ucp.worker.arm() {
+                    let mut fds = [
+                        PollFd::new(ucp.worker.efd(), PollFlags::POLLIN),
+                        PollFd::new(exit, PollFlags::POLLIN),
+                    ];
                     let _ = ppoll(&mut fds, Some(TimeSpec::from_duration(until - now)), None);
                 }
             }
+            // The worker is destroyed here, before `_counted` tells the exit handler.
+            drop(ucp);
         });
-    // Without a thread, the end closes here (after a bounded flush).
-    drop(spawned);
+    if spawned.is_err() {
+        // The closure, and the end in it, was dropped: the end closed after a bounded flush.
+        Counted::done();
+    }
+}
+
+/// How long an end that closes while the process exits waits for what it sent to leave.
+const EXIT_FLUSH: Duration = Duration::from_millis(200);
+/// How long the exit handler waits for lingering ends to close.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The ends lingering on threads of their own, for the exit handler.
+struct Lingering {
+    /// How many threads still hold an end.
+    count: Mutex<usize>,
+    /// Signalled when `count` drops to zero.
+    gone: Condvar,
+    /// The process is exiting: lingering ends close at once, new ones do not linger.
+    exiting: AtomicBool,
+}
+
+static LINGERING: Lingering = Lingering {
+    count: Mutex::new(0),
+    gone: Condvar::new(),
+    exiting: AtomicBool::new(false),
+};
+
+/// Readable once the process exits (written once, never drained): wakes lingering ends.
+static EXIT_WAKER: OnceLock<Option<OwnedFd>> = OnceLock::new();
+
+/// The exit waker, made (and the exit handler registered) on first use; `None` when neither
+/// could be set up.
+fn exit_waker() -> Option<BorrowedFd<'static>> {
+    let waker = EXIT_WAKER.get_or_init(|| {
+        let fd = crate::sys::wake_event().ok()?;
+        // SAFETY: `finish_lingering` is an `extern "C" fn()` that does not unwind (it catches
+        // panics); registering it has no other precondition.
+        let registered = unsafe { libc::atexit(finish_lingering) };
+        (registered == 0).then_some(fd)
+    });
+    waker.as_ref().map(|fd| fd.as_fd())
+}
+
+/// Counts a lingering thread out when dropped (also when its end's drop panics).
+struct Counted;
+
+impl Counted {
+    fn done() {
+        let mut count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            LINGERING.gone.notify_all();
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        Self::done();
+    }
+}
+
+/// The process exit handler: tells lingering ends to close now and waits (at most
+/// [`EXIT_WAIT`]) until their workers are destroyed, so that none is alive when UCX tears its
+/// global state down.
+extern "C" fn finish_lingering() {
+    let _ = std::panic::catch_unwind(|| {
+        let count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
+        LINGERING.exiting.store(true, Ordering::Release);
+        if let Some(Some(waker)) = EXIT_WAKER.get() {
+            crate::sys::wake(waker.as_fd());
+        }
+        let _ = LINGERING
+            .gone
+            .wait_timeout_while(count, EXIT_WAIT, |count| *count > 0);
+    });
 }
 
 // SAFETY: everything UCX-side is reached only through the mutex (one thread at a time, which
@@ -491,7 +592,7 @@ impl Link {
                     None => None,
                 };
                 ucp.state().sleeping[half] = true;
-                if let Armed::Busy = ucp.worker.arm() {
+                if let ucp::Armed::Busy = ucp.worker.arm() {
                     ucp.state().sleeping[half] = false;
                     continue;
                 }
@@ -503,13 +604,11 @@ impl Link {
 
     /// Sleeps until the worker has an event, `half` is woken, or `timeout` passes.
     fn sleep(&self, half: usize, timeout: Option<Duration>) {
-        // SAFETY: both descriptors belong to `ucp`, which lives as long as `self`.
-        let (efd, waker) = unsafe {
-            (
-                BorrowedFd::borrow_raw(self.efd),
-                BorrowedFd::borrow_raw(self.wakers[half]),
-            )
-        };
+        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
+        // worker is owned by `ucp`, which lives as long as `self`.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
+        // SAFETY: the half's eventfd is owned by `ucp`, which lives as long as `self`.
+        let waker = unsafe { BorrowedFd::borrow_raw(self.wakers[half]) };
         let mut fds = [
             PollFd::new(efd, PollFlags::POLLIN),
             PollFd::new(waker, PollFlags::POLLIN),
@@ -774,13 +873,14 @@ impl FrameReceiver for UcxReceiver {
         self.holding = true;
         drop(held);
         let (at, len) = self.frame;
-        // SAFETY: the slot at `at` holds `len <= max` received bytes; it is Held, so neither
+        // SAFETY: `at` is `index * max` for a slot index below `slots`, so it lies inside the
+        // receive buffer of `slots * max` bytes that `rx_buf` points to.
+        let start = unsafe { self.link.rx_buf.add(at) };
+        // SAFETY: the slot at `start` holds `len <= max` received bytes; it is Held, so neither
         // UCX (which only writes Free slots) nor the state touches it until this half releases
         // it, which needs `&mut self`, ending this borrow first. The buffer lives as long as
         // the link.
-        Ok(Some(unsafe {
-            std::slice::from_raw_parts(self.link.rx_buf.add(at), len)
-        }))
+        Ok(Some(unsafe { std::slice::from_raw_parts(start, len) }))
     }
 
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
@@ -802,5 +902,61 @@ impl FrameReceiver for UcxReceiver {
             ucp.rx_idle()?;
             Ok(false)
         })
+    }
+
+    /// Arms the end's worker (`ucp_worker_arm`) so that its event descriptor becomes readable
+    /// on the next event, after returning credits; [`Armed::Ready`] when a frame, the peer's
+    /// end, or an event the worker must progress first is already there. The second
+    /// descriptor is this half's own eventfd, which the sending half writes when its progress
+    /// receives a frame for this half (the two halves share the worker). UCX's arming has no
+    /// window in which an event is missed, so the half is never `fresh`.
+    fn arm(&mut self) -> Result<Armed, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        let link = Arc::clone(&self.link);
+        let mut held = link.lock();
+        let ucp = held.ucp();
+        self.release_held(ucp);
+        ucp.state().sleeping[RX] = false;
+        ucp.worker.progress_all();
+        if let Some(what) = ucp.state().protocol {
+            return Err(FrameRecvError::Protocol(what));
+        }
+        if ucp.state().rx_ready() {
+            return Ok(Armed::Ready);
+        }
+        match ucp.rx_idle() {
+            Ok(()) => {}
+            Err(FrameRecvError::PeerGone(_)) => return Ok(Armed::Ready),
+            Err(e) => return Err(e),
+        }
+        ucp.state().sleeping[RX] = true;
+        match ucp.worker.arm() {
+            ucp::Armed::Yes => Ok(Armed::Armed { fresh: false }),
+            ucp::Armed::Busy => {
+                ucp.state().sleeping[RX] = false;
+                Ok(Armed::Ready)
+            }
+        }
+    }
+
+    fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
+        // worker is owned by the link, which `&self` keeps alive for the borrow.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.link.efd) };
+        // SAFETY: the half's eventfd is owned by the link, which `&self` keeps alive.
+        let waker = unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) };
+        [Some(efd), Some(waker)]
+    }
+
+    /// Stops the sending half's wake-ups for this half and consumes the one that came, if any.
+    /// The worker needs no disarming: the next progress or arm consumes its events.
+    fn disarm(&mut self) {
+        let mut held = self.link.lock();
+        held.ucp().state().sleeping[RX] = false;
+        drop(held);
+        // SAFETY: the half's eventfd is owned by the link, which `self` keeps alive.
+        crate::sys::drain(unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) });
     }
 }

@@ -65,6 +65,13 @@
 //! stalled sender always gets them. The sender copies a frame that UCX cannot take at once into
 //! a send buffer of its credit's slot (allocated at setup). Nothing is allocated per frame.
 //!
+//! UCX moves frames from inside calls into the worker: a large frame leaves as the receiver
+//! pulls it (the sender's worker answers), and over TCP what the socket could not take at once
+//! leaves on later progress. So the sending end must keep calling into the connection (a
+//! `send`, `recv`, `wait_*` or `check_peer` on either half, or sleeping on the receiving half's
+//! wake descriptors, which wake for this too) until its frames are received, as every user of a
+//! connection does; an end that is dropped lingers until the peer has them (see below).
+//!
 //! # Closing and failures
 //!
 //! Closing a half sends a control message: the sending half's carries how many frames it sent,
@@ -86,6 +93,21 @@
 //! either half's progress may run the other's callbacks, each half also sleeps on an eventfd of
 //! its own, which the other half writes (only when the sleeping half asked for it) when it
 //! received something for it.
+//!
+//! A receiving half can also be armed for a caller that sleeps on many descriptors (the host's
+//! progress engine): [`FrameReceiver::arm`](crate::transport::FrameReceiver::arm) returns
+//! credits, arms the worker and marks the half asleep; its wake descriptors are the worker's
+//! event descriptor and the half's eventfd. `ucp_worker_arm` answers "busy" when events are
+//! waiting, so an armed half never misses a wake-up and is never `fresh`.
+//!
+//! # Exit
+//!
+//! UCX tears its global state down after the process's exit handlers; a worker still alive then
+//! (while UCX's progress thread calls into it) can crash the exit. Ends lingering on their own
+//! threads therefore close at once when the process exits: an exit handler registered with the
+//! first lingering end wakes them and waits (at most two seconds) until their workers are gone.
+//! Connections and listeners the application still holds at exit are the application's to
+//! drop first.
 
 mod conn;
 mod handshake;

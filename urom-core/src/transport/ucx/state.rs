@@ -401,6 +401,21 @@ impl State {
     }
 }
 
+/// The `len` bytes UCX passed at `ptr` to a callback; empty when `len` is 0 or `ptr` NULL.
+///
+/// # Safety
+///
+/// Unless `len` is 0 or `ptr` is NULL, `ptr` must point to `len` readable bytes that stay
+/// valid and unchanged for `'a` (for a callback's arguments: until the callback returns).
+pub(super) unsafe fn callback_bytes<'a>(ptr: *const c_void, len: usize) -> &'a [u8] {
+    if len == 0 || ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: `ptr` is not NULL and `len` not 0, so the caller's obligation applies: `len`
+    // readable bytes, valid and unchanged for `'a`.
+    unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
+}
+
 /// Runs `f` on the state behind `arg`, catching a panic so that none unwinds into UCX.
 ///
 /// # Safety
@@ -431,12 +446,9 @@ unsafe extern "C" fn on_data(
     length: usize,
     param: *const sys::ucp_am_recv_param_t,
 ) -> sys::ucs_status_t {
-    // SAFETY: UCX passes the header it received, `header_length` bytes (not read when 0).
-    let header: &[u8] = if header_length == 0 || header.is_null() {
-        &[]
-    } else {
-        unsafe { std::slice::from_raw_parts(header.cast(), header_length) }
-    };
+    // SAFETY: UCX passes the header it received, `header_length` bytes at `header`, valid
+    // during this call, which the slice does not outlive.
+    let header = unsafe { callback_bytes(header, header_length) };
     // SAFETY: UCX passes valid receive parameters.
     let attr = unsafe { (*param).recv_attr };
     // SAFETY: the registered state, called back while its lock is held.
@@ -639,12 +651,9 @@ unsafe extern "C" fn on_control(
     _length: usize,
     param: *const sys::ucp_am_recv_param_t,
 ) -> sys::ucs_status_t {
-    // SAFETY: UCX passes the header it received, `header_length` bytes (not read when 0).
-    let header: &[u8] = if header_length == 0 || header.is_null() {
-        &[]
-    } else {
-        unsafe { std::slice::from_raw_parts(header.cast(), header_length) }
-    };
+    // SAFETY: UCX passes the header it received, `header_length` bytes at `header`, valid
+    // during this call, which the slice does not outlive.
+    let header = unsafe { callback_bytes(header, header_length) };
     // SAFETY: UCX passes valid receive parameters.
     let rendezvous = unsafe { (*param).recv_attr } & sys::UCP_AM_RECV_ATTR_FLAG_RNDV != 0;
     // SAFETY: the registered state, called back while its lock is held.
@@ -717,12 +726,9 @@ unsafe extern "C" fn on_handshake(
             sys::UCS_OK
         };
     }
-    let bytes: &[u8] = if length == 0 || data.is_null() {
-        &[]
-    } else {
-        // SAFETY: UCX passes `length` readable bytes at `data`, valid during this call.
-        unsafe { std::slice::from_raw_parts(data.cast(), length) }
-    };
+    // SAFETY: UCX passes `length` readable bytes at `data` (a message without the DATA or
+    // RNDV flag), valid during this call, which the slice does not outlive.
+    let bytes = unsafe { callback_bytes(data, length) };
     // SAFETY: the registered state, called back while its lock is held.
     unsafe {
         with_state(arg, sys::UCS_OK, |state| {
