@@ -80,7 +80,6 @@ pub struct Worker {
     busy_poll: bool,
     /// The process whose end stops this worker.
     parent: Option<nix::unistd::Pid>,
-    seq: u64,
 }
 
 impl Worker {
@@ -107,7 +106,6 @@ impl Worker {
             max,
             busy_poll,
             parent,
-            seq: 0,
         }
     }
 
@@ -226,7 +224,6 @@ impl Worker {
             hosts: &mut self.outbound,
             outbox: &mut self.outbox,
             max: self.max,
-            seq: &mut self.seq,
         };
         for plugin in self.plugins.iter_mut().flatten() {
             match plugin.progress(&mut router) {
@@ -319,7 +316,6 @@ impl Worker {
                 hosts: &mut self.outbound,
                 outbox: &mut self.outbox,
                 max: self.max,
-                seq: &mut self.seq,
             };
             dispatch(&mut self.plugins, &mut router, dest_id, frame);
             worked = true;
@@ -419,7 +415,6 @@ struct Router<'a> {
     hosts: &'a mut [Option<Outbound>],
     outbox: &'a mut [u8],
     max: MaxMsgSize,
-    seq: &'a mut u64,
 }
 
 impl NotificationSink for Router<'_> {
@@ -433,8 +428,10 @@ impl NotificationSink for Router<'_> {
                 return Err(Status::NotConnected);
             }
         };
-        *self.seq += 1;
-        let seq = *self.seq;
+        // The channel's number for the frame makes it its own ready mark (one cache line
+        // less over shared memory); a notification that waits in the backlog goes out under
+        // another number, which costs only that.
+        let seq = host.tx.next_seq();
         let mut write = |status: Status, payload: &[u8]| {
             let len = write_notify_headers(
                 self.outbox,

@@ -17,7 +17,8 @@ use super::task::{
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::auth;
 use crate::transport::{
-    Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, Transport,
+    Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender,
+    Transport,
 };
 use crate::wire::control::{
     ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
@@ -269,7 +270,6 @@ struct Core {
     /// Its place among the service's max workers.
     _slot: WorkerSlot,
     max_inflight: usize,
-    seq: u64,
 }
 
 // One per worker, held in place: the running variant's size costs nothing.
@@ -374,7 +374,52 @@ fn complete(
         })
 }
 
+impl Link {
+    /// Loans a task, lets `fill` write it, puts the headers in front (the frame's `seq` is the
+    /// channel's number for it, which makes the frame its own ready mark) and sends it.
+    #[inline]
+    fn submit_one<F>(&mut self, plugin: u64, max: MaxMsgSize, fill: F) -> Result<TaskHandle, CommandError>
+    where
+        F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
+    {
+        let Link { conn, tasks, .. } = self;
+        let mut loan = tasks.loan().map_err(|_| CommandError::Exhausted)?;
+        let handle = loan.handle();
+        let payload_len = fill(&mut CommandTask { loan: &mut loan });
+        let too_big = CommandError::TooBig {
+            len: payload_len,
+            capacity: max_command_payload(max),
+        };
+        let seq = conn.split().0.next_seq();
+        let len = write_command_headers(
+            loan.payload_mut(),
+            seq,
+            plugin,
+            handle.to_u64(),
+            payload_len,
+            max,
+        )
+        .map_err(|_| too_big)?;
+        loan.set_len(len).map_err(|_| too_big)?;
+        match loan.submit(conn) {
+            Ok(handle) => Ok(handle),
+            Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
+            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e)),
+        }
+    }
+}
+
 impl Core {
+    /// The running link and the message size, or why commands cannot go.
+    #[inline]
+    fn running(&mut self) -> Result<(&mut Link, MaxMsgSize), CommandError> {
+        let max = self.shared.max_msg_size;
+        match &mut self.phase {
+            Phase::Running(link) => Ok((link, max)),
+            _ => Err(CommandError::NotRunning),
+        }
+    }
+
     /// Completes every task in flight with the failure's status and moves to `Failed`; the
     /// channel closes.
     fn fail(&mut self, failure: WorkerFailure) {
@@ -643,7 +688,6 @@ impl Worker<Idle> {
             shared,
             _slot: slot,
             max_inflight: self.config.max_inflight,
-            seq: 0,
         }))
     }
 
@@ -765,38 +809,28 @@ impl Worker<Running> {
         F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
     {
         let mut core = self.data.core.borrow_mut();
-        let Core {
-            phase, shared, seq, ..
-        } = &mut *core;
-        let Phase::Running(Link { conn, tasks, .. }) = phase else {
-            return Err(CommandError::NotRunning);
-        };
-        let max = shared.max_msg_size;
-        let mut loan = tasks.loan().map_err(|_| CommandError::Exhausted)?;
-        let handle = loan.handle();
-        let payload_len = fill(&mut CommandTask { loan: &mut loan });
-        *seq += 1;
-        let len = write_command_headers(
-            loan.payload_mut(),
-            *seq,
-            plugin,
-            handle.to_u64(),
-            payload_len,
-            max,
-        )
-        .map_err(|_| CommandError::TooBig {
-            len: payload_len,
-            capacity: max_command_payload(max),
-        })?;
-        loan.set_len(len).map_err(|_| CommandError::TooBig {
-            len: payload_len,
-            capacity: max_command_payload(max),
-        })?;
-        match loan.submit(conn) {
-            Ok(handle) => Ok(handle),
-            Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
-            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e)),
+        let (link, max) = core.running()?;
+        link.submit_one(plugin, max, fill)
+    }
+
+    /// Submits up to `count` commands for `plugin` in one go: `fill(i, task)` writes the `i`th
+    /// as for [`Worker::submit`]. A burst costs one look at the worker's state, and its
+    /// commands reach the worker in order, each in as few cache lines as its size allows.
+    /// Stops at the first command that cannot go now (every task slot in flight, the channel
+    /// full, a payload too big): returns how many went, or that command's error when none did.
+    /// Allocates nothing.
+    pub fn submit_batch<F>(&self, plugin: u64, count: usize, mut fill: F) -> Result<usize, CommandError>
+    where
+        F: FnMut(usize, &mut CommandTask<'_, '_>) -> usize,
+    {
+        let mut core = self.data.core.borrow_mut();
+        let (link, max) = core.running()?;
+        for i in 0..count {
+            if let Err(error) = link.submit_one(plugin, max, |task| fill(i, task)) {
+                return if i == 0 { Err(error) } else { Ok(i) };
+            }
         }
+        Ok(count)
     }
 
     /// Completes its in-flight tasks with `DOCA_ERROR_SHUTDOWN`, asks the service to destroy
