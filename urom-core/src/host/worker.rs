@@ -318,6 +318,10 @@ impl Link {
     /// how many tasks completed, or that and why the link must be failed.
     fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
         let completed = receive(&mut self.conn, &mut self.tasks)?;
+        // A worker that answers still runs: its exit is looked for when it is quiet.
+        if completed > 0 {
+            return Ok(completed);
+        }
         match self.exit.try_recv() {
             Ok(exit) => Err((completed, WorkerFailure::Exited(exit))),
             Err(_) => Ok(completed),
