@@ -16,7 +16,8 @@
 //! Each round measures everything once, in turn; the medians of the per-round ratios are the
 //! numbers to trust on a VM whose cores change speed over seconds. This process (the host side)
 //! runs on core 0, its peers on core 1 (in the two-thread case, one host and one worker on
-//! each core). `benches/run-rate-bench.sh [rounds]` runs it.
+//! each core). `benches/run-rate-bench.sh [rounds]` runs it; with `UROM_RATE_PROFILE` set, the
+//! binary measures only the host-API rate at 64 in flight, `rounds` times, for a profiler.
 
 use std::cell::Cell;
 use std::hint::black_box;

@@ -296,7 +296,12 @@ struct Link {
     conn: Channel,
     tasks: TaskSlots,
     exit: mpsc::Receiver<WorkerExit>,
+    /// Polls that found nothing, counted to look at `exit` only now and then.
+    quiet_polls: u32,
 }
+
+/// How many quiet polls of a worker pass between two looks at whether its process ended.
+const EXIT_CHECK_EVERY: u32 = 64;
 
 impl Link {
     /// The link to worker `id` over `conn`: task slots for `max_inflight` tasks and the watch on
@@ -311,16 +316,26 @@ impl Link {
         let tasks = TaskSlots::new(max_inflight, max.get(), max_notify_payload(max))
             .map_err(|_| WorkerStartError::MaxInflight(max_inflight))?;
         let exit = shared.channel.watch_exit(id);
-        Ok(Self { conn, tasks, exit })
+        Ok(Self {
+            conn,
+            tasks,
+            exit,
+            quiet_polls: 0,
+        })
     }
 
     /// Completes the tasks answered so far, then checks that the worker still runs. Returns
     /// how many tasks completed, or that and why the link must be failed.
     fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
         let completed = receive(&mut self.conn, &mut self.tasks)?;
-        // A worker that answers still runs: its exit is looked for when it is quiet.
+        // A worker that answers still runs: its exit is looked for when it is quiet, now and
+        // then (its death also hangs up the channel, which `receive` reports at once).
         if completed > 0 {
             return Ok(completed);
+        }
+        self.quiet_polls = self.quiet_polls.wrapping_add(1);
+        if self.quiet_polls % EXIT_CHECK_EVERY != 0 {
+            return Ok(0);
         }
         match self.exit.try_recv() {
             Ok(exit) => Err((completed, WorkerFailure::Exited(exit))),

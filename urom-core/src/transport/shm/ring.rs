@@ -270,7 +270,8 @@ impl RingMem {
     }
 }
 
-/// Copies `len` bytes from `src` to `dst`.
+/// Copies `len` bytes from `src` to `dst`; up to 64 bytes inline, as two (possibly overlapping)
+/// moves of the largest power of two that fits, rather than through a call to `memcpy`.
 ///
 /// # Safety
 ///
@@ -278,8 +279,45 @@ impl RingMem {
 /// not overlapping, and no other thread accesses `dst` meanwhile.
 #[inline(always)]
 unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller's obligations are exactly those of `copy_nonoverlapping`.
-    unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
+    /// Copies the first and the last `N` bytes of the `len >= N` bytes.
+    ///
+    /// # Safety
+    ///
+    /// As for `copy`, with `N <= len`.
+    #[inline(always)]
+    unsafe fn ends<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        // SAFETY: `src` is readable for `len >= N` bytes (the caller's obligation).
+        let first = unsafe { src.cast::<[u8; N]>().read_unaligned() };
+        // SAFETY: the last `N` of those `len` bytes.
+        let last = unsafe { src.add(len - N).cast::<[u8; N]>().read_unaligned() };
+        // SAFETY: `dst` is writable for `len >= N` bytes and no one else touches it.
+        unsafe { dst.cast::<[u8; N]>().write_unaligned(first) };
+        // SAFETY: the last `N` of those `len` bytes.
+        unsafe { dst.add(len - N).cast::<[u8; N]>().write_unaligned(last) };
+    }
+    if len > 64 {
+        // SAFETY: the caller's obligations are those of `copy_nonoverlapping`.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };
+    } else if len > 32 {
+        // SAFETY: the caller's obligations, and `32 <= len`.
+        unsafe { ends::<32>(src, dst, len) };
+    } else if len >= 16 {
+        // SAFETY: the caller's obligations, and `16 <= len`.
+        unsafe { ends::<16>(src, dst, len) };
+    } else if len >= 8 {
+        // SAFETY: the caller's obligations, and `8 <= len`.
+        unsafe { ends::<8>(src, dst, len) };
+    } else if len >= 4 {
+        // SAFETY: the caller's obligations, and `4 <= len`.
+        unsafe { ends::<4>(src, dst, len) };
+    } else {
+        for i in 0..len {
+            // SAFETY: byte `i < len` of both ranges (the caller's obligations).
+            let byte = unsafe { src.add(i).read() };
+            // SAFETY: as above.
+            unsafe { dst.add(i).write(byte) };
+        }
+    }
 }
 
 /// The writing side of a ring.
