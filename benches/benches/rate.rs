@@ -290,7 +290,12 @@ fn floor_child() {
 }
 
 /// Loopbacks per second through the host API with `depth` in flight.
-fn api_rate(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worker<Running>, depth: u64) -> f64 {
+fn api_rate(
+    engine: &mut ProgressEngine,
+    graph: &GraphHost,
+    worker: &Worker<Running>,
+    depth: u64,
+) -> f64 {
     COMPLETED.with(|done| done.set(0));
     let start = Instant::now();
     let mut sent = 0u64;
@@ -414,17 +419,14 @@ enum Job {
 }
 
 fn main() {
-    match std::env::var(CHILD_ENV).as_deref() {
-        Ok(role) => {
-            urom_core::pin_current_thread(PEER_CORE).expect("pinning the peer");
-            match role {
-                "stream" => stream_child(),
-                "floor" => floor_child(),
-                other => panic!("unknown role {other}"),
-            }
-            return;
+    if let Ok(role) = std::env::var(CHILD_ENV) {
+        urom_core::pin_current_thread(PEER_CORE).expect("pinning the peer");
+        match role.as_str() {
+            "stream" => stream_child(),
+            "floor" => floor_child(),
+            other => panic!("unknown role {other}"),
         }
-        Err(_) => {}
+        return;
     }
     let rounds: usize = std::env::args()
         .skip(1)
@@ -437,7 +439,9 @@ fn main() {
         .status()
         .is_ok();
     if !ucx {
-        println!("ucx_perftest not installed (apt-get install ucx-utils): the UCX column is skipped");
+        println!(
+            "ucx_perftest not installed (apt-get install ucx-utils): the UCX column is skipped"
+        );
     }
 
     let dir = TempDir::new("urom-rate-bench");
@@ -506,8 +510,16 @@ fn main() {
             rate.recv().expect("the second host thread's rate");
             // The commands of both over the time until both were done.
             let b2 = (2 * API_COMMANDS) as f64 / start.elapsed().as_secs_f64();
-            let c = if ucx { ucx_rate(1).unwrap_or(f64::NAN) } else { f64::NAN };
-            let c2 = if ucx { ucx_rate(2).unwrap_or(f64::NAN) } else { f64::NAN };
+            let c = if ucx {
+                ucx_rate(1).unwrap_or(f64::NAN)
+            } else {
+                f64::NAN
+            };
+            let c2 = if ucx {
+                ucx_rate(2).unwrap_or(f64::NAN)
+            } else {
+                f64::NAN
+            };
             let floor_ns = Floor::new().round_trip(&mut next);
             let lone_ns = api_round_trip(&mut engine, graph, &worker);
             println!(
@@ -526,11 +538,21 @@ fn main() {
             rows.push([a, b64, b256, b2, c, c2, floor_ns, frame_ns, lone_ns, 0.0]);
         }
         let _ = jobs.send(Job::Stop);
-        let column = |f: &dyn Fn(&[f64; 10]) -> f64| median(&mut rows.iter().map(f).collect::<Vec<_>>());
+        let column =
+            |f: &dyn Fn(&[f64; 10]) -> f64| median(&mut rows.iter().map(f).collect::<Vec<_>>());
         println!();
-        println!("message rate, 64-byte commands, medians of {rounds} rounds (ratios: medians of per-round ratios)");
-        println!("  (a) raw shm stream                     {:7.1} M frames/s", column(&|r| r[0]) / 1e6);
-        for (name, i, ci) in [("64 in flight", 1, 4), ("256 in flight", 2, 4), ("2 hosts x 2 workers", 3, 5)] {
+        println!(
+            "message rate, 64-byte commands, medians of {rounds} rounds (ratios: medians of per-round ratios)"
+        );
+        println!(
+            "  (a) raw shm stream                     {:7.1} M frames/s",
+            column(&|r| r[0]) / 1e6
+        );
+        for (name, i, ci) in [
+            ("64 in flight", 1, 4),
+            ("256 in flight", 2, 4),
+            ("2 hosts x 2 workers", 3, 5),
+        ] {
             println!(
                 "  (b) host API loopback, {name:<20}{:6.1} M/s   (b)/(c) = {:5.2}   (b)/(a) = {:4.2}",
                 column(&|r| r[i]) / 1e6,
@@ -538,9 +560,18 @@ fn main() {
                 column(&|r| r[i] / r[0]),
             );
         }
-        println!("  (c) ucx_perftest ucp_am_bw (posix)     {:7.1} M msg/s", column(&|r| r[4]) / 1e6);
-        println!("  (c) the same, two pairs at once        {:7.1} M msg/s", column(&|r| r[5]) / 1e6);
-        println!("  floor: one cache line per direction    {:7.1} ns", column(&|r| r[6]));
+        println!(
+            "  (c) ucx_perftest ucp_am_bw (posix)     {:7.1} M msg/s",
+            column(&|r| r[4]) / 1e6
+        );
+        println!(
+            "  (c) the same, two pairs at once        {:7.1} M msg/s",
+            column(&|r| r[5]) / 1e6
+        );
+        println!(
+            "  floor: one cache line per direction    {:7.1} ns",
+            column(&|r| r[6])
+        );
         println!(
             "  shm round trip, 64-byte urom frame     {:7.1} ns   x{:.2} of the floor",
             column(&|r| r[7]),
@@ -554,4 +585,3 @@ fn main() {
     });
     service.stop();
 }
-

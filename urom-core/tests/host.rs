@@ -128,18 +128,29 @@ fn bursts_submitted_in_one_batch_complete_in_order_as_the_rings_wrap() {
         if want > 0 {
             match graph.loopback_batch(&worker, sent, want, record) {
                 Ok(went) => sent += went as u64,
-                Err(urom_core::host::CommandError::Exhausted | urom_core::host::CommandError::Full) => {}
+                Err(
+                    urom_core::host::CommandError::Exhausted | urom_core::host::CommandError::Full,
+                ) => {}
                 Err(e) => panic!("burst refused: {e}"),
             }
         }
         // Burst sizes from 1 to 256, in an order that keeps the rings' laps out of step.
         burst = burst * 7 % 257;
         engine.progress();
-        for (status, data, cookie) in DONE.with(|done| done.borrow_mut().drain(..).collect::<Vec<_>>()) {
-            assert_eq!((status, data, cookie), (Status::Success, next, next), "completion {next}");
+        for (status, data, cookie) in
+            DONE.with(|done| done.borrow_mut().drain(..).collect::<Vec<_>>())
+        {
+            assert_eq!(
+                (status, data, cookie),
+                (Status::Success, next, next),
+                "completion {next}"
+            );
             next += 1;
         }
-        assert!(Instant::now() < deadline, "{next} of {TOTAL} loopbacks completed in time");
+        assert!(
+            Instant::now() < deadline,
+            "{next} of {TOTAL} loopbacks completed in time"
+        );
     }
     assert_eq!(sent, TOTAL);
     assert_eq!(worker.state(), WorkerState::Running);

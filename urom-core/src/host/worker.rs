@@ -397,7 +397,12 @@ impl Link {
     /// Loans a task, lets `fill` write it, puts the headers in front (the frame's `seq` is the
     /// channel's number for it, which makes the frame its own ready mark) and sends it.
     #[inline]
-    fn submit_one<F>(&mut self, plugin: u64, max: MaxMsgSize, fill: F) -> Result<TaskHandle, CommandError>
+    fn submit_one<F>(
+        &mut self,
+        plugin: u64,
+        max: MaxMsgSize,
+        fill: F,
+    ) -> Result<TaskHandle, CommandError>
     where
         F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
     {
@@ -838,7 +843,12 @@ impl Worker<Running> {
     /// Stops at the first command that cannot go now (every task slot in flight, the channel
     /// full, a payload too big): returns how many went, or that command's error when none did.
     /// Allocates nothing.
-    pub fn submit_batch<F>(&self, plugin: u64, count: usize, mut fill: F) -> Result<usize, CommandError>
+    pub fn submit_batch<F>(
+        &self,
+        plugin: u64,
+        count: usize,
+        mut fill: F,
+    ) -> Result<usize, CommandError>
     where
         F: FnMut(usize, &mut CommandTask<'_, '_>) -> usize,
     {

@@ -218,7 +218,10 @@ impl RingMem {
     #[cfg(not(loom))]
     #[inline(always)]
     fn mark(&self, position: u64) -> &AtomicU64 {
-        let word = self.slot_ptr(position).wrapping_add(MARK_AT).cast::<AtomicU64>();
+        let word = self
+            .slot_ptr(position)
+            .wrapping_add(MARK_AT)
+            .cast::<AtomicU64>();
         // SAFETY: `word` lies 16 bytes into a slot inside the slot area (see `slot_offset`;
         // `stride >= MARK_END`), 8-aligned because `slots` and `stride` are; the producer writes
         // these bytes only as this atomic, and the consumer touches them otherwise only while
@@ -289,11 +292,15 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
         // SAFETY: `src` is readable for `len >= N` bytes (the caller's obligation).
         let first = unsafe { src.cast::<[u8; N]>().read_unaligned() };
         // SAFETY: the last `N` of those `len` bytes.
-        let last = unsafe { src.add(len - N).cast::<[u8; N]>().read_unaligned() };
+        let last = unsafe { src.wrapping_add(len - N).cast::<[u8; N]>().read_unaligned() };
         // SAFETY: `dst` is writable for `len >= N` bytes and no one else touches it.
         unsafe { dst.cast::<[u8; N]>().write_unaligned(first) };
         // SAFETY: the last `N` of those `len` bytes.
-        unsafe { dst.add(len - N).cast::<[u8; N]>().write_unaligned(last) };
+        unsafe {
+            dst.wrapping_add(len - N)
+                .cast::<[u8; N]>()
+                .write_unaligned(last)
+        };
     }
     if len > 64 {
         // SAFETY: the caller's obligations are those of `copy_nonoverlapping`.
@@ -313,9 +320,9 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     } else {
         for i in 0..len {
             // SAFETY: byte `i < len` of both ranges (the caller's obligations).
-            let byte = unsafe { src.add(i).read() };
+            let byte = unsafe { src.wrapping_add(i).read() };
             // SAFETY: as above.
-            unsafe { dst.add(i).write(byte) };
+            unsafe { dst.wrapping_add(i).write(byte) };
         }
     }
 }
@@ -376,7 +383,7 @@ impl Producer {
         } else {
             UNSTAMPED | (len as u64) << 32 | u64::from(n as u32)
         };
-        // SAFETY (all three copies): the slot is free: the consumer released it (`tail - head <
+        // SAFETY: (this copy and the two below) the slot is free: the consumer released it (`tail - head <
         // capacity`) and reads none of it but the mark until the mark below says so; every
         // range is inside the slot: `len <= slot_size` and `displaced_at(len) + 8 <= stride`
         // (`stride` is a multiple of 8 of at least `slot_size + 8`); `frame` cannot overlap
@@ -384,7 +391,13 @@ impl Producer {
         unsafe { copy(src, slot, len.min(MARK_AT)) };
         if len > MARK_END {
             // SAFETY: see above.
-            unsafe { copy(src.wrapping_add(MARK_END), slot.wrapping_add(MARK_END), len - MARK_END) };
+            unsafe {
+                copy(
+                    src.wrapping_add(MARK_END),
+                    slot.wrapping_add(MARK_END),
+                    len - MARK_END,
+                )
+            };
         }
         if mark != n && len > MARK_AT {
             // SAFETY: see above.
@@ -723,7 +736,10 @@ mod tests {
                 let len = 24 + usize::from(lap * 4 + i) * 7;
                 let frame = urom_frame(len, tx.next_seq(), lap ^ i);
                 tx.push(&frame).unwrap();
-                assert_eq!(rx.mem().mark(tx.next_seq() - 2).load(Ordering::Relaxed), tx.next_seq() - 1);
+                assert_eq!(
+                    rx.mem().mark(tx.next_seq() - 2).load(Ordering::Relaxed),
+                    tx.next_seq() - 1
+                );
                 assert_eq!(rx.peek().unwrap().unwrap(), &frame[..]);
                 // A second look gives the same frame.
                 assert_eq!(rx.peek().unwrap().unwrap(), &frame[..]);
@@ -752,7 +768,11 @@ mod tests {
                     frame[MARK_AT..MARK_END].copy_from_slice(&seq.to_le_bytes());
                 }
                 tx.push(&frame).unwrap();
-                assert_eq!(rx.peek().unwrap().unwrap(), &frame[..], "len {len} kind {kind}");
+                assert_eq!(
+                    rx.peek().unwrap().unwrap(),
+                    &frame[..],
+                    "len {len} kind {kind}"
+                );
                 rx.advance();
                 assert_eq!(rx.peek().unwrap(), None, "len {len} kind {kind}");
                 rx.publish();
