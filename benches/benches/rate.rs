@@ -27,7 +27,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Barrier, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
@@ -461,19 +461,18 @@ fn main() {
     let info = service.plugin("worker_graph").unwrap().clone();
     let graph = GraphHost::init(info.id, info.version).unwrap();
 
-    let ready = Barrier::new(2);
     std::thread::scope(|scope| {
         // The second host thread of the two-thread case, on core 1 with its worker on core 0.
         let (jobs, job) = mpsc::channel::<Job>();
         let (rates, rate) = mpsc::channel::<f64>();
-        let (service, graph, ready) = (&service, &graph, &ready);
+        let (up, is_up) = mpsc::channel::<()>();
+        let (service, graph) = (&service, &graph);
         scope.spawn(move || {
             urom_core::pin_current_thread(PEER_CORE).expect("pinning the second host thread");
             let mut engine = ProgressEngine::new();
             let worker = start_worker(&mut engine, service, graph, HOST_CORE);
-            ready.wait();
+            let _ = up.send(());
             while let Ok(Job::Rate) = job.recv() {
-                ready.wait();
                 let _ = rates.send(api_rate(&mut engine, graph, &worker, 64));
             }
         });
@@ -482,7 +481,9 @@ fn main() {
         let worker = start_worker(&mut engine, service, graph, PEER_CORE);
         let mut pair_engine = ProgressEngine::new();
         let pair_worker = start_worker(&mut pair_engine, service, graph, PEER_CORE);
-        ready.wait();
+        is_up
+            .recv()
+            .expect("the second host thread failed to start its worker");
         let mut next = 1u64;
 
         if std::env::var_os("UROM_RATE_PROFILE").is_some() {
@@ -504,7 +505,6 @@ fn main() {
             let b64 = api_rate(&mut engine, graph, &worker, 64);
             let b256 = api_rate(&mut engine, graph, &worker, 256);
             jobs.send(Job::Rate).expect("the second host thread runs");
-            ready.wait();
             let start = Instant::now();
             api_rate(&mut pair_engine, graph, &pair_worker, 64);
             rate.recv().expect("the second host thread's rate");
