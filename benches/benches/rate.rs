@@ -49,7 +49,7 @@ const STREAM_FRAMES: u64 = 4_000_000;
 /// Loopbacks per host-API rate measurement (per thread in the two-thread case).
 const API_COMMANDS: u64 = 2_000_000;
 /// Messages per `ucx_perftest` run.
-const UCX_MESSAGES: u64 = 10_000_000;
+const UCX_MESSAGES: u64 = 3_000_000;
 /// Round trips per latency measurement (the median of samples of 10 is kept).
 const ROUND_TRIPS: usize = 5_000;
 /// First byte of the frame after which the stream's consumer answers.
@@ -497,31 +497,33 @@ fn main() {
         }
         let mut rows: Vec<[f64; 10]> = Vec::with_capacity(rounds);
         for round in 0..rounds {
-            // The peers of the stream and the floor spin: they run only while measured.
+            // The peers of the floor and the stream spin: they run only while measured.
+            let floor_ns = Floor::new().round_trip(&mut next);
+            let lone_ns = api_round_trip(&mut engine, graph, &worker);
             let mut stream = Stream::new();
             let a = stream.rate();
             let frame_ns = stream.round_trip();
             drop(stream);
             let b64 = api_rate(&mut engine, graph, &worker, 64);
             let b256 = api_rate(&mut engine, graph, &worker, 256);
+            let c = if ucx {
+                ucx_rate(1).unwrap_or(f64::NAN)
+            } else {
+                f64::NAN
+            };
             jobs.send(Job::Rate).expect("the second host thread runs");
             let start = Instant::now();
             api_rate(&mut pair_engine, graph, &pair_worker, 64);
             rate.recv().expect("the second host thread's rate");
             // The commands of both over the time until both were done.
             let b2 = (2 * API_COMMANDS) as f64 / start.elapsed().as_secs_f64();
-            let c = if ucx {
-                ucx_rate(1).unwrap_or(f64::NAN)
-            } else {
-                f64::NAN
-            };
             let c2 = if ucx {
                 ucx_rate(2).unwrap_or(f64::NAN)
             } else {
                 f64::NAN
             };
-            let floor_ns = Floor::new().round_trip(&mut next);
-            let lone_ns = api_round_trip(&mut engine, graph, &worker);
+            // Four busy processes on two cores may leave the scheduler uneven for a moment.
+            std::thread::sleep(Duration::from_millis(300));
             println!(
                 "round {round:2}: (a) {:6.1} M/s  (b) 64: {:5.1}  256: {:5.1}  2x2: {:5.1} M/s  \
                  (c) {:5.1}  2 pairs: {:5.1} M/s  floor {:5.1} ns  frame {:5.1} ns  lone {:5.1} ns",
