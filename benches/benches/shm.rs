@@ -8,7 +8,9 @@
 //!   direction), written and read with plain loads and stores: the least moving a 64-byte frame
 //!   each way through separate memory per direction can cost, with no transport around it;
 //! * `shm/round_trip_64B`: a 64-byte frame to the other process and back over a
-//!   [`ShmConnection`];
+//!   [`ShmConnection`]; like every frame here it carries the connection's number for it where
+//!   a urom frame header keeps its sequence number, which makes it its own ready mark (one
+//!   cache line per frame);
 //! * `shm/stream_64B`: one-way streaming of 64-byte frames (throughput in frames per second);
 //! * `shm/same_thread_send_recv_64B`: the software cost alone, both ends on one thread.
 //!
@@ -30,7 +32,7 @@ use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap};
 use urom_core::transport::ChannelConfig;
 use urom_core::transport::shm::ShmConnection;
-use urom_core::transport::{FrameSendError, Transport, WaitMode};
+use urom_core::transport::{FrameSendError, FrameSender, Transport, WaitMode};
 
 const CHILD_ENV: &str = "UROM_BENCH_CHILD";
 const FD_ENV: &str = "UROM_BENCH_FD";
@@ -41,6 +43,14 @@ const FRAME: usize = 64;
 const STOP: u64 = u64::MAX;
 /// First byte of a frame the child must echo; other frames it only consumes.
 const ECHO: u8 = 1;
+
+/// Writes what makes `frame` its own ready mark as frame `seq`: its length and `seq` where a
+/// urom frame header keeps them.
+fn stamp(frame: &mut [u8], seq: u64) {
+    let len = frame.len() as u32;
+    frame[8..12].copy_from_slice(&len.to_le_bytes());
+    frame[16..24].copy_from_slice(&seq.to_le_bytes());
+}
 
 fn config() -> ChannelConfig {
     ChannelConfig {
@@ -172,6 +182,9 @@ fn shm_child() {
             Ok(Some(frame)) if frame.first() == Some(&ECHO) => {
                 let len = frame.len().min(FRAME);
                 buf[..len].copy_from_slice(&frame[..len]);
+                if len == FRAME {
+                    stamp(&mut buf, conn.split().0.next_seq());
+                }
                 while let Err(FrameSendError::Full) = conn.send(&buf[..len]) {
                     std::hint::spin_loop();
                 }
@@ -246,6 +259,7 @@ fn shm(c: &mut Criterion) {
             let start = Instant::now();
             for i in 0..iters {
                 ping[1] = i as u8;
+                stamp(&mut ping, conn.split().0.next_seq());
                 conn.send(black_box(&ping)).expect("send");
                 loop {
                     match conn.recv().expect("recv") {
@@ -264,12 +278,13 @@ fn shm(c: &mut Criterion) {
         })
     });
 
-    let data = [0u8; FRAME];
+    let mut data = [0u8; FRAME];
     group.throughput(Throughput::Elements(1));
     group.bench_function("stream_64B", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _ in 0..iters {
+                stamp(&mut data, conn.split().0.next_seq());
                 loop {
                     match conn.send(black_box(&data)) {
                         Ok(()) => break,
@@ -295,10 +310,11 @@ fn shm(c: &mut Criterion) {
 /// Software cost alone: send and receive on one thread, no cache line crosses cores.
 fn same_thread(c: &mut Criterion) {
     let (mut a, mut b) = ShmConnection::pair(&config()).expect("shared-memory pair");
-    let frame = [1u8; FRAME];
+    let mut frame = [1u8; FRAME];
     let mut group = c.benchmark_group("shm");
     group.bench_function("same_thread_send_recv_64B", |bench| {
         bench.iter(|| {
+            stamp(&mut frame, a.split().0.next_seq());
             a.send(black_box(&frame)).expect("send");
             black_box(b.recv().expect("recv"));
         })

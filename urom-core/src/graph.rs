@@ -60,6 +60,28 @@ impl GraphHost {
     }
 }
 
+impl GraphHost {
+    /// Sends `count` loopbacks in one burst ([`crate::host::Worker::submit_batch`]): the `i`th
+    /// carries the data and the cookie `first + i`. Returns how many went (fewer when the task
+    /// slots or the channel filled up), or why none did. Allocates nothing.
+    pub fn loopback_batch(
+        &self,
+        worker: &crate::host::Worker<crate::host::Running>,
+        first: u64,
+        count: usize,
+        callback: crate::host::TaskCallback,
+    ) -> Result<usize, crate::host::CommandError> {
+        worker.submit_batch(self.id, count, |i, task| {
+            let value = first + i as u64;
+            task.user_data_mut()[..8].copy_from_slice(&value.to_le_bytes());
+            task.set_callback(callback);
+            GraphCommand::Loopback { data: value }
+                .pack(task.payload_mut())
+                .unwrap_or(0)
+        })
+    }
+}
+
 /// The outcome of a loopback task: the data and cookie, or the status it failed with.
 pub fn loopback_result(task: &crate::host::CompletedTask<'_>) -> Result<LoopbackResult, Status> {
     task.status.into_result()?;

@@ -104,6 +104,60 @@ fn bootstrap_flow_with_four_worker_threads() {
 }
 
 #[test]
+fn bursts_submitted_in_one_batch_complete_in_order_as_the_rings_wrap() {
+    let (_plugins, daemon) = start_daemon();
+    let service = start_service(&daemon);
+    let info = service.plugin("worker_graph").unwrap().clone();
+    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    // As many tasks in flight as the channel has slots (256 each way): full bursts fill the
+    // rings, and 20,000 loopbacks go round them about 80 times.
+    let worker = run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&service)
+            .set_plugins(graph.id())
+            .set_max_inflight_tasks(256),
+    );
+    const TOTAL: u64 = 20_000;
+    let (mut sent, mut next) = (0u64, 0u64);
+    let mut burst = 1usize;
+    let deadline = Instant::now() + TIMEOUT;
+    while next < TOTAL {
+        let want = burst.min((TOTAL - sent) as usize);
+        if want > 0 {
+            match graph.loopback_batch(&worker, sent, want, record) {
+                Ok(went) => sent += went as u64,
+                Err(
+                    urom_core::host::CommandError::Exhausted | urom_core::host::CommandError::Full,
+                ) => {}
+                Err(e) => panic!("burst refused: {e}"),
+            }
+        }
+        // Burst sizes from 1 to 256, in an order that keeps the rings' laps out of step.
+        burst = burst * 7 % 257;
+        engine.progress();
+        for (status, data, cookie) in
+            DONE.with(|done| done.borrow_mut().drain(..).collect::<Vec<_>>())
+        {
+            assert_eq!(
+                (status, data, cookie),
+                (Status::Success, next, next),
+                "completion {next}"
+            );
+            next += 1;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{next} of {TOTAL} loopbacks completed in time"
+        );
+    }
+    assert_eq!(sent, TOTAL);
+    assert_eq!(worker.state(), WorkerState::Running);
+    service.stop();
+}
+
+#[test]
 fn attach_from_a_second_service_and_environment() {
     let (_plugins, daemon) = start_daemon();
     let first = start_service(&daemon);

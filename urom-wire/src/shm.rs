@@ -60,8 +60,9 @@ pub const SHM_HANDSHAKE_VERSION: u32 = 2;
 pub const SHM_HELLO_DESCRIPTORS: usize = 5;
 /// The first bytes of a mapping: `b"UROMSHM\0"` as a little-endian integer.
 pub const MAPPING_MAGIC: u64 = u64::from_le_bytes(*b"UROMSHM\0");
-/// The mapping layout version this build speaks.
-pub const MAPPING_VERSION: u32 = 1;
+/// The mapping layout version this build speaks (2: slots marked by the frame's own sequence
+/// number, see `urom_core`'s shared-memory ring).
+pub const MAPPING_VERSION: u32 = 2;
 
 const HELLO: &str = "urom shared-memory hello";
 const ACK: &str = "urom shared-memory ack";

@@ -19,7 +19,7 @@ const ACK_BAD_LAYOUT: &str = "55524f4d41434b00 01000000 01000000";
 const ACK_MAX_MSG_SIZE: &str = "55524f4d41434b00 02000000 00100000";
 // 4096-byte slots, 64 per ring: stride 4224, control blocks at 128 and 384, slots at 640 and
 // 270976, 541312 bytes in all.
-const MAPPING: &str = "55524f4d53484d00 01000000 80000000 00100000 40000000 80100000
+const MAPPING: &str = "55524f4d53484d00 02000000 80000000 00100000 40000000 80100000
                        80000000 80010000 00000000
                        8002000000000000 8022040000000000 8042080000000000 00*64";
 
@@ -202,11 +202,11 @@ fn mapping_header_fields_are_checked() {
         })
     );
     assert_eq!(
-        with(8, 2),
+        with(8, 1),
         Err(DecodeError::UnsupportedFormatVersion {
             format: "urom shared-memory mapping",
-            found: 2,
-            supported: 1
+            found: 1,
+            supported: 2
         })
     );
     assert_eq!(

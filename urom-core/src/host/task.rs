@@ -1,9 +1,11 @@
 //! The task slots of a worker context: a free list of preallocated tasks.
 //!
-//! [`TaskSlots`] allocates every task once: a payload buffer (the frame sent to the worker),
-//! response space, 32 bytes of user data and a completion callback. Free slots sit on a stack
-//! (the last freed is loaned next, while its memory is warm); tasks complete in any order. A
-//! task goes loan -> write -> submit -> complete:
+//! [`TaskSlots`] allocates everything once: per task 32 bytes of user data and a completion
+//! callback, and one payload buffer that the task being written fills (only one is loaned at a
+//! time, and its frame is copied out when submitted, so the buffer stays in the cache). A
+//! response is lent to the callback where it lies (in the channel, for a worker's tasks), up to
+//! the response size. Free slots sit on a stack (the last freed is loaned next, while its memory
+//! is warm); tasks complete in any order. A task goes loan -> write -> submit -> complete:
 //!
 //! ```
 //! use urom_core::host::{CompletedTask, TaskSlots};
@@ -107,12 +109,11 @@ struct Meta {
 
 /// A fixed set of task slots, allocated once.
 pub struct TaskSlots {
-    // INVARIANTS: `free[..free_len]` lists exactly the slots in state `Free`; every buffer has
-    // `meta.len()` slices of its size.
+    // INVARIANTS: `free[..free_len]` lists exactly the slots in state `Free`; `payload` holds
+    // `payload_size` bytes, written by the one loan that can exist at a time.
     meta: Box<[Meta]>,
-    payloads: Box<[u8]>,
+    payload: Box<[u8]>,
     payload_size: usize,
-    responses: Box<[u8]>,
     response_size: usize,
     free: Box<[u32]>,
     free_len: usize,
@@ -243,8 +244,8 @@ impl fmt::Display for TaskCompleteError {
 impl core::error::Error for TaskCompleteError {}
 
 impl TaskSlots {
-    /// `capacity` task slots (a power of two), each with `payload_size` bytes of payload and
-    /// `response_size` bytes of response space. The only allocation they ever make.
+    /// `capacity` task slots (a power of two) for payloads of up to `payload_size` bytes and
+    /// responses of up to `response_size` bytes. The only allocation they ever make.
     pub fn new(
         capacity: usize,
         payload_size: usize,
@@ -262,9 +263,8 @@ impl TaskSlots {
         };
         Ok(Self {
             meta: vec![meta; capacity].into_boxed_slice(),
-            payloads: vec![0; capacity * payload_size].into_boxed_slice(),
+            payload: vec![0; payload_size].into_boxed_slice(),
             payload_size,
-            responses: vec![0; capacity * response_size].into_boxed_slice(),
             response_size,
             // Popped from the end: slot 0 first.
             free: (0..capacity as u32).rev().collect(),
@@ -300,7 +300,8 @@ impl TaskSlots {
         Ok(TaskLoan { slots: self, index })
     }
 
-    /// Completes the in-flight task `handle`: stores `response`, runs its callback, frees it.
+    /// Completes the in-flight task `handle`: frees it and runs its callback, which sees
+    /// `response`.
     pub fn complete(
         &mut self,
         handle: TaskHandle,
@@ -318,8 +319,6 @@ impl TaskSlots {
                 capacity: self.response_size,
             });
         }
-        let space = &mut self.responses[index * self.response_size..][..response.len()];
-        space.copy_from_slice(response);
         let meta = &mut self.meta[index];
         meta.state = State::Free;
         meta.generation = meta.generation.wrapping_add(1);
@@ -331,7 +330,7 @@ impl TaskSlots {
             callback(&CompletedTask {
                 handle,
                 status,
-                response: &self.responses[index * self.response_size..][..response.len()],
+                response,
                 user_data: &user_data,
             });
         }
@@ -380,8 +379,7 @@ impl<'r> TaskLoan<'r> {
 
     /// The whole payload buffer; say how much of it to send with [`TaskLoan::set_len`].
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let size = self.slots.payload_size;
-        &mut self.slots.payloads[self.index * size..][..size]
+        &mut self.slots.payload
     }
 
     /// Sets how many payload bytes to send (at most the buffer's size).
@@ -419,10 +417,9 @@ impl<'r> TaskLoan<'r> {
         conn: &mut (impl Transport + ?Sized),
     ) -> Result<TaskHandle, TaskSubmitError<'r>> {
         let loan = self;
-        let size = loan.slots.payload_size;
         let index = loan.index;
         let len = loan.slots.meta[index].len;
-        match conn.send(&loan.slots.payloads[index * size..][..len]) {
+        match conn.send(&loan.slots.payload[..len]) {
             Ok(()) => {
                 let handle = loan.handle();
                 loan.slots.meta[index].state = State::InFlight;

@@ -18,7 +18,8 @@ use super::task::{
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::auth;
 use crate::transport::{
-    Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, Transport,
+    Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender,
+    Transport,
 };
 use crate::wire::control::{
     ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
@@ -278,7 +279,6 @@ struct Core {
     /// Its place among the service's max workers.
     _slot: WorkerSlot,
     max_inflight: usize,
-    seq: u64,
 }
 
 // One per worker, held in place: the running variant's size costs nothing.
@@ -307,7 +307,12 @@ struct Link {
     exit: mpsc::Receiver<WorkerExit>,
     /// Replies to a domain start, while one waits for them.
     domain: DomainInbox,
+    /// Polls that found nothing, counted to look at `exit` only now and then.
+    quiet_polls: u32,
 }
+
+/// How many quiet polls of a worker pass between two looks at whether its process ended.
+const EXIT_CHECK_EVERY: u32 = 64;
 
 impl Link {
     /// The link to worker `id` over `conn`: task slots for `max_inflight` tasks and the watch on
@@ -327,6 +332,7 @@ impl Link {
             tasks,
             exit,
             domain: DomainInbox::default(),
+            quiet_polls: 0,
         })
     }
 
@@ -334,6 +340,15 @@ impl Link {
     /// how many tasks completed, or that and why the link must be failed.
     fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
         let completed = receive(&mut self.conn, &mut self.tasks, &mut self.domain)?;
+        // A worker that answers still runs: its exit is looked for when it is quiet, now and
+        // then (its death also hangs up the channel, which `receive` reports at once).
+        if completed > 0 {
+            return Ok(completed);
+        }
+        self.quiet_polls = self.quiet_polls.wrapping_add(1);
+        if self.quiet_polls % EXIT_CHECK_EVERY != 0 {
+            return Ok(0);
+        }
         match self.exit.try_recv() {
             Ok(exit) => Err((completed, WorkerFailure::Exited(exit))),
             Err(_) => Ok(completed),
@@ -399,7 +414,57 @@ fn complete(
         })
 }
 
+impl Link {
+    /// Loans a task, lets `fill` write it, puts the headers in front (the frame's `seq` is the
+    /// channel's number for it, which makes the frame its own ready mark) and sends it.
+    #[inline]
+    fn submit_one<F>(
+        &mut self,
+        plugin: u64,
+        max: MaxMsgSize,
+        fill: F,
+    ) -> Result<TaskHandle, CommandError>
+    where
+        F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
+    {
+        let Link { conn, tasks, .. } = self;
+        let mut loan = tasks.loan().map_err(|_| CommandError::Exhausted)?;
+        let handle = loan.handle();
+        let payload_len = fill(&mut CommandTask { loan: &mut loan });
+        let too_big = CommandError::TooBig {
+            len: payload_len,
+            capacity: max_command_payload(max),
+        };
+        let seq = conn.split().0.next_seq();
+        let len = write_command_headers(
+            loan.payload_mut(),
+            seq,
+            plugin,
+            handle.to_u64(),
+            payload_len,
+            max,
+        )
+        .map_err(|_| too_big)?;
+        loan.set_len(len).map_err(|_| too_big)?;
+        match loan.submit(conn) {
+            Ok(handle) => Ok(handle),
+            Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
+            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e)),
+        }
+    }
+}
+
 impl Core {
+    /// The running link and the message size, or why commands cannot go.
+    #[inline]
+    fn running(&mut self) -> Result<(&mut Link, MaxMsgSize), CommandError> {
+        let max = self.shared.max_msg_size;
+        match &mut self.phase {
+            Phase::Running(link) => Ok((link, max)),
+            _ => Err(CommandError::NotRunning),
+        }
+    }
+
     /// Completes every task in flight with the failure's status and moves to `Failed`; the
     /// channel closes.
     fn fail(&mut self, failure: WorkerFailure) {
@@ -668,7 +733,6 @@ impl Worker<Idle> {
             shared,
             _slot: slot,
             max_inflight: self.config.max_inflight,
-            seq: 0,
         }))
     }
 
@@ -798,38 +862,33 @@ impl Worker<Running> {
         F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
     {
         let mut core = self.data.core.borrow_mut();
-        let Core {
-            phase, shared, seq, ..
-        } = &mut *core;
-        let Phase::Running(Link { conn, tasks, .. }) = phase else {
-            return Err(CommandError::NotRunning);
-        };
-        let max = shared.max_msg_size;
-        let mut loan = tasks.loan().map_err(|_| CommandError::Exhausted)?;
-        let handle = loan.handle();
-        let payload_len = fill(&mut CommandTask { loan: &mut loan });
-        *seq += 1;
-        let len = write_command_headers(
-            loan.payload_mut(),
-            *seq,
-            plugin,
-            handle.to_u64(),
-            payload_len,
-            max,
-        )
-        .map_err(|_| CommandError::TooBig {
-            len: payload_len,
-            capacity: max_command_payload(max),
-        })?;
-        loan.set_len(len).map_err(|_| CommandError::TooBig {
-            len: payload_len,
-            capacity: max_command_payload(max),
-        })?;
-        match loan.submit(conn) {
-            Ok(handle) => Ok(handle),
-            Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
-            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e)),
+        let (link, max) = core.running()?;
+        link.submit_one(plugin, max, fill)
+    }
+
+    /// Submits up to `count` commands for `plugin` in one go: `fill(i, task)` writes the `i`th
+    /// as for [`Worker::submit`]. A burst costs one look at the worker's state, and its
+    /// commands reach the worker in order, each in as few cache lines as its size allows.
+    /// Stops at the first command that cannot go now (every task slot in flight, the channel
+    /// full, a payload too big): returns how many went, or that command's error when none did.
+    /// Allocates nothing.
+    pub fn submit_batch<F>(
+        &self,
+        plugin: u64,
+        count: usize,
+        mut fill: F,
+    ) -> Result<usize, CommandError>
+    where
+        F: FnMut(usize, &mut CommandTask<'_, '_>) -> usize,
+    {
+        let mut core = self.data.core.borrow_mut();
+        let (link, max) = core.running()?;
+        for i in 0..count {
+            if let Err(error) = link.submit_one(plugin, max, |task| fill(i, task)) {
+                return if i == 0 { Err(error) } else { Ok(i) };
+            }
         }
+        Ok(count)
     }
 
     /// Completes its in-flight tasks with `DOCA_ERROR_SHUTDOWN`, asks the service to destroy
@@ -913,14 +972,13 @@ impl DomainLink {
     /// Sends a domain request; `Err(FrameSendError::Full)` when the channel is full.
     pub(crate) fn send(&self, body: DomainMessage<'_>) -> Result<(), FrameSendError> {
         let mut core = self.core.borrow_mut();
-        let Core {
-            phase, seq, shared, ..
-        } = &mut *core;
+        let Core { phase, shared, .. } = &mut *core;
         let Phase::Running(link) = phase else {
             return Err(FrameSendError::Closed);
         };
-        *seq += 1;
-        let frame = FrameRepr { seq: *seq, body };
+        // The channel's own frame number: the frame is its own ready mark (see `next_seq`).
+        let seq = link.conn.split().0.next_seq();
+        let frame = FrameRepr { seq, body };
         let mut bytes = vec![0; frame.buffer_len()];
         frame
             .emit(&mut bytes, shared.max_msg_size)

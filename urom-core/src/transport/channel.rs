@@ -343,6 +343,11 @@ impl FrameSender for ChannelSender {
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
         each_half!(self, half => half.wait_send(timeout))
     }
+
+    #[inline]
+    fn next_seq(&self) -> u64 {
+        each_half!(self, half => half.next_seq())
+    }
 }
 
 impl FrameReceiver for ChannelReceiver {

@@ -46,6 +46,8 @@ pub struct LoopbackSender {
     dir: Arc<Direction>,
     max: MaxMsgSize,
     closed: bool,
+    /// Frames sent so far.
+    sent: u64,
 }
 
 /// The receiving half of a [`LoopbackConnection`].
@@ -79,6 +81,7 @@ impl LoopbackConnection {
                 dir: Arc::clone(&dirs[side]),
                 max,
                 closed: false,
+                sent: 0,
             },
             rx: LoopbackReceiver {
                 dir: Arc::clone(&dirs[1 - side]),
@@ -187,8 +190,13 @@ impl FrameSender for LoopbackSender {
         q.lens[index] = frame.len();
         q.tail += 1;
         drop(q);
+        self.sent += 1;
         self.dir.changed.notify_all();
         Ok(())
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.sent + 1
     }
 
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {

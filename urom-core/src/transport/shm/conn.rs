@@ -271,6 +271,11 @@ impl FrameSender for ShmSender {
             FrameRecvError::Protocol(what) => FrameSendError::Protocol(what),
         })
     }
+
+    #[inline]
+    fn next_seq(&self) -> u64 {
+        self.ring.next_seq()
+    }
 }
 
 impl ShmReceiver {

@@ -11,7 +11,7 @@
 //! | `640 + N * S`         | `N * S`  | slots of ring 1                                       |
 //! | `640 + 2 * N * S`     |          | end (the file is rounded up to its page size)         |
 //!
-//! `S = round_up(8 + slot_size, 128)`; control blocks and slots are laid out by `shm::ring`.
+//! `S = round_up(slot_size + 8, 128)`; control blocks and slots are laid out by `shm::ring`.
 //!
 //! The header's byte format is `urom_wire::shm::MappingHeader`; this module decides what its
 //! fields must say.
@@ -24,7 +24,7 @@ use core::fmt;
 use urom_wire::shm::{MAPPING_HEADER_LEN, MAPPING_VERSION, MappingHeaderRepr};
 use urom_wire::{DecodeError, MaxMsgSize};
 
-use super::ring::{CACHE_LINE, SLOT_HEADER};
+use super::ring::{CACHE_LINE, SLOT_RESERVE};
 
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: usize = MAPPING_HEADER_LEN;
@@ -142,7 +142,7 @@ impl Layout {
         if !slot_count.is_power_of_two() || !(MIN_SLOTS..=MAX_SLOTS).contains(&slot_count) {
             return Err(ShmLayoutError::SlotCount { found: slot_count });
         }
-        let stride = (SLOT_HEADER + max.get()).next_multiple_of(CACHE_LINE);
+        let stride = (SLOT_RESERVE + max.get()).next_multiple_of(CACHE_LINE);
         let ring_bytes = slot_count as usize * stride;
         let ctl0 = HEADER_LEN;
         let ctl1 = ctl0 + CTL_LEN;
@@ -250,7 +250,7 @@ mod tests {
             Layout::decode(&h, total)
         };
         assert_eq!(with(0, b"X"), Err(ShmLayoutError::Magic));
-        assert_eq!(with(8, &[2]), Err(ShmLayoutError::Version { found: 2 }));
+        assert_eq!(with(8, &[1]), Err(ShmLayoutError::Version { found: 1 }));
         assert_eq!(
             with(16, &[0, 0, 0, 0]),
             Err(ShmLayoutError::SlotSize { found: 0 })

@@ -1,36 +1,63 @@
 //! A single-producer single-consumer ring of fixed-size slots in memory shared by two processes.
 //!
 //! One ring is a control block ([`RingCtl`]) and `count` slots of `stride` bytes (`count` a power
-//! of two, `stride` a multiple of [`CACHE_LINE`]):
+//! of two, `stride` a multiple of [`CACHE_LINE`] and at least `slot_size + 8`). Frame `n` (the
+//! ring's `n`th, counted from 1) goes in slot `(n - 1) % count`:
 //!
-//! | bytes of a slot        | what                                                       |
-//! |------------------------|------------------------------------------------------------|
-//! | `0..8`                 | control word: `seq << 32 \| len`, written last (Release)   |
-//! | `8..8 + slot_size`     | the frame, `len <= slot_size` bytes of it are meaningful   |
-//! | up to `stride`         | padding                                                    |
+//! | bytes of a slot            | what                                                         |
+//! |----------------------------|--------------------------------------------------------------|
+//! | `0..len`                   | the frame, except bytes `16..24`                             |
+//! | `16..24`                   | the mark, which says that the slot holds frame `n`; written last (Release) |
+//! | `round_up(len, 8)..` (8)   | an unstamped frame's own bytes `16..24`, when it has any     |
+//! | up to `stride`             | padding                                                      |
 //!
-//! The producer writes the frame, then stores the control word with `seq = position + 1`
-//! (truncated to 32 bits) and Release ordering; the consumer loads the control word of the slot
-//! at its head with Acquire ordering and owns the frame once `seq` matches. Signal and frame
-//! start in the same cache line, so one cache-line transfer delivers both.
+//! A mark is one of two kinds:
+//!
+//! * **Stamped**: a frame that starts with a urom frame header ([`urom_wire::frame`]) whose
+//!   `seq` field says `n` and whose `length` field says its length is its own mark: it is copied
+//!   as it is, its `seq` field last, and the consumer reads the length from its header. The
+//!   ready mark lies in the frame's first cache line, so a frame of up to 64 bytes moves between
+//!   the processes in one line. Senders learn `n` from [`Producer::next_seq`].
+//! * **Unstamped**, any other frame: the mark is [`UNSTAMPED`]` | len << 32 | (n as u32)`;
+//!   the frame's own bytes `16..24` go after the frame, and the consumer puts them back before it
+//!   lends the frame out (and clears the mark when it releases the slot, so that those bytes are
+//!   never taken for a later mark).
+//!
+//! The producer writes the frame, then stores the mark with Release ordering; the consumer loads
+//! the mark of the slot at its head with Acquire ordering and owns the frame once it matches.
+//! A stale mark never matches: a stamped mark is `n` itself, and an unstamped one carries
+//! `n` modulo 2^32, while `count <= 2^16`.
 //!
 //! The consumer publishes its head (how many frames it has released) on its own cache line, in
 //! batches of a quarter of the ring and whenever it finds the ring empty; the producer caches it
 //! and only reloads it when the cached value says the ring is full. Wait and close flags sit on a
 //! third line that is written only when a side goes to sleep or closes.
 //!
-//! Nothing the peer writes is trusted: a length larger than the slot or a head that moves
-//! backwards or past the producer is reported as [`RingCorrupt`], never followed.
+//! Nothing the peer writes is trusted: a length larger than the slot (or a stamped frame too
+//! short to hold its header) or a head that moves backwards or past the producer is reported as
+//! [`RingCorrupt`], never followed.
 
 use core::ptr::NonNull;
+
+use urom_wire::frame::FrameHeader;
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Distance that keeps two fields off each other's cache line, including the adjacent line the
 /// hardware prefetcher pulls in with it.
 pub(crate) const CACHE_LINE: usize = 128;
-/// Bytes of a slot before its frame: the control word.
-pub(crate) const SLOT_HEADER: usize = 8;
+/// Bytes a slot holds beyond its largest frame: room for an unstamped frame's displaced word.
+pub(crate) const SLOT_RESERVE: usize = 8;
+/// Where a slot's mark lies: the `seq` field of a urom frame header.
+const MARK_AT: usize = core::mem::offset_of!(FrameHeader, seq);
+/// The first byte after the mark.
+const MARK_END: usize = MARK_AT + 8;
+/// Where a stamped frame says its length: the `length` field of a urom frame header.
+const LENGTH_AT: usize = core::mem::offset_of!(FrameHeader, length);
+/// The bit that marks an unstamped frame's mark.
+pub(crate) const UNSTAMPED: u64 = 1 << 63;
+
+const _: () = assert!(MARK_AT % 8 == 0 && MARK_END <= 64 && LENGTH_AT + 4 <= MARK_AT);
 
 /// Most slots the producer prefetches ahead of its tail.
 const PREFETCH_DISTANCE: u64 = 8;
@@ -101,19 +128,33 @@ impl From<RingCorrupt> for PushError {
     }
 }
 
+/// Where an unstamped frame of `len` bytes keeps its own bytes `16..24`.
+#[inline(always)]
+fn displaced_at(len: usize) -> usize {
+    len.next_multiple_of(8)
+}
+
+/// Whether `frame`, sent as frame `n`, is its own mark (see the module documentation).
+#[inline(always)]
+fn stamped(frame: &[u8], n: u64) -> bool {
+    frame.len() >= MARK_END
+        && frame[MARK_AT..MARK_END] == n.to_le_bytes()
+        && frame[LENGTH_AT..LENGTH_AT + 4] == (frame.len() as u32).to_le_bytes()
+}
+
 /// Where one ring lives. Copies of it are handed to the producer and the consumer.
 #[derive(Clone, Copy)]
 pub(crate) struct RingMem {
     // INVARIANTS (from `from_raw`): `ctl` points to a live `RingCtl`; `slots` to `count * stride`
-    // live bytes, 8-aligned; `stride >= SLOT_HEADER + slot_size` and a multiple of 8; `mask ==
-    // count - 1` with `count` a power of two.
+    // live bytes, 8-aligned; `stride >= max(SLOT_RESERVE + slot_size, 24)` and a multiple of 8; `mask ==
+    // count - 1` with `count` a power of two no larger than `2^16`.
     ctl: NonNull<RingCtl>,
     slots: NonNull<u8>,
     stride: usize,
     mask: u64,
     slot_size: usize,
     #[cfg(loom)]
-    ctrls: NonNull<AtomicU64>,
+    marks: NonNull<AtomicU64>,
     #[cfg(loom)]
     cells: NonNull<loom::cell::UnsafeCell<()>>,
 }
@@ -126,8 +167,8 @@ impl RingMem {
     /// - `ctl` points to a `RingCtl` (all zeroes or left by earlier users of this ring) that stays
     ///   valid while any copy of the returned value is used;
     /// - `slots` points to `count * stride` bytes, 8-aligned, valid for reads and writes for as
-    ///   long; `count` is a power of two, `stride` a multiple of 8 and at least
-    ///   `SLOT_HEADER + slot_size`;
+    ///   long; `count` is a power of two no larger than `2^16`, `stride` a multiple of 8 and at
+    ///   least `SLOT_RESERVE + slot_size` and 24 (the mark's end), `slot_size` below `2^31`;
     /// - at most one [`Producer`] and one [`Consumer`] use the ring at a time (in this process
     ///   or any other), and the memory is touched by nothing else except through atomics.
     pub(crate) unsafe fn from_raw(
@@ -136,11 +177,12 @@ impl RingMem {
         count: u32,
         stride: usize,
         slot_size: usize,
-        #[cfg(loom)] ctrls: NonNull<AtomicU64>,
+        #[cfg(loom)] marks: NonNull<AtomicU64>,
         #[cfg(loom)] cells: NonNull<loom::cell::UnsafeCell<()>>,
     ) -> Self {
-        debug_assert!(count.is_power_of_two());
-        debug_assert!(stride % 8 == 0 && stride >= SLOT_HEADER + slot_size);
+        debug_assert!(count.is_power_of_two() && count <= 1 << 16);
+        debug_assert!(stride % 8 == 0 && stride >= (SLOT_RESERVE + slot_size).max(MARK_END));
+        debug_assert!(slot_size < 1 << 31);
         Self {
             ctl,
             slots,
@@ -148,7 +190,7 @@ impl RingMem {
             mask: u64::from(count) - 1,
             slot_size,
             #[cfg(loom)]
-            ctrls,
+            marks,
             #[cfg(loom)]
             cells,
         }
@@ -172,39 +214,36 @@ impl RingMem {
         (position & self.mask) as usize * self.stride
     }
 
-    /// The control word of the slot holding `position`.
+    /// The mark of the slot holding `position`.
     #[cfg(not(loom))]
     #[inline(always)]
-    fn ctrl(&self, position: u64) -> &AtomicU64 {
+    fn mark(&self, position: u64) -> &AtomicU64 {
         let word = self
-            .slots
-            .as_ptr()
-            .wrapping_add(self.slot_offset(position))
+            .slot_ptr(position)
+            .wrapping_add(MARK_AT)
             .cast::<AtomicU64>();
-        // SAFETY: `word` is a slot start inside the slot area (see `slot_offset`), 8-aligned
-        // because `slots` and `stride` are; the first 8 bytes of a slot are only ever accessed as
-        // this atomic, by both sides, and stay mapped while `self` is used.
+        // SAFETY: `word` lies 16 bytes into a slot inside the slot area (see `slot_offset`;
+        // `stride >= MARK_END`), 8-aligned because `slots` and `stride` are; the producer writes
+        // these bytes only as this atomic, and the consumer touches them otherwise only while
+        // it owns the slot (see `Consumer::peek`); they stay mapped while `self` is used.
         unsafe { &*word }
     }
 
     #[cfg(loom)]
-    fn ctrl(&self, position: u64) -> &AtomicU64 {
+    fn mark(&self, position: u64) -> &AtomicU64 {
         let word = self
-            .ctrls
+            .marks
             .as_ptr()
             .wrapping_add((position & self.mask) as usize);
-        // SAFETY: under loom the control words live in their own array of `count` atomics.
+        // SAFETY: under loom the marks live in their own array of `count` atomics.
         unsafe { &*word }
     }
 
-    /// Pointer to the frame bytes of the slot holding `position`.
+    /// Pointer to the first byte of the slot holding `position`.
     #[inline(always)]
-    fn frame_ptr(&self, position: u64) -> *mut u8 {
-        // `offset + slot_size <= count * stride` (slot start plus header plus frame fit in a
-        // stride), so the result stays inside the slot area.
-        self.slots
-            .as_ptr()
-            .wrapping_add(self.slot_offset(position) + SLOT_HEADER)
+    fn slot_ptr(&self, position: u64) -> *mut u8 {
+        // `offset + stride <= count * stride`, so the result stays inside the slot area.
+        self.slots.as_ptr().wrapping_add(self.slot_offset(position))
     }
 
     /// Hints the CPU to take the cache line `offset` bytes into the slot holding `position` for
@@ -213,10 +252,7 @@ impl RingMem {
     fn prefetch_write(&self, position: u64, offset: usize) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
-            let line = self
-                .slots
-                .as_ptr()
-                .wrapping_add(self.slot_offset(position) + offset);
+            let line = self.slot_ptr(position).wrapping_add(offset);
             // SAFETY: `prefetchw` reads and writes nothing architecturally and never faults,
             // whatever the address (CPUs without it execute it as a no-op).
             unsafe {
@@ -234,6 +270,60 @@ impl RingMem {
             .wrapping_add((position & self.mask) as usize);
         // SAFETY: under loom there is one access-tracking cell per slot.
         unsafe { &*cell }
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`; up to 64 bytes inline, as two (possibly overlapping)
+/// moves of the largest power of two that fits, rather than through a call to `memcpy`.
+///
+/// # Safety
+///
+/// As for [`core::ptr::copy_nonoverlapping`]: `src` readable and `dst` writable for `len` bytes,
+/// not overlapping, and no other thread accesses `dst` meanwhile.
+#[inline(always)]
+unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies the first and the last `N` bytes of the `len >= N` bytes.
+    ///
+    /// # Safety
+    ///
+    /// As for `copy`, with `N <= len`.
+    #[inline(always)]
+    unsafe fn ends<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        // SAFETY: `src` is readable for `len >= N` bytes (the caller's obligation).
+        let first = unsafe { src.cast::<[u8; N]>().read_unaligned() };
+        // SAFETY: the last `N` of those `len` bytes.
+        let last = unsafe { src.wrapping_add(len - N).cast::<[u8; N]>().read_unaligned() };
+        // SAFETY: `dst` is writable for `len >= N` bytes and no one else touches it.
+        unsafe { dst.cast::<[u8; N]>().write_unaligned(first) };
+        // SAFETY: the last `N` of those `len` bytes.
+        unsafe {
+            dst.wrapping_add(len - N)
+                .cast::<[u8; N]>()
+                .write_unaligned(last)
+        };
+    }
+    if len > 64 {
+        // SAFETY: the caller's obligations are those of `copy_nonoverlapping`.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };
+    } else if len > 32 {
+        // SAFETY: the caller's obligations, and `32 <= len`.
+        unsafe { ends::<32>(src, dst, len) };
+    } else if len >= 16 {
+        // SAFETY: the caller's obligations, and `16 <= len`.
+        unsafe { ends::<16>(src, dst, len) };
+    } else if len >= 8 {
+        // SAFETY: the caller's obligations, and `8 <= len`.
+        unsafe { ends::<8>(src, dst, len) };
+    } else if len >= 4 {
+        // SAFETY: the caller's obligations, and `4 <= len`.
+        unsafe { ends::<4>(src, dst, len) };
+    } else {
+        for i in 0..len {
+            // SAFETY: byte `i < len` of both ranges (the caller's obligations).
+            let byte = unsafe { src.wrapping_add(i).read() };
+            // SAFETY: as above.
+            unsafe { dst.wrapping_add(i).write(byte) };
+        }
     }
 }
 
@@ -266,28 +356,67 @@ impl Producer {
         &self.mem
     }
 
+    /// The number the next frame pushed will have (1 for the first): a frame whose urom header
+    /// carries it in its `seq` field (and its length in its `length` field) is stamped.
+    #[inline]
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.tail + 1
+    }
+
     /// Copies `frame` into the next slot and publishes it.
     #[inline]
     pub(crate) fn push(&mut self, frame: &[u8]) -> Result<(), PushError> {
-        if frame.len() > self.mem.slot_size {
+        let len = frame.len();
+        if len > self.mem.slot_size {
             return Err(PushError::TooLarge);
         }
         if self.tail - self.cached_head >= self.mem.capacity() && !self.has_space()? {
             return Err(PushError::Full);
         }
-        let dst = self.mem.frame_ptr(self.tail);
+        let n = self.tail + 1;
+        let slot = self.mem.slot_ptr(self.tail);
+        let src = frame.as_ptr();
         #[cfg(loom)]
         self.mem.cell(self.tail).with_mut(|_| ());
-        // SAFETY: `dst` has room for `slot_size >= frame.len()` bytes (see `frame_ptr`); the slot
-        // is free: the consumer released it (`tail - head < capacity`) and will not read it until
-        // the control word below says so; `frame` cannot overlap memory we only reach by pointer.
-        unsafe { core::ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len()) };
-        let seq = (self.tail as u32).wrapping_add(1);
-        self.mem.ctrl(self.tail).store(
-            (u64::from(seq) << 32) | frame.len() as u64,
-            Ordering::Release,
-        );
-        self.tail += 1;
+        let mark = if stamped(frame, n) {
+            n
+        } else {
+            UNSTAMPED | (len as u64) << 32 | u64::from(n as u32)
+        };
+        // SAFETY: (this copy and the two below) the slot is free: the consumer released it (`tail - head <
+        // capacity`) and reads none of it but the mark until the mark below says so; every
+        // range is inside the slot: `len <= slot_size` and `displaced_at(len) + 8 <= stride`
+        // (`stride` is a multiple of 8 of at least `slot_size + 8`); `frame` cannot overlap
+        // memory we only reach by pointer. The mark's bytes `16..24` are not written here.
+        unsafe { copy(src, slot, len.min(MARK_AT)) };
+        if len > MARK_END {
+            // SAFETY: see above.
+            unsafe {
+                copy(
+                    src.wrapping_add(MARK_END),
+                    slot.wrapping_add(MARK_END),
+                    len - MARK_END,
+                )
+            };
+        }
+        if mark != n && len > MARK_AT {
+            // SAFETY: see above.
+            unsafe {
+                copy(
+                    src.wrapping_add(MARK_AT),
+                    slot.wrapping_add(displaced_at(len)),
+                    len.min(MARK_END) - MARK_AT,
+                )
+            };
+        }
+        #[cfg(loom)]
+        if mark == n {
+            // Under loom the mark lives apart: the frame's bytes hold it too.
+            // SAFETY: as above; under loom nothing else reads or writes the slot's bytes.
+            unsafe { copy(src.wrapping_add(MARK_AT), slot.wrapping_add(MARK_AT), 8) };
+        }
+        self.mem.mark(self.tail).store(mark, Ordering::Release);
+        self.tail = n;
         // Own the lines of a slot a few frames ahead before writing them: the transfer from the
         // consumer's cache then overlaps with this frame instead of stalling a later one.
         let ahead = self.tail + self.prefetch_distance;
@@ -312,14 +441,23 @@ impl Producer {
     }
 }
 
+/// The frame at a consumer's head, once taken.
+#[derive(Clone, Copy)]
+struct Taken {
+    len: usize,
+    /// Its bytes `16..24` were put back over the mark, which must be cleared on release.
+    restored: bool,
+}
+
 /// The reading side of a ring.
 pub(crate) struct Consumer {
     mem: RingMem,
     // INVARIANTS: `published <= head`; `head - published <= batch` after every call returns;
-    // slot `head` is the next frame to read.
+    // slot `head` is the next frame to read; `taken` describes it once its mark matched.
     head: u64,
     published: u64,
     batch: u64,
+    taken: Option<Taken>,
 }
 
 // SAFETY: as for `Producer`: access goes through `RingMem` only, one consumer by `&mut self`.
@@ -332,6 +470,7 @@ impl Consumer {
             head: 0,
             published: 0,
             batch: (mem.capacity() / 4).max(1),
+            taken: None,
         }
     }
 
@@ -339,39 +478,101 @@ impl Consumer {
         &self.mem
     }
 
+    /// What `mark` says about the slot at the head: nothing yet, or the frame's length and
+    /// whether it is unstamped with bytes to put back.
+    #[inline(always)]
+    fn check(&self, mark: u64) -> Result<Option<Taken>, RingCorrupt> {
+        let n = self.head + 1;
+        if mark == n {
+            let at = self.mem.slot_ptr(self.head).wrapping_add(LENGTH_AT);
+            // SAFETY: `at` lies 8 bytes into the head's slot, inside the slot area; the Acquire
+            // load of the mark made the producer's writes visible and it does not write the
+            // slot again until we release it.
+            let len = unsafe { at.cast::<u32>().read_unaligned() };
+            let len = u32::from_le(len) as usize;
+            if len < MARK_END || len > self.mem.slot_size {
+                return Err(RingCorrupt(
+                    "a stamped frame's length is shorter than its header or longer than a slot",
+                ));
+            }
+            Ok(Some(Taken {
+                len,
+                restored: false,
+            }))
+        } else if mark & UNSTAMPED != 0 && mark as u32 == n as u32 {
+            let len = ((mark & !UNSTAMPED) >> 32) as usize;
+            if len > self.mem.slot_size {
+                return Err(RingCorrupt("a frame is longer than a slot"));
+            }
+            Ok(Some(Taken {
+                len,
+                restored: len > MARK_AT,
+            }))
+        } else {
+            Ok(None)
+        }
+    }
+
     /// The frame at the head, if the producer has published it. The bytes stay the consumer's
     /// until [`Consumer::advance`], which the borrow prevents while the slice lives.
     #[inline]
-    pub(crate) fn peek(&self) -> Result<Option<&[u8]>, RingCorrupt> {
-        let ctrl = self.mem.ctrl(self.head).load(Ordering::Acquire);
-        if (ctrl >> 32) as u32 != (self.head as u32).wrapping_add(1) {
-            return Ok(None);
-        }
-        let len = (ctrl & 0xffff_ffff) as usize;
-        if len > self.mem.slot_size {
-            return Err(RingCorrupt("a frame is longer than a slot"));
-        }
-        #[cfg(loom)]
-        self.mem.cell(self.head).with(|_| ());
-        let src = self.mem.frame_ptr(self.head);
-        // SAFETY: `len <= slot_size` bytes from `src` are inside the slot (checked just above);
-        // the Acquire load of the control word makes the producer's writes visible, and the
-        // producer does not touch the slot again until `advance` releases it, which needs
-        // `&mut self` and so cannot happen while the returned slice is borrowed.
-        Ok(Some(unsafe { core::slice::from_raw_parts(src, len) }))
+    pub(crate) fn peek(&mut self) -> Result<Option<&[u8]>, RingCorrupt> {
+        let taken = match self.taken {
+            Some(taken) => taken,
+            None => {
+                let mark = self.mem.mark(self.head).load(Ordering::Acquire);
+                let Some(taken) = self.check(mark)? else {
+                    return Ok(None);
+                };
+                #[cfg(loom)]
+                self.mem.cell(self.head).with(|_| ());
+                if taken.restored {
+                    let slot = self.mem.slot_ptr(self.head);
+                    // SAFETY: both ranges lie inside the head's slot (`len <= slot_size`, see
+                    // `push`) and do not overlap (`displaced_at(len) >= len > 16`); the slot is
+                    // ours until released (Acquire load above), the producer does not touch it,
+                    // and we no longer read the mark as an atomic until we clear it on release.
+                    unsafe {
+                        copy(
+                            slot.wrapping_add(displaced_at(taken.len)),
+                            slot.wrapping_add(MARK_AT),
+                            taken.len.min(MARK_END) - MARK_AT,
+                        )
+                    };
+                }
+                self.taken = Some(taken);
+                taken
+            }
+        };
+        let src = self.mem.slot_ptr(self.head);
+        // SAFETY: `len <= slot_size` bytes from `src` are inside the slot (checked in `check`);
+        // the Acquire load of the mark made the producer's writes visible, and the producer
+        // does not touch the slot again until `advance` releases it, which needs `&mut self` and
+        // so cannot happen while the returned slice is borrowed.
+        Ok(Some(unsafe { core::slice::from_raw_parts(src, taken.len) }))
     }
 
     /// Whether a frame is ready at the head.
     #[inline]
     pub(crate) fn ready(&self) -> bool {
-        let ctrl = self.mem.ctrl(self.head).load(Ordering::Acquire);
-        (ctrl >> 32) as u32 == (self.head as u32).wrapping_add(1)
+        if self.taken.is_some() {
+            return true;
+        }
+        let mark = self.mem.mark(self.head).load(Ordering::Acquire);
+        let n = self.head + 1;
+        mark == n || (mark & UNSTAMPED != 0 && mark as u32 == n as u32)
     }
 
-    /// Releases the frame at the head. Returns whether the head was published and the producer
-    /// waits for space (then it needs a wake-up).
+    /// Releases the frame at the head (taken with [`Consumer::peek`]). Returns whether the head
+    /// was published and the producer waits for space (then it needs a wake-up).
     #[inline]
     pub(crate) fn advance(&mut self) -> bool {
+        if let Some(Taken { restored: true, .. }) = self.taken {
+            // The frame's own bytes lie where the mark was: they must never pass for one. The
+            // head's publication (Release) orders this before the producer's next write.
+            self.mem.mark(self.head).store(0, Ordering::Relaxed);
+        }
+        self.taken = None;
         self.head += 1;
         if self.head - self.published >= self.batch {
             self.publish()
@@ -408,7 +609,7 @@ pub(crate) mod testing {
         ctl: Box<RingCtl>,
         slots: Box<[Line<[u8; CACHE_LINE]>]>,
         #[cfg(loom)]
-        ctrls: Box<[AtomicU64]>,
+        marks: Box<[AtomicU64]>,
         #[cfg(loom)]
         cells: Box<[loom::cell::UnsafeCell<()>]>,
         count: u32,
@@ -424,13 +625,13 @@ pub(crate) mod testing {
 
     impl TestRing {
         pub(crate) fn new(count: u32, slot_size: usize) -> Self {
-            let stride = (SLOT_HEADER + slot_size).next_multiple_of(CACHE_LINE);
+            let stride = (SLOT_RESERVE + slot_size).next_multiple_of(CACHE_LINE);
             let lines = count as usize * stride / CACHE_LINE;
             Self {
                 ctl: Box::new(RingCtl::new()),
                 slots: (0..lines).map(|_| Line([0; CACHE_LINE])).collect(),
                 #[cfg(loom)]
-                ctrls: (0..count).map(|_| AtomicU64::new(0)).collect(),
+                marks: (0..count).map(|_| AtomicU64::new(0)).collect(),
                 #[cfg(loom)]
                 cells: (0..count)
                     .map(|_| loom::cell::UnsafeCell::new(()))
@@ -455,7 +656,7 @@ pub(crate) mod testing {
                     self.stride,
                     self.slot_size,
                     #[cfg(loom)]
-                    NonNull::from(&*self.ctrls).cast(),
+                    NonNull::from(&*self.marks).cast(),
                     #[cfg(loom)]
                     NonNull::from(&*self.cells).cast(),
                 )
@@ -518,13 +719,80 @@ mod tests {
         assert_eq!(tx.push(&[0; 101]), Err(PushError::TooLarge));
     }
 
+    /// A frame with a urom header saying `seq` and its length, the rest `fill`.
+    fn urom_frame(len: usize, seq: u64, fill: u8) -> Vec<u8> {
+        let mut frame = vec![fill; len];
+        frame[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        frame[MARK_AT..MARK_END].copy_from_slice(&seq.to_le_bytes());
+        frame
+    }
+
+    #[test]
+    fn stamped_frames_are_their_own_mark() {
+        let ring = TestRing::new(4, 200);
+        let (mut tx, mut rx) = ring.split();
+        for lap in 0..6u8 {
+            for i in 0..4u8 {
+                let len = 24 + usize::from(lap * 4 + i) * 7;
+                let frame = urom_frame(len, tx.next_seq(), lap ^ i);
+                tx.push(&frame).unwrap();
+                assert_eq!(
+                    rx.mem().mark(tx.next_seq() - 2).load(Ordering::Relaxed),
+                    tx.next_seq() - 1
+                );
+                assert_eq!(rx.peek().unwrap().unwrap(), &frame[..]);
+                // A second look gives the same frame.
+                assert_eq!(rx.peek().unwrap().unwrap(), &frame[..]);
+                rx.advance();
+                assert_eq!(rx.peek().unwrap(), None);
+            }
+        }
+    }
+
+    #[test]
+    fn unstamped_frames_of_every_length_survive_stale_slots() {
+        // Lengths around the mark, frames whose bytes 16..24 look like marks of later laps,
+        // stamped and unstamped frames in the same slots: every frame arrives intact, once.
+        let ring = TestRing::new(2, 64);
+        let (mut tx, mut rx) = ring.split();
+        for len in 0..=64usize {
+            for kind in 0..3 {
+                let n = tx.next_seq();
+                let mut frame: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+                if len >= MARK_END {
+                    // 0: bytes 16..24 say the mark this slot expects a lap later; 1: a wrong
+                    // length field; 2: stamped.
+                    let length = len as u32 + u32::from(kind == 1);
+                    frame[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&length.to_le_bytes());
+                    let seq = if kind == 2 { n } else { n + 2 };
+                    frame[MARK_AT..MARK_END].copy_from_slice(&seq.to_le_bytes());
+                }
+                tx.push(&frame).unwrap();
+                assert_eq!(
+                    rx.peek().unwrap().unwrap(),
+                    &frame[..],
+                    "len {len} kind {kind}"
+                );
+                rx.advance();
+                assert_eq!(rx.peek().unwrap(), None, "len {len} kind {kind}");
+                rx.publish();
+            }
+        }
+    }
+
     #[test]
     fn bad_peer_values_are_errors() {
         let ring = TestRing::new(4, 16);
-        let (mut tx, rx) = ring.split();
+        let (mut tx, mut rx) = ring.split();
         // A length beyond the slot with a matching sequence number.
-        rx.mem().ctrl(0).store((1 << 32) | 17, Ordering::Relaxed);
+        rx.mem()
+            .mark(0)
+            .store(UNSTAMPED | 17 << 32 | 1, Ordering::Relaxed);
         assert!(rx.peek().is_err());
+        // A stamped frame whose header says it is shorter than its header.
+        rx.mem().mark(0).store(1, Ordering::Relaxed);
+        assert!(rx.peek().is_err());
+        rx.mem().mark(0).store(0, Ordering::Relaxed);
         // A head past the producer.
         for i in 0..4u8 {
             tx.push(&[i]).unwrap();
@@ -607,6 +875,52 @@ mod loom_tests {
                         assert_eq!(frame, &[next, next]);
                         rx.advance();
                         next += 1;
+                    }
+                    None => {
+                        rx.publish();
+                        crate::sync::spin_hint();
+                    }
+                }
+            }
+            producer.join().unwrap();
+        });
+    }
+
+    /// Stamped frames, and unstamped ones whose bytes 16..24 move aside and come back, cross
+    /// intact; the consumer's clearing of a put-back mark never hides a later frame.
+    #[test]
+    fn loom_stamped_and_displaced_frames() {
+        model(|| {
+            let ring = Arc::new(TestRing::new(2, 32));
+            let (mut tx, mut rx) = ring.split();
+            let keep = ring.clone();
+            let frame = |n: u64| {
+                let mut frame = [n as u8; 32];
+                frame[8..12].copy_from_slice(&32u32.to_le_bytes());
+                // Odd frames stamped, even ones carrying the mark of the next lap's frame.
+                let seq = if n % 2 == 1 { n } else { n + 2 };
+                frame[16..24].copy_from_slice(&seq.to_le_bytes());
+                frame
+            };
+            let producer = loom::thread::spawn(move || {
+                let _keep = keep;
+                for n in 1..=4u64 {
+                    loop {
+                        match tx.push(&frame(n)) {
+                            Ok(()) => break,
+                            Err(PushError::Full) => crate::sync::spin_hint(),
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                }
+            });
+            let mut n = 1u64;
+            while n <= 4 {
+                match rx.peek().unwrap() {
+                    Some(got) => {
+                        assert_eq!(got, &frame(n)[..]);
+                        rx.advance();
+                        n += 1;
                     }
                     None => {
                         rx.publish();
