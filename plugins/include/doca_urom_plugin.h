@@ -193,8 +193,10 @@ struct urom_plugin_iface {
  *
  * Every lookup returns DOCA_ERROR_INVALID_VALUE for a NULL ctx or output pointer, and
  * DOCA_ERROR_NOT_FOUND for a domain id or segment the worker does not know, which is every one
- * while no domain has been started on this worker. On failure the outputs are cleared
- * (NULL pointers, zero lengths, segment -1).
+ * while no domain has been started on this worker, or a member that does not run this plugin;
+ * memh_lookup and mkey_lookup return DOCA_ERROR_NOT_SUPPORTED for a buffer added without that
+ * key. On failure the outputs are cleared (NULL pointers, zero lengths, segment -1). What a
+ * lookup returns is read-only and stays valid until the plugin is closed.
  */
 struct urom_domain_lookups_iface {
 	/* The plugin address of domain member domain_id (its addr() bytes, which carry their

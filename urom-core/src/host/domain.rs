@@ -395,7 +395,8 @@ impl Domain<Idle> {
 
     /// This host's workers in the domain and the domain id of each (`ids[i]` for
     /// `workers[i]`): the ids plugins look members up by, unique across the domain. Replaces
-    /// earlier ones.
+    /// earlier ones. The domain holds on to the workers' channels (the start goes over them);
+    /// a worker that is stopped or fails meanwhile fails the start.
     pub fn set_workers(
         mut self,
         ids: &[u64],

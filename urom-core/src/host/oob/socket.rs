@@ -525,11 +525,18 @@ impl SocketOob {
                 return Err(self.fail(OobError::of_rank(rank as u32, reason)));
             }
         }
-        if let Some(missing) = blocks.iter().position(Option::is_none) {
-            let link = &self.links[missing - 1];
-            if let Some(why) = &link.closed {
+        if blocks.iter().any(Option::is_none) {
+            // A rank whose block is missing and whose connection is gone will never send it.
+            let gone = blocks
+                .iter()
+                .zip(std::iter::once(None).chain(self.links.iter().map(Some)))
+                .find_map(|(block, link)| match (block, link) {
+                    (None, Some(link)) => link.closed.as_ref().map(|why| (link.rank, why.clone())),
+                    _ => None,
+                });
+            if let Some((rank, why)) = gone {
                 let reason = format!("left the rendezvous before its block arrived ({why})");
-                return Err(self.fail(OobError::of_rank(link.rank, reason)));
+                return Err(self.fail(OobError::of_rank(rank, reason)));
             }
             return Ok(false);
         }
