@@ -15,7 +15,9 @@ fn check(bytes: &[u8], emit: impl Fn(&mut [u8]) -> usize) {
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(hello) = UcxHelloRepr::parse(data) {
-        check(data, |buf| hello.emit(buf).expect("a parsed hello emits again"));
+        check(data, |buf| {
+            hello.emit(buf).expect("a parsed hello emits again")
+        });
     }
     if let Ok(answer) = UcxAnswerRepr::parse(data) {
         check(data, |buf| {
@@ -29,7 +31,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(control) = UcxControlRepr::parse(data) {
         check(data, |buf| {
-            control.emit(buf).expect("a parsed control header emits again")
+            control
+                .emit(buf)
+                .expect("a parsed control header emits again")
         });
     }
 });

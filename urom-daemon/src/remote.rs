@@ -1,7 +1,7 @@
 //! Hosts on other machines: the key file they must prove, the user their workers run as, and
 //! the UCX listener they connect to (feature `ucx`).
 //!
-//! A remote host is let in like a local one (a [`Permit`], a session thread of its own, the
+//! A remote host is let in like a local one (a connection permit, a session thread of its own, the
 //! same hello deadline), but authenticates by proving the shared secret (see
 //! `urom_core::auth`) instead of by Unix credentials, and owns its workers by the identity it
 //! proved.

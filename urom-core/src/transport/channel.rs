@@ -199,9 +199,9 @@ impl Channel {
     /// Connects to the endpoint a peer announced (a worker's spawn result) and accepts its
     /// offer.
     ///
-    /// For [`EndpointKind::Ucx`] (feature `ucx`) the address is the text `IP:PORT` of a
-    /// [`UcxListener`](super::ucx::UcxListener) (`192.0.2.7:4000`, `[2001:db8::7]:4000`), or
-    /// else the bytes of its worker's UCX address.
+    /// For [`EndpointKind::Ucx`] (feature `ucx`) the address is the text `IP:PORT` of a UCX
+    /// listener (`192.0.2.7:4000`, `[2001:db8::7]:4000`), or else the bytes of its worker's UCX
+    /// address.
     pub fn connect(
         endpoint: EndpointKind,
         address: &[u8],
