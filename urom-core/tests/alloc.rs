@@ -1,10 +1,11 @@
 //! After setup, sending, receiving and the task slots allocate nothing: a counting global
 //! allocator watches this test's thread while it moves frames and tasks.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
+mod common;
+
+use common::counting::{Counting, allocations_in};
 use urom_core::host::{CompletedTask, TaskSlots};
 use urom_core::transport::ChannelConfig;
 use urom_core::transport::loopback::LoopbackConnection;
@@ -12,53 +13,8 @@ use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{Transport, WaitMode};
 use urom_core::wire::{MaxMsgSize, Status};
 
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: every call is forwarded to the system allocator unchanged; counting touches only
-// const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract for `alloc` is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through `alloc` above, with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract for `realloc` is passed on as is.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn count() {
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-/// Allocations made by `f` on this thread.
-fn allocations_in(f: impl FnOnce()) -> u64 {
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|on| on.set(true));
-    f();
-    COUNTING.with(|on| on.set(false));
-    ALLOCATIONS.with(|n| n.get())
-}
 
 fn done(task: &CompletedTask<'_>) {
     assert_eq!(task.user_data[0], 7);

@@ -7,13 +7,14 @@
 //! say otherwise.
 #![cfg(feature = "ucx")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::BorrowedFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::counting::{Counting, allocations_in};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use urom_core::transport::ucx::{self, UcxConnectError, UcxConnection, UcxListener};
 use urom_core::transport::{
@@ -483,54 +484,8 @@ fn the_sending_half_progressing_the_shared_worker_still_wakes_the_armed_receiver
     drop(a);
 }
 
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Counts the allocations of the thread that turned counting on.
-struct Counting;
-
-// SAFETY: every call is forwarded to the system allocator unchanged; counting touches only
-// const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract for `alloc` is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through `alloc` above, with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract for `realloc` is passed on as is.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn count() {
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-/// Allocations made by `f` on this thread.
-fn allocations_in(f: impl FnOnce()) -> u64 {
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|on| on.set(true));
-    f();
-    COUNTING.with(|on| on.set(false));
-    ALLOCATIONS.with(|n| n.get())
-}
 
 /// Waits for the next frame on `to`, progressing `from` meanwhile (a large frame moves as
 /// the receiver pulls it, which the sending end's worker must answer); its length.

@@ -2,6 +2,8 @@
 //! workers on it come from `urom_testkit::host`.
 #![allow(dead_code, unused_imports)]
 
+pub mod counting;
+
 use urom_testkit::daemon::{self, Daemon, plugin_dir};
 pub use urom_testkit::host::{TIMEOUT, run_worker, start_service};
 use urom_testkit::{TempDir, binary};
