@@ -57,8 +57,7 @@ fn main() {
         .start()
         .map_err(|(_, e)| e)
         .unwrap();
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     let worker_config = Worker::new()
         .set_service(&service)

@@ -458,8 +458,7 @@ fn main() {
         .start()
         .map_err(|(_, e)| e)
         .expect("starting the service");
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
 
     std::thread::scope(|scope| {
         // The second host thread of the two-thread case, on core 1 with its worker on core 0.

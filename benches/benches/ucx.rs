@@ -212,8 +212,7 @@ fn host_side(address: &str, key: &str) {
         .start()
         .map_err(|(_, e)| e)
         .unwrap_or_else(|e| panic!("the service did not start: {e}"));
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     let worker = Worker::new()
         .set_service(&service)

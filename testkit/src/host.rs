@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use urom_core::graph::GraphHost;
 use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
 
 use crate::daemon::Daemon;
@@ -39,4 +40,12 @@ pub fn try_run_worker(
         }
         Err(StartProgress::Failed(_, e)) => Err(e.to_string()),
     }
+}
+
+/// The host side of the graph plugin `service` offers; panics when it offers none.
+pub fn graph_host(service: &Service<Running>) -> GraphHost {
+    let info = service
+        .plugin("worker_graph")
+        .expect("the service offers the graph plugin");
+    GraphHost::init(info.id, info.version).expect("the graph plugin's version is supported")
 }

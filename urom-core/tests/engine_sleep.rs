@@ -65,8 +65,7 @@ fn round_trips(
 fn an_idle_engine_sleeps_and_wakes_on_a_notification() {
     let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     let worker = run_worker(
         &mut engine,
@@ -99,8 +98,7 @@ fn an_idle_engine_sleeps_and_wakes_on_a_notification() {
 fn the_notification_descriptor_works_in_a_callers_event_loop() {
     let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     let worker = run_worker(
         &mut engine,

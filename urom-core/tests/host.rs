@@ -107,8 +107,7 @@ fn bootstrap_flow_with_four_worker_threads() {
 fn bursts_submitted_in_one_batch_complete_in_order_as_the_rings_wrap() {
     let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     // As many tasks in flight as the channel has slots (256 each way): full bursts fill the
     // rings, and 20,000 loopbacks go round them about 80 times.
@@ -287,8 +286,7 @@ fn a_service_runs_at_most_its_max_workers() {
 fn a_killed_worker_fails_every_task_in_flight_once() {
     let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     let doomed = run_worker(
         &mut engine,

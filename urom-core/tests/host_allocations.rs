@@ -70,8 +70,7 @@ fn loopbacks(
 fn loopback_tasks_allocate_nothing_after_start() {
     let (_plugins, daemon) = start_daemon();
     let service = start_service(&daemon);
-    let info = service.plugin("worker_graph").unwrap().clone();
-    let graph = GraphHost::init(info.id, info.version).unwrap();
+    let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
     let worker = run_worker(
         &mut engine,
