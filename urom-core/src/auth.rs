@@ -199,6 +199,25 @@ impl SharedSecret {
         mac.finalize().into_bytes().into()
     }
 
+    /// A host's answer to a challenge with `service_nonce`: a fresh nonce of its own and the
+    /// host's proof over both.
+    pub fn answer(
+        &self,
+        service_nonce: &AuthBytes,
+        identity: &str,
+    ) -> Result<SecretProof, getrandom::Error> {
+        let nonce = fresh_nonce()?;
+        let transcript = Transcript {
+            service_nonce,
+            host_nonce: &nonce,
+            identity,
+        };
+        Ok(SecretProof {
+            nonce,
+            proof: self.host_proof(&transcript),
+        })
+    }
+
     /// This secret's bytes as a worker key, when it is one (exactly 32 bytes).
     pub fn as_worker_key(&self) -> Option<&AuthBytes> {
         self.0.as_slice().try_into().ok()
@@ -326,15 +345,13 @@ pub fn prove<T: Transport + ?Sized>(
         ControlMessage::AuthChallenge(c) if c.method == AuthMethod::SharedSecret => Some(c),
         _ => None,
     })?;
-    let nonce = fresh_nonce().map_err(|e| HandshakeError::Channel(e.to_string()))?;
+    let proof = key
+        .answer(&challenge.nonce, identity)
+        .map_err(|e| HandshakeError::Channel(e.to_string()))?;
     let transcript = Transcript {
         service_nonce: &challenge.nonce,
-        host_nonce: &nonce,
+        host_nonce: &proof.nonce,
         identity,
-    };
-    let proof = SecretProof {
-        nonce,
-        proof: key.host_proof(&transcript),
     };
     send(conn, 2, ControlMessage::SecretProof(proof))?;
     let answer = receive(conn, max, deadline, |message| match message {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::auth::{self, SharedSecret, Transcript};
 use crate::transport::stream::{self, StreamReader, StreamWriter};
 use crate::wire::control::{
-    AuthMethod, AuthResponse, ControlMessage, Hello, IDENTITY_LEN, SecretProof, WorkerExit,
+    AuthMethod, AuthResponse, ControlMessage, Hello, IDENTITY_LEN, WorkerExit,
 };
 use crate::wire::frame::frame_length;
 use crate::wire::{FRAME_HEADER_LEN, FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};
@@ -243,15 +243,14 @@ impl ControlChannel {
                 }
             }
             (AuthMethod::SharedSecret, Some(RemoteService { secret, ip })) => {
-                let nonce = auth::fresh_nonce().map_err(|e| ControlError::Io(e.to_string()))?;
+                let proof = secret
+                    .answer(&challenge.nonce, identity)
+                    .map_err(|e| ControlError::Io(e.to_string()))?;
+                let nonce = proof.nonce;
                 let transcript = Transcript {
                     service_nonce: &challenge.nonce,
                     host_nonce: &nonce,
                     identity,
-                };
-                let proof = SecretProof {
-                    nonce,
-                    proof: secret.host_proof(&transcript),
                 };
                 let reply = handshake.exchange(
                     2,
@@ -480,7 +479,7 @@ fn read_frame(stream: &mut StreamReader, max: MaxMsgSize) -> Result<Reply, ReadE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::control::AuthChallenge;
+    use crate::wire::control::{AuthChallenge, SecretProof};
 
     /// A service that answers the handshake as `answer` says, on the other end of a stream.
     fn fake_service(
