@@ -67,6 +67,12 @@ impl Network {
             ip(&["-n", hub, "link", "set", &hub_end, "up"])?;
             ip(&["-n", name, "link", "set", &end, "up"])?;
         }
+        // The kernel reports a link's carrier a moment after both ends are up; until then the
+        // device is not "running", and programs that list usable devices (UCX does) skip it.
+        for (i, name) in network.names.iter().enumerate().skip(1) {
+            wait_running(hub, &format!("hub{i}"))?;
+            wait_running(name, &format!("eth{i}"))?;
+        }
         Ok(network)
     }
 
@@ -126,6 +132,27 @@ impl Drop for Network {
         for name in &self.names {
             let _ = ip(&["netns", "del", name]);
         }
+    }
+}
+
+/// Waits (at most ten seconds) until `device` in namespace `namespace` is operationally up.
+fn wait_running(namespace: &str, device: &str) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let output = Command::new("ip")
+            .args(["-n", namespace, "-o", "link", "show", "dev", device])
+            .output()
+            .map_err(|e| format!("cannot run ip: {e}"))?;
+        if String::from_utf8_lossy(&output.stdout).contains("state UP") {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{device} in {namespace} did not come up: {}",
+                String::from_utf8_lossy(&output.stdout).trim()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
