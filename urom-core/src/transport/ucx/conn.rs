@@ -84,7 +84,7 @@ impl Ucp {
         if !self.side_ep.is_null() {
             let ep = std::mem::replace(&mut self.side_ep, std::ptr::null_mut());
             // SAFETY: a live endpoint of this worker (invariants), not used again.
-            unsafe { ucp::close_ep(&self.worker, ep, true, Some(Instant::now() + self.linger)) };
+            unsafe { ucp::close_ep_now(ep) };
         }
     }
 
@@ -320,14 +320,17 @@ impl Drop for Ucp {
         self.state().locked = true;
         self.close_side_ep();
         if !self.ep.is_null() {
-            let until = Some(Instant::now() + self.linger);
             if !self.crashed && self.state().failed.is_none() {
                 // Lets the closes and any frame still queued leave before the endpoint goes.
+                let until = Some(Instant::now() + self.linger);
                 // SAFETY: a live endpoint of this worker.
                 let _ = unsafe { ucp::flush_ep(&self.worker, self.ep, until) };
             }
+            // The worker is not progressed again: destroying it (next) completes the close. A
+            // progress call after UCX closed the endpoint's descriptors may meet UCX 1.13's
+            // stale events for them (see the module documentation).
             // SAFETY: a live endpoint of this worker, not used again.
-            unsafe { ucp::close_ep(&self.worker, self.ep, true, until) };
+            unsafe { ucp::close_ep_now(self.ep) };
             self.ep = std::ptr::null_mut();
         }
     }

@@ -595,6 +595,11 @@ impl UcxListener {
                 return Err(e);
             }
         };
+        // UCX 1.13 moves the request's descriptor from this worker's event handling to the new
+        // worker's; an event for it that this worker's progress thread queued earlier (while
+        // this thread was inside the worker) would, if handled after the move, abort UCX. Handle
+        // what is queued now, while the descriptor is still this worker's.
+        self.worker.progress_all();
         let arg = ucp.state.as_ptr().cast();
         // SAFETY: the state outlives the endpoint; the request is used once, here.
         ucp.ep = unsafe {

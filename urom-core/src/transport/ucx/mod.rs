@@ -100,6 +100,21 @@
 //! event descriptor and the half's eventfd. `ucp_worker_arm` answers "busy" when events are
 //! waiting, so an armed half never misses a wake-up and is never `fresh`.
 //!
+//! # UCX 1.13's queued events
+//!
+//! UCX before 1.18 keeps an event that its progress thread could not hand to a worker at once
+//! (the worker was inside a UCX call) in a queue of that worker, by descriptor number, and
+//! delivers it on the worker's next progress call, even if meanwhile the descriptor was closed
+//! and its number reused by another worker's socket, or moved to another worker. With UCX's
+//! assertions on (Debian's build) that aborts the process (`Assertion 'handler->async ==
+//! async' failed`); upstream dropped queued events with their handler in 1.18. The transport
+//! stays out of the windows it controls: the listener handles its worker's queued events just
+//! before a connection request's socket moves to the new connection's worker, and an end's
+//! worker is destroyed without being progressed again once its endpoint is closed. An end whose
+//! progress handles the peer's hang-up (a peer that died or closed first) while other threads
+//! open connections can still meet it; that has been seen only under stress (threads opening
+//! and closing hundreds of connections a second). Where that matters, use UCX 1.18 or later.
+//!
 //! # Exit
 //!
 //! UCX tears its global state down after the process's exit handlers; a worker still alive then

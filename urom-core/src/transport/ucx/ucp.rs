@@ -505,28 +505,22 @@ pub(super) unsafe fn create_ep(
     check(status).map(|()| ep)
 }
 
-/// Closes `ep`: with `force`, at once without telling the peer (its side sees an error);
-/// otherwise after flushing. Waits for the close until `until`.
+/// Closes `ep` at once without telling the peer and without waiting: the request, if any, is
+/// released, and completes when the worker is next progressed or destroyed.
 ///
 /// # Safety
 ///
-/// `ep` must be a live endpoint of `worker`, not used again.
-pub(super) unsafe fn close_ep(
-    worker: &Worker,
-    ep: sys::ucp_ep_h,
-    force: bool,
-    until: Option<Instant>,
-) {
+/// `ep` must be a live endpoint, not used again.
+pub(super) unsafe fn close_ep_now(ep: sys::ucp_ep_h) {
     let mut param = request_param(0, None, std::ptr::null_mut());
-    if force {
-        param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
-    }
+    param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
     // SAFETY: the caller guarantees `ep`; `param` is initialised.
     let closing = unsafe { sys::ucp_ep_close_nbx(ep, &param) };
-    // A close that fails or times out leaves nothing to do: the worker's destruction releases
-    // what is left.
-    let _ = worker.wait(closing, until);
+    if let sys::StatusPtr::Request(request) = sys::status_ptr(closing) {
+        // SAFETY: a live request, freed once; UCX releases it when it completes.
+        unsafe { sys::ucp_request_free(request) };
+    }
 }
 
 /// Flushes `ep`: waits until everything sent on it left this side, until `until`.
