@@ -210,7 +210,7 @@ fn a_host_cannot_destroy_or_attach_to_another_hosts_worker(setup: &Setup) {
 
 fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setup) {
     let mut host = setup
-        .remote_host(&setup.key, "rank-0", &["load", "1", "2", "100000"])
+        .remote_host(&setup.key, "rank-0", &["load", "1", "2", "1000000"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -221,7 +221,7 @@ fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setu
         "{}",
         setup.daemon.log()
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // At once: the load lasts seconds, the kill must land in it.
     let victim = setup.daemon.worker_pid(1).expect("worker 1 runs");
     signal(victim, Signal::SIGKILL);
     let completed = lines.next().unwrap().unwrap();

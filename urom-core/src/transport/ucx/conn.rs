@@ -289,9 +289,17 @@ impl Ucp {
         }
     }
 
-    /// Nothing to receive: return credits, and tell why nothing will come if so.
+    /// Nothing to receive: return credits if the peer may be running short of them, and tell
+    /// why nothing will come if so.
+    ///
+    /// Credits are returned only once half the peer's credits may be spent (frames arrived
+    /// since the last report): a ping-pong then costs no credit message per frame, and a
+    /// sender that is out of credits (every slot's frame arrived) always gets them.
     fn rx_idle(&mut self) -> Result<(), FrameRecvError> {
-        self.send_credits();
+        let rx = &self.state().rx;
+        if rx.arrived - rx.reported >= (rx.slots as u64 / 2).max(1) {
+            self.send_credits();
+        }
         let state = self.state();
         if let Some(what) = state.protocol {
             return Err(FrameRecvError::Protocol(what));

@@ -61,8 +61,10 @@
 //! The sender starts with the peer's slot count as credits; each frame takes one, and `send`
 //! answers [`FrameSendError::Full`](crate::transport::FrameSendError::Full) when none is left.
 //! The receiver returns credits in a small control message (the count of frames released so
-//! far) after every `slots / 2` releases, and whenever it finds nothing more to receive, so a
-//! stalled sender always gets them. The sender copies a frame that UCX cannot take at once into
+//! far) after every `slots / 2` releases, and, when it finds nothing more to receive, once
+//! `slots / 2` frames arrived since its last report: a stalled sender (every slot's frame
+//! arrived) always gets them, and a ping-pong costs one credit message per `slots / 2` frames,
+//! not one per frame. The sender copies a frame that UCX cannot take at once into
 //! a send buffer of its credit's slot (allocated at setup). Nothing is allocated per frame.
 //!
 //! UCX moves frames from inside calls into the worker: a large frame leaves as the receiver
