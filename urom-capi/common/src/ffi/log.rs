@@ -123,19 +123,37 @@ pub extern "C" fn doca_log_backend_create_standard() -> DocaError {
     guard(log::create_standard)
 }
 
+/// Makes a backend with `create` writing to `sink` (`None`: the caller gave no usable file or
+/// descriptor) and stores it in `backend`.
+fn create_backend(
+    sink: Option<Sink>,
+    backend: Option<&mut *mut Backend>,
+    create: fn(Sink) -> Result<Handle, Status>,
+) -> DocaError {
+    guard(|| {
+        let sink = sink.ok_or(Status::InvalidValue)?;
+        let slot = arg(backend)?;
+        *slot = out(create(sink)?);
+        Ok(())
+    })
+}
+
+/// The sink of a `FILE *`, if it is not NULL.
+fn file_sink(fptr: *mut c_void) -> Option<Sink> {
+    (!fptr.is_null()).then_some(Sink::File(fptr as usize))
+}
+
+/// The sink of a descriptor, if it is one.
+fn fd_sink(fd: c_int) -> Option<Sink> {
+    (fd >= 0).then_some(Sink::Fd(fd))
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_log_backend_create_with_file(
     fptr: *mut c_void,
     backend: Option<&mut *mut Backend>,
 ) -> DocaError {
-    guard(|| {
-        if fptr.is_null() {
-            return Err(Status::InvalidValue);
-        }
-        let slot = arg(backend)?;
-        *slot = out(log::create_app(Sink::File(fptr as usize))?);
-        Ok(())
-    })
+    create_backend(file_sink(fptr), backend, log::create_app)
 }
 
 #[unsafe(no_mangle)]
@@ -143,14 +161,7 @@ pub extern "C" fn doca_log_backend_create_with_fd(
     fd: c_int,
     backend: Option<&mut *mut Backend>,
 ) -> DocaError {
-    guard(|| {
-        if fd < 0 {
-            return Err(Status::InvalidValue);
-        }
-        let slot = arg(backend)?;
-        *slot = out(log::create_app(Sink::Fd(fd))?);
-        Ok(())
-    })
+    create_backend(fd_sink(fd), backend, log::create_app)
 }
 
 #[unsafe(no_mangle)]
@@ -158,14 +169,7 @@ pub extern "C" fn doca_log_backend_create_with_file_sdk(
     fptr: *mut c_void,
     backend: Option<&mut *mut Backend>,
 ) -> DocaError {
-    guard(|| {
-        if fptr.is_null() {
-            return Err(Status::InvalidValue);
-        }
-        let slot = arg(backend)?;
-        *slot = out(log::create_sdk(Sink::File(fptr as usize))?);
-        Ok(())
-    })
+    create_backend(file_sink(fptr), backend, log::create_sdk)
 }
 
 #[unsafe(no_mangle)]
@@ -173,14 +177,7 @@ pub extern "C" fn doca_log_backend_create_with_fd_sdk(
     fd: c_int,
     backend: Option<&mut *mut Backend>,
 ) -> DocaError {
-    guard(|| {
-        if fd < 0 {
-            return Err(Status::InvalidValue);
-        }
-        let slot = arg(backend)?;
-        *slot = out(log::create_sdk(Sink::Fd(fd))?);
-        Ok(())
-    })
+    create_backend(fd_sink(fd), backend, log::create_sdk)
 }
 
 #[unsafe(no_mangle)]

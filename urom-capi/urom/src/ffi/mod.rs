@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_void};
 
 use urom_capi_abi::internal as common;
 use urom_capi_abi::{
-    CtxOps, CtxState, DocaBuf, DocaCtx, DocaData, DocaDev, DocaTask, Status, TaskOps,
+    CtxOps, CtxState, DocaBuf, DocaCtx, DocaData, DocaDev, DocaError, DocaTask, Status, TaskOps,
 };
 
 pub(crate) use urom_capi_abi::{arg, guard, guard_value};
@@ -35,6 +35,105 @@ unsafe fn reclaim<T>(ptr: *mut T) -> Option<Box<T>> {
     }
     // SAFETY: the caller guarantees `ptr` came from `Box::into_raw` and is reclaimed once.
     Some(unsafe { Box::from_raw(ptr) })
+}
+
+/// A UROM object that is a DOCA context: a service or a worker.
+pub(crate) trait ContextObject {
+    /// Its context operations.
+    const OPS: &'static CtxOps;
+    /// A new idle object, without its context yet.
+    fn new_boxed() -> Box<Self>;
+    /// The object, if `obj` points to a live one.
+    fn check(obj: Option<&Self>) -> Result<&Self, Status>;
+    /// Gives the object its context.
+    fn set_ctx(&self, ctx: *mut DocaCtx);
+    /// Its context.
+    fn ctx(&self) -> *mut DocaCtx;
+    /// Whether it may be destroyed now.
+    fn destroyable(&self) -> Result<(), Status>;
+    /// Forgets its tasks and context; the caller frees the object and the context.
+    fn retire(&self);
+}
+
+/// `doca_urom_*_create`: a new object and its context, stored in `out`.
+fn create<T: ContextObject>(out: Option<&mut *mut T>) -> DocaError {
+    guard(|| {
+        let out = arg(out)?;
+        let handle = Box::into_raw(T::new_boxed());
+        let ctx = ctx_create(T::OPS, handle.cast());
+        if ctx.is_null() {
+            // SAFETY: just made by `Box::into_raw`, handed to no one.
+            drop(unsafe { reclaim(handle) });
+            return Err(Status::NoMemory);
+        }
+        // SAFETY: just made by `Box::into_raw` and alive.
+        unsafe { &*handle }.set_ctx(ctx);
+        *out = handle;
+        Ok(())
+    })
+}
+
+/// `doca_urom_*_destroy`: the object and its context, when it may be destroyed.
+///
+/// # Safety
+///
+/// `obj` is NULL or a live object from [`create`].
+unsafe fn destroy<T: ContextObject>(obj: *mut T) -> DocaError {
+    guard(|| {
+        // SAFETY: the caller passes NULL or a live object.
+        let live = T::check(unsafe { obj.as_ref() })?;
+        live.destroyable()?;
+        let ctx = live.ctx();
+        live.retire();
+        ctx_destroy(ctx);
+        // SAFETY: objects come from `Box::into_raw` in `create`.
+        drop(unsafe { reclaim(obj) });
+        Ok(())
+    })
+}
+
+impl ContextObject for ServiceObj {
+    const OPS: &'static CtxOps = &SERVICE_OPS;
+    fn new_boxed() -> Box<Self> {
+        ServiceObj::new()
+    }
+    fn check(obj: Option<&Self>) -> Result<&Self, Status> {
+        ServiceObj::check(obj)
+    }
+    fn set_ctx(&self, ctx: *mut DocaCtx) {
+        self.inner.ctx.set(ctx);
+    }
+    fn ctx(&self) -> *mut DocaCtx {
+        ServiceObj::ctx(self)
+    }
+    fn destroyable(&self) -> Result<(), Status> {
+        ServiceObj::destroyable(self)
+    }
+    fn retire(&self) {
+        ServiceObj::retire(self)
+    }
+}
+
+impl ContextObject for WorkerObj {
+    const OPS: &'static CtxOps = &WORKER_OPS;
+    fn new_boxed() -> Box<Self> {
+        WorkerObj::new()
+    }
+    fn check(obj: Option<&Self>) -> Result<&Self, Status> {
+        WorkerObj::check(obj)
+    }
+    fn set_ctx(&self, ctx: *mut DocaCtx) {
+        self.inner.ctx.set(ctx);
+    }
+    fn ctx(&self) -> *mut DocaCtx {
+        WorkerObj::ctx(self)
+    }
+    fn destroyable(&self) -> Result<(), Status> {
+        WorkerObj::destroyable(self)
+    }
+    fn retire(&self) {
+        WorkerObj::retire(self)
+    }
 }
 
 // libdoca_common's internal interface. Its functions check their arguments (NULL and foreign

@@ -3,7 +3,7 @@
 use urom_capi_abi::{DocaCtx, DocaDev, DocaError, DocaTask, Status};
 use urom_core::host::{Idle, Service};
 
-use super::{arg, guard, guard_value, reclaim};
+use super::{arg, guard, guard_value};
 use crate::log;
 use crate::service::{GidTask, GidTaskCb, PluginInfo, ServiceObj, ServiceState};
 
@@ -37,21 +37,7 @@ impl CpuSetC {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_urom_service_create(service_ctx: Option<&mut *mut ServiceObj>) -> DocaError {
-    guard(|| {
-        let out = arg(service_ctx)?;
-        let handle = Box::into_raw(ServiceObj::new());
-        let ctx = super::ctx_create(&super::SERVICE_OPS, handle.cast());
-        if ctx.is_null() {
-            // SAFETY: just made by `Box::into_raw`, handed to no one.
-            drop(unsafe { reclaim(handle) });
-            return Err(Status::NoMemory);
-        }
-        // SAFETY: just made by `Box::into_raw` and alive.
-        let obj = unsafe { &*handle };
-        obj.inner.ctx.set(ctx);
-        *out = handle;
-        Ok(())
-    })
+    super::create(service_ctx)
 }
 
 /// Destroys an idle service with no query in flight.
@@ -61,17 +47,8 @@ pub extern "C" fn doca_urom_service_create(service_ctx: Option<&mut *mut Service
 /// `service_ctx` is NULL or a live service from `doca_urom_service_create`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn doca_urom_service_destroy(service_ctx: *mut ServiceObj) -> DocaError {
-    guard(|| {
-        // SAFETY: the caller passes NULL or a live service.
-        let obj = ServiceObj::check(unsafe { service_ctx.as_ref() })?;
-        obj.destroyable()?;
-        let ctx = obj.ctx();
-        obj.retire();
-        super::ctx_destroy(ctx);
-        // SAFETY: services come from `Box::into_raw` in `doca_urom_service_create`.
-        drop(unsafe { reclaim(service_ctx) });
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `destroy`'s.
+    unsafe { super::destroy(service_ctx) }
 }
 
 #[unsafe(no_mangle)]

@@ -5,28 +5,14 @@ use std::ffi::{c_char, c_void};
 use urom_capi_abi::{DocaBuf, DocaCtx, DocaError, DocaTask, Status};
 
 use super::service::CpuSetC;
-use super::{arg, guard, guard_value, reclaim, string_array};
+use super::{arg, guard, guard_value, string_array};
 use crate::log;
 use crate::service::ServiceObj;
 use crate::worker::{CmdTask, CmdTaskCb, WorkerObj};
 
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_urom_worker_create(worker_ctx: Option<&mut *mut WorkerObj>) -> DocaError {
-    guard(|| {
-        let out = arg(worker_ctx)?;
-        let handle = Box::into_raw(WorkerObj::new());
-        let ctx = super::ctx_create(&super::WORKER_OPS, handle.cast());
-        if ctx.is_null() {
-            // SAFETY: just made by `Box::into_raw`, handed to no one.
-            drop(unsafe { reclaim(handle) });
-            return Err(Status::NoMemory);
-        }
-        // SAFETY: just made by `Box::into_raw` and alive.
-        let obj = unsafe { &*handle };
-        obj.inner.ctx.set(ctx);
-        *out = handle;
-        Ok(())
-    })
+    super::create(worker_ctx)
 }
 
 /// Destroys an idle worker and its command tasks.
@@ -36,17 +22,8 @@ pub extern "C" fn doca_urom_worker_create(worker_ctx: Option<&mut *mut WorkerObj
 /// `worker_ctx` is NULL or a live worker from `doca_urom_worker_create`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn doca_urom_worker_destroy(worker_ctx: *mut WorkerObj) -> DocaError {
-    guard(|| {
-        // SAFETY: the caller passes NULL or a live worker.
-        let obj = WorkerObj::check(unsafe { worker_ctx.as_ref() })?;
-        obj.destroyable()?;
-        let ctx = obj.ctx();
-        obj.retire();
-        super::ctx_destroy(ctx);
-        // SAFETY: workers come from `Box::into_raw` in `doca_urom_worker_create`.
-        drop(unsafe { reclaim(worker_ctx) });
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `destroy`'s.
+    unsafe { super::destroy(worker_ctx) }
 }
 
 #[unsafe(no_mangle)]
