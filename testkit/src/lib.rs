@@ -59,7 +59,8 @@ const UCX_PACKAGES: [&str; 4] = ["urom-daemon", "urom-worker", "urom-samples", "
 
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
 /// process, and returns the path of `artifact` in the profile directory. With this crate's
-/// `ucx` feature, the daemon, the worker and the samples are built with theirs.
+/// `ucx` feature, the daemon, the worker and the samples are built with theirs; with its `mpi`
+/// feature, this crate's programs are built with it.
 fn build(package: &str, artifact: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     let profile_dir = profile_dir();
@@ -87,6 +88,10 @@ fn build(package: &str, artifact: &str) -> PathBuf {
         // Tests of the ucx feature need the programs they start built with it too.
         if cfg!(feature = "ucx") && UCX_PACKAGES.contains(&package) {
             command.args(["--features", "ucx"]);
+        }
+        // And those of the mpi feature, the rank program built with MPI.
+        if cfg!(feature = "mpi") && package == "urom-testkit" {
+            command.args(["--features", "mpi"]);
         }
         let status = command
             .status()

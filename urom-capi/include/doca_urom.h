@@ -1,8 +1,9 @@
 /*
- * doca_urom.h - the host API of DOCA UROM, in urom: services and workers, and their tasks.
+ * doca_urom.h - the host API of DOCA UROM, in urom: services, workers and their tasks, domains.
  *
  * A service is the connection to urom-daemon; a worker is a process the daemon runs plugins
- * in. Both are contexts (doca_ctx.h) connected to a progress engine (doca_pe.h):
+ * in; a domain makes workers of several hosts (ranks) a team whose plugins find each other.
+ * All three are contexts (doca_ctx.h) connected to a progress engine (doca_pe.h):
  *
  *   - service: create, set max workers / message size / device, doca_ctx_start() (connects at
  *     once: DOCA_SUCCESS and running), get its plugins and CPUs, query workers by group with a
@@ -12,16 +13,18 @@
  *     or back to idle if the daemon refuses or the worker fails), command tasks, doca_ctx_stop()
  *     (DOCA_ERROR_IN_PROGRESS: the next progress completes tasks in flight with
  *     DOCA_ERROR_SHUTDOWN, has the daemon destroy the worker and makes it idle), destroy.
+ *   - domain: create, set the out-of-band collective / workers with their domain ids / buffer
+ *     count / buffers, doca_ctx_start() (DOCA_ERROR_IN_PROGRESS: doca_pe_progress() exchanges
+ *     every rank's workers and buffers through the collective and brings it to running, or back
+ *     to idle if the start failed), doca_ctx_stop() (at once), destroy (idle only).
  *
  * Setters need an idle context (DOCA_ERROR_BAD_STATE); NULL arguments give
  * DOCA_ERROR_INVALID_VALUE. Callbacks run from doca_pe_progress() of the context's engine.
  *
  * Which service: DOCA_UROM_SERVICE_FILE names the service of this host (and, once
  * doca_urom_service_set_dev() picked a device, of that device's line); a service on this host is
- * reached at its default socket, or at the socket named by UROM_SERVICE_SOCKET. Why a service or
- * worker did not start is logged to the SDK log backends (doca_log.h).
- *
- * Domains (doca_urom_domain_*) are not offered yet.
+ * reached at its default socket, or at the socket named by UROM_SERVICE_SOCKET. Why a service,
+ * worker or domain did not start is logged to the SDK log backends (doca_log.h).
  */
 #ifndef DOCA_UROM_H_
 #define DOCA_UROM_H_
@@ -262,6 +265,78 @@ void *doca_urom_worker_cmd_task_get_user_data(struct doca_urom_worker_cmd_task *
 
 DOCA_EXPERIMENTAL
 struct doca_task *doca_urom_worker_cmd_task_as_task(struct doca_urom_worker_cmd_task *task);
+
+/* Domains. */
+
+struct doca_urom_domain;
+
+/* The program's non-blocking allgather: gathers `msglen` bytes of `sbuf` from every rank into
+ * `rbuf` (rank i's at i * msglen; every rank passes the same msglen) and stores its request in
+ * `*req`. DOCA_SUCCESS once started. */
+typedef doca_error_t (*doca_urom_domain_allgather_cb_t)(void *sbuf, void *rbuf, size_t msglen, void *coll_info,
+							 void **req);
+
+/* DOCA_SUCCESS once the request completed, DOCA_ERROR_IN_PROGRESS before; any other value
+ * (negative ones included) fails the domain's start. */
+typedef doca_error_t (*doca_urom_domain_req_test_cb_t)(void *req);
+
+/* Releases a request (after it completed, or when a start is abandoned). */
+typedef doca_error_t (*doca_urom_domain_req_free_cb_t)(void *req);
+
+/* The out-of-band collective the ranks of a domain exchange their workers and buffers with. */
+struct doca_urom_domain_oob_coll {
+	doca_urom_domain_allgather_cb_t allgather;
+	doca_urom_domain_req_test_cb_t req_test;
+	doca_urom_domain_req_free_cb_t req_free;
+	/* Passed to allgather. */
+	void *coll_info;
+	/* How many ranks. */
+	uint32_t n_oob_indexes;
+	/* This rank, below n_oob_indexes. */
+	uint32_t oob_index;
+};
+
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_domain_create(struct doca_urom_domain **domain_ctx);
+
+/* Idle only (DOCA_ERROR_NOT_PERMITTED otherwise). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_domain_destroy(struct doca_urom_domain *domain_ctx);
+
+/* How many buffers doca_urom_domain_add_buffer() will add; not once buffers were added
+ * (DOCA_ERROR_BAD_STATE). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_domain_set_buffers_count(struct doca_urom_domain *domain_ctx, size_t buffers_cnt);
+
+/* A buffer of this host the domain's plugins may reach: its address and length, its packed
+ * memory handle and packed remote key (copied; either may be empty). Before a count is set:
+ * DOCA_ERROR_BAD_STATE; beyond the count: DOCA_ERROR_FULL. Its segment number is the order it
+ * was added in. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_domain_add_buffer(struct doca_urom_domain *domain_ctx,
+					 void *buffer,
+					 size_t buf_len,
+					 void *memh,
+					 size_t memh_len,
+					 void *mkey,
+					 size_t mkey_len);
+
+/* Copies the collective; its three callbacks are required and oob_index < n_oob_indexes. */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_domain_set_oob(struct doca_urom_domain *domain_ctx, struct doca_urom_domain_oob_coll *oob);
+
+/* This host's workers and the domain id of each (workers[i] is domain_worker_ids[i]), unique
+ * across the domain. The workers must be running when the domain starts (DOCA_ERROR_BAD_STATE
+ * from doca_ctx_start()) and be progressed while it starts (connect them to the domain's
+ * progress engine). */
+DOCA_EXPERIMENTAL
+doca_error_t doca_urom_domain_set_workers(struct doca_urom_domain *domain_ctx,
+					  uint64_t *domain_worker_ids,
+					  struct doca_urom_worker **workers,
+					  size_t workers_cnt);
+
+DOCA_EXPERIMENTAL
+struct doca_ctx *doca_urom_domain_as_ctx(struct doca_urom_domain *domain_ctx);
 
 #ifdef __cplusplus
 }

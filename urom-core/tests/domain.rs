@@ -591,3 +591,77 @@ fn a_rank_killed_during_the_start_is_named_by_the_others() {
     a_rank_killed_during_the_start(2, 1);
     a_rank_killed_during_the_start(0, 2);
 }
+
+/// The directory on `PATH` holding `program`.
+#[cfg(feature = "mpi")]
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
+/// Two ranks started by `mpirun`, each with its own worker, meet through the MPI collective.
+#[cfg(feature = "mpi")]
+#[test]
+fn two_ranks_started_by_mpirun_meet_through_mpi() {
+    use std::io::Read;
+
+    let Some(mpirun) = on_path("mpirun") else {
+        eprintln!("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
+        return;
+    };
+    let (_plugins, daemon) = daemon();
+    let program = binary("urom-testkit", "urom-domain-rank");
+    let mut child = ChildGuard(
+        Command::new(mpirun)
+            .args(["--allow-run-as-root", "--oversubscribe"])
+            // MPI itself over shared memory, not over UCX.
+            .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"])
+            .args(["-np", "2"])
+            .arg(program)
+            .args(["--oob", "mpi"])
+            .arg(&daemon.socket)
+            .arg(LOOKUPS)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting mpirun"),
+    );
+    let readers = [
+        child
+            .0
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .0
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .map(|stream| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut stream) = stream {
+                let _ = stream.read_to_string(&mut text);
+            }
+            text
+        })
+    });
+    let status = child.wait_timeout(TIMEOUT);
+    // A start that hangs is killed here, so that its output can be shown.
+    drop(child);
+    let [stdout, stderr] = readers.map(|reader| reader.join().unwrap());
+    let status = status
+        .unwrap_or_else(|| panic!("mpirun did not end\nstdout:\n{stdout}\nstderr:\n{stderr}"));
+    assert!(
+        status.success(),
+        "mpirun: {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["running 2", "running 2"],
+        "each rank's domain runs with both ranks\nstderr:\n{stderr}"
+    );
+}

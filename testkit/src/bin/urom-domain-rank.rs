@@ -1,4 +1,5 @@
-//! One rank of a domain, as a process of its own, for tests that kill a rank:
+//! One rank of a domain, as a process of its own, for tests that kill a rank or that start
+//! ranks with `mpirun`:
 //!
 //! `urom-domain-rank SOCKET RENDEZVOUS RANKS RANK PLUGIN [--die-in-allgather N]`
 //!
@@ -9,6 +10,10 @@
 //! process kills itself with SIGKILL as it starts its allgather number N (from 0: the record
 //! lengths, the records, the acknowledgements), so that the other ranks see it die in the
 //! middle of the start. A bad command line exits 2.
+//!
+//! `urom-domain-rank --oob mpi SOCKET PLUGIN` (built with the `mpi` feature; run under
+//! `mpirun`): the same with the MPI collective on `MPI_COMM_WORLD`, whose rank and size give
+//! the rank, the number of ranks and the worker's domain id.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -54,6 +59,14 @@ impl OobCollective for Dying {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, kind, rest @ ..] = args.as_slice()
+        && flag == "--oob"
+    {
+        return match (kind.as_str(), rest) {
+            ("mpi", [socket, plugin]) => report(mpi_rank(socket, plugin)),
+            _ => usage(),
+        };
+    }
     let (fixed, die_at) = match args.as_slice() {
         [fixed @ .., flag, n] if flag == "--die-in-allgather" => match n.parse() {
             Ok(n) => (fixed, Some(n)),
@@ -71,7 +84,19 @@ fn main() -> ExitCode {
     ) else {
         return usage();
     };
-    match run(socket, &rendezvous, ranks, rank, plugin, die_at) {
+    report(socket_rank(
+        socket,
+        &rendezvous,
+        ranks,
+        rank,
+        plugin,
+        die_at,
+    ))
+}
+
+/// Prints how the start ended and exits accordingly.
+fn report(outcome: Result<u32, String>) -> ExitCode {
+    match outcome {
         Ok(ranks) => {
             println!("running {ranks}");
             ExitCode::SUCCESS
@@ -84,11 +109,15 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: urom-domain-rank SOCKET RENDEZVOUS RANKS RANK PLUGIN [--die-in-allgather N]");
+    eprintln!(
+        "usage: urom-domain-rank SOCKET RENDEZVOUS RANKS RANK PLUGIN [--die-in-allgather N]\n\
+         \x20      urom-domain-rank --oob mpi SOCKET PLUGIN"
+    );
     ExitCode::from(2)
 }
 
-fn run(
+/// A rank meeting the others through the socket rendezvous.
+fn socket_rank(
     socket: &str,
     rendezvous: &RendezvousAddr,
     ranks: u32,
@@ -96,6 +125,32 @@ fn run(
     plugin: &str,
     die_at: Option<u64>,
 ) -> Result<u32, String> {
+    let oob = SocketOob::join(rendezvous, ranks, rank, TIMEOUT).map_err(|e| e.to_string())?;
+    let oob = Dying {
+        inner: oob,
+        die_at,
+        started: 0,
+    };
+    run(socket, plugin, oob)
+}
+
+/// A rank meeting the others through MPI.
+#[cfg(feature = "mpi")]
+fn mpi_rank(socket: &str, plugin: &str) -> Result<u32, String> {
+    let oob = urom_core::host::oob::MpiOob::world().map_err(|e| e.to_string())?;
+    run(socket, plugin, oob)
+}
+
+/// Without MPI built in.
+#[cfg(not(feature = "mpi"))]
+fn mpi_rank(_socket: &str, _plugin: &str) -> Result<u32, String> {
+    Err("this urom-domain-rank is built without the `mpi` feature".to_owned())
+}
+
+/// Starts a worker running `plugin` on the service at `socket` and a domain of it, with this
+/// rank's number as its domain id; the number of ranks once the domain runs.
+fn run(socket: &str, plugin: &str, oob: impl OobCollective + 'static) -> Result<u32, String> {
+    let rank = oob.rank();
     let service = Service::<Idle>::new()
         .set_socket(socket)
         .start()
@@ -112,12 +167,6 @@ fn run(
         .map_err(|(_, e)| e.to_string())?
         .wait_running(&mut engine, TIMEOUT)
         .map_err(|e| format!("the worker did not start: {e:?}"))?;
-    let oob = SocketOob::join(rendezvous, ranks, rank, TIMEOUT).map_err(|e| e.to_string())?;
-    let oob = Dying {
-        inner: oob,
-        die_at,
-        started: 0,
-    };
     let domain = Domain::new()
         .set_oob(oob)
         .set_workers(&[u64::from(rank)], &[&worker])

@@ -5,15 +5,17 @@
 //! * [`worker`]: `struct doca_urom_worker` (`doca_urom_worker_*`) and its command task
 //!   (`doca_urom_worker_cmd_task_*`), over `Worker<Idle>` / `Worker<Starting>` /
 //!   `Worker<Running>`.
+//! * [`domain`]: `struct doca_urom_domain` (`doca_urom_domain_*`), over `Domain<Idle>` /
+//!   `Domain<Starting>` / `Domain<Running>`, with the program's out-of-band collective
+//!   (`struct doca_urom_domain_oob_coll`) as an `OobCollective`.
 //!
-//! Both are DOCA contexts: libdoca_common (package `urom-capi-common`) holds their generic part
-//! and calls back into this library from `doca_ctx_start()`, `doca_ctx_stop()`,
+//! All three are DOCA contexts: libdoca_common (package `urom-capi-common`) holds their generic
+//! part and calls back into this library from `doca_ctx_start()`, `doca_ctx_stop()`,
 //! `doca_pe_progress()` and `doca_task_submit()` (see `urom-capi-abi`). A C object keeps the Rust
 //! typestate value of its current state in an enum and moves it from state to state.
-//!
-//! Domains (`doca_urom_domain_*`) are not offered: urom-core's host API has none yet.
 #![deny(unsafe_code)]
 
+pub mod domain;
 mod ffi;
 mod log;
 pub mod service;

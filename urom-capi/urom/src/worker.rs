@@ -9,7 +9,7 @@
 //! callbacks run once the Rust engine has returned, so that a callback may submit, release,
 //! allocate or stop. Nothing is allocated per command.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
@@ -358,6 +358,16 @@ fn on_complete(done: &CompletedTask<'_>) {
 }
 
 impl WorkerInner {
+    /// The Rust worker while it runs (not stopping, and not inside its own progress).
+    pub(crate) fn running_worker(&self) -> Option<Ref<'_, Worker<Running>>> {
+        let phase = self.phase.try_borrow().ok()?;
+        Ref::filter_map(phase, |phase| match phase {
+            Phase::Running(worker) => Some(worker),
+            _ => None,
+        })
+        .ok()
+    }
+
     fn progress(self: &Rc<Self>) -> usize {
         let _current = Current::enter(self.pool.borrow().clone());
         let mut work = match self.engine.try_borrow_mut() {

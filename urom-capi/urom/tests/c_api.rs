@@ -10,13 +10,16 @@
 //!   threads and progress engines, graph loopbacks, the faulty plugin's answers, groups queried
 //!   with tasks, everything stopped and destroyed);
 //! * `misuse.c`: every call with NULL arguments, in the wrong state or with bad values returns its
-//!   documented error.
+//!   documented error;
+//! * `domain.c`: a domain of two ranks (two processes, an out-of-band allgather of the program's
+//!   own over a socket pair) runs, and each rank's worker finds the other's through the domain
+//!   lookups (daemon offering the C domain-lookups plugin too).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use urom_testkit::daemon::{Daemon, graph_and_faulty};
-use urom_testkit::{TempDir, cdylib, profile_dir, workspace_root};
+use urom_testkit::daemon::{Daemon, graph_and_faulty, plugin_dir, start_daemon};
+use urom_testkit::{TempDir, binary, cdylib, profile_dir, workspace_root};
 
 /// The directory holding both libraries, built for this test's profile.
 fn libraries() -> PathBuf {
@@ -115,4 +118,42 @@ fn misuse_gets_the_documented_errors() {
     let dir = TempDir::new("urom-capi-misuse");
     let output = run(&program, &daemon, &dir);
     assert_ran(&output, &daemon, "misuse ok");
+}
+
+/// A daemon offering the graph plugin and the C domain-lookups plugin.
+fn graph_and_lookups() -> (TempDir, Daemon) {
+    let plugins = TempDir::new("urom-capi-plugins");
+    let dir = plugin_dir(&plugins, &[("urom-plugin-graph", "worker_graph")]);
+    let root = workspace_root();
+    let lookups = urom_testkit::c_shared_object(
+        &root.join("plugins/c-domain-lookups/domain_lookups.c"),
+        "worker_domain_lookups",
+        &[&root.join("plugins/include")],
+        &[],
+    );
+    std::fs::copy(lookups, dir.join("worker_domain_lookups.so"))
+        .expect("copying the domain-lookups plugin");
+    let daemon = start_daemon(
+        binary("urom-daemon", "urom-daemon"),
+        dir.to_str().expect("a UTF-8 path"),
+        &[],
+        true,
+    );
+    (plugins, daemon)
+}
+
+#[test]
+fn a_domain_of_two_ranks_runs_through_the_c_api() {
+    let program = compile("domain");
+    let (_plugins, daemon) = graph_and_lookups();
+    let dir = TempDir::new("urom-capi-domain");
+    let output = run(&program, &daemon, &dir);
+    assert_ran(&output, &daemon, "domain ok");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for rank in 0..2 {
+        assert!(
+            stdout.contains(&format!("rank {rank}: the domain of 2 ranks ran")),
+            "{stdout}"
+        );
+    }
 }

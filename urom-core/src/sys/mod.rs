@@ -1,4 +1,5 @@
-//! Operating-system glue: file-descriptor passing, wake-up events, sleeping, CPU pinning.
+//! Operating-system glue: file-descriptor passing, wake-up events, sleeping, CPU pinning; and,
+//! with the `mpi` feature, the MPI calls of the MPI out-of-band collective (`mpi.rs`).
 //!
 //! Everything here is a thin, safe wrapper; the only unsafe operation is taking ownership of the
 //! descriptors the kernel hands over with `SCM_RIGHTS`.
@@ -15,6 +16,9 @@ use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::EfdFlags;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use nix::sys::time::TimeSpec;
+
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
 
 /// Most descriptors one message may carry that we accept.
 pub(crate) const MAX_FDS: usize = 5;

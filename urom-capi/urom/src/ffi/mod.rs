@@ -9,6 +9,7 @@
 //! [`guard`]: no panic unwinds into C.
 #![allow(unsafe_code)]
 
+mod domain;
 mod service;
 mod worker;
 
@@ -21,6 +22,9 @@ use urom_capi_abi::{
 
 pub(crate) use urom_capi_abi::{arg, guard, guard_value};
 
+pub(crate) use domain::{CallbackOob, OobColl};
+
+use crate::domain::DomainObj;
 use crate::service::{GidTask, GidTaskCb, ServiceObj};
 use crate::worker::{CmdTask, CmdTaskCb, WorkerObj};
 
@@ -37,7 +41,7 @@ unsafe fn reclaim<T>(ptr: *mut T) -> Option<Box<T>> {
     Some(unsafe { Box::from_raw(ptr) })
 }
 
-/// A UROM object that is a DOCA context: a service or a worker.
+/// A UROM object that is a DOCA context: a service, a worker or a domain.
 pub(crate) trait ContextObject {
     /// Its context operations.
     const OPS: &'static CtxOps;
@@ -133,6 +137,28 @@ impl ContextObject for WorkerObj {
     }
     fn retire(&self) {
         WorkerObj::retire(self)
+    }
+}
+
+impl ContextObject for DomainObj {
+    const OPS: &'static CtxOps = &DOMAIN_OPS;
+    fn new_boxed() -> Box<Self> {
+        DomainObj::new()
+    }
+    fn check(obj: Option<&Self>) -> Result<&Self, Status> {
+        DomainObj::check(obj)
+    }
+    fn set_ctx(&self, ctx: *mut DocaCtx) {
+        self.inner.ctx.set(ctx);
+    }
+    fn ctx(&self) -> *mut DocaCtx {
+        DomainObj::ctx(self)
+    }
+    fn destroyable(&self) -> Result<(), Status> {
+        DomainObj::destroyable(self)
+    }
+    fn retire(&self) {
+        DomainObj::retire(self)
     }
 }
 
@@ -438,6 +464,42 @@ pub(crate) static WORKER_OPS: CtxOps = CtxOps {
     stop: worker_stop,
     progress: worker_progress,
     inflight: worker_inflight,
+};
+
+unsafe extern "C" fn domain_start(obj: *mut c_void) -> i32 {
+    guard(|| {
+        // SAFETY: the domain context's `imp` is its live `DomainObj`.
+        let domain = unsafe { imp::<DomainObj>(obj) };
+        domain.ok_or(Status::InvalidValue)?.start()
+    })
+}
+
+unsafe extern "C" fn domain_stop(obj: *mut c_void) -> i32 {
+    guard(|| {
+        // SAFETY: as in `domain_start`.
+        let domain = unsafe { imp::<DomainObj>(obj) };
+        domain.ok_or(Status::InvalidValue)?.stop()
+    })
+}
+
+unsafe extern "C" fn domain_progress(obj: *mut c_void) -> usize {
+    guard_value(0, || {
+        // SAFETY: as in `domain_start`.
+        let domain = unsafe { imp::<DomainObj>(obj) };
+        domain.map_or(0, DomainObj::progress)
+    })
+}
+
+/// A domain has no tasks.
+unsafe extern "C" fn domain_inflight(_obj: *mut c_void) -> usize {
+    0
+}
+
+pub(crate) static DOMAIN_OPS: CtxOps = CtxOps {
+    start: domain_start,
+    stop: domain_stop,
+    progress: domain_progress,
+    inflight: domain_inflight,
 };
 
 unsafe extern "C" fn cmd_submit(obj: *mut c_void) -> i32 {

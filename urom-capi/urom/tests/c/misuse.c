@@ -1,7 +1,8 @@
 /*
  * Misuse of urom's DOCA-named C API: every call with NULL arguments, in the wrong state, or with
- * a bad value returns the documented error and leaves the object usable. Needs a daemon with the
- * graph plugin (UROM_SERVICE_SOCKET); prints "misuse ok" when every check passed.
+ * a bad value returns the documented error and leaves the object usable (services, workers,
+ * domains and the rest). Needs a daemon with the graph plugin (UROM_SERVICE_SOCKET); prints
+ * "misuse ok" when every check passed.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -414,6 +415,192 @@ static void worker_states(struct doca_pe *pe, struct doca_urom_service *service)
 	OK(doca_urom_worker_destroy(refused));
 }
 
+/* A collective of one rank whose requests behave as its mode says. */
+enum solo_mode { SOLO_OK, SOLO_TEST_FAILS, SOLO_ALLGATHER_FAILS, SOLO_NEVER_DONE };
+
+struct solo {
+	enum solo_mode mode;
+	int live; /* requests not yet freed */
+	int allgathers;
+};
+
+static doca_error_t solo_allgather(void *sbuf, void *rbuf, size_t msglen, void *coll_info, void **req)
+{
+	struct solo *solo = coll_info;
+
+	if (solo->mode == SOLO_ALLGATHER_FAILS)
+		return DOCA_ERROR_NOT_CONNECTED;
+	memcpy(rbuf, sbuf, msglen);
+	solo->live++;
+	solo->allgathers++;
+	*req = solo;
+	return DOCA_SUCCESS;
+}
+
+static doca_error_t solo_test(void *req)
+{
+	struct solo *solo = req;
+
+	switch (solo->mode) {
+	case SOLO_TEST_FAILS:
+		/* As UCC's collectives fail: a negative status. */
+		return (doca_error_t)-1;
+	case SOLO_NEVER_DONE:
+		return DOCA_ERROR_IN_PROGRESS;
+	default:
+		return DOCA_SUCCESS;
+	}
+}
+
+static doca_error_t solo_free(void *req)
+{
+	struct solo *solo = req;
+
+	solo->live--;
+	return DOCA_SUCCESS;
+}
+
+/* A domain: setters only while idle, buffers after their count and up to it, workers running at
+ * start, destroy only when idle; a failing collective and a stop while starting leave it idle. */
+static void domain_states(struct doca_pe *pe, struct doca_urom_service *service)
+{
+	struct doca_urom_domain *domain;
+	struct doca_urom_worker *worker, *idle_worker;
+	struct doca_urom_worker *workers[2] = {NULL, NULL};
+	struct doca_urom_worker *null_workers[1] = {NULL};
+	struct watch watch = {0}, worker_watch = {0}, idle_watch = {0};
+	struct doca_ctx *ctx;
+	struct solo solo = {.mode = SOLO_OK};
+	struct doca_urom_domain_oob_coll coll = {
+		.allgather = solo_allgather,
+		.req_test = solo_test,
+		.req_free = solo_free,
+		.coll_info = &solo,
+		.n_oob_indexes = 1,
+		.oob_index = 0,
+	};
+	struct doca_urom_domain_oob_coll bad;
+	uint64_t ids[2] = {7, 8};
+	uint64_t same_ids[2] = {7, 7};
+	char key[] = "key";
+	union doca_data data = {.ptr = &watch};
+
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_create(NULL));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_destroy(NULL));
+	CHECK(doca_urom_domain_as_ctx(NULL) == NULL, "as_ctx(NULL)");
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_oob(NULL, &coll));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_workers(NULL, ids, workers, 1));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_buffers_count(NULL, 1));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_add_buffer(NULL, key, 4, key, 3, key, 3));
+
+	OK(doca_urom_domain_create(&domain));
+	ctx = doca_urom_domain_as_ctx(domain);
+	CHECK(ctx != NULL, "a domain is a context");
+	OK(doca_ctx_set_user_data(ctx, data));
+	OK(doca_ctx_set_state_changed_cb(ctx, watch_state));
+
+	/* The collective needs its three callbacks and a rank below the number of ranks. */
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_oob(domain, NULL));
+	bad = coll;
+	bad.req_test = NULL;
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_oob(domain, &bad));
+	bad = coll;
+	bad.oob_index = 1;
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_oob(domain, &bad));
+	bad = coll;
+	bad.n_oob_indexes = 0;
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_oob(domain, &bad));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_workers(domain, NULL, workers, 1));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_workers(domain, ids, NULL, 1));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_workers(domain, ids, null_workers, 1));
+
+	/* Buffers: a count first, then no more than the count, and the count stays. */
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_add_buffer(domain, key, 4, key, 3, key, 3));
+	OK(doca_urom_domain_set_buffers_count(domain, 1));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_add_buffer(domain, key, 4, NULL, 3, key, 3));
+	OK(doca_urom_domain_add_buffer(domain, key, 4, key, 3, key, 3));
+	IS(DOCA_ERROR_FULL, doca_urom_domain_add_buffer(domain, key, 4, key, 3, key, 3));
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_set_buffers_count(domain, 2));
+
+	/* Started: not without an engine, a collective and workers. */
+	IS(DOCA_ERROR_NOT_CONNECTED, doca_ctx_start(ctx));
+	IS(DOCA_ERROR_BAD_STATE, doca_ctx_stop(ctx));
+	OK(doca_pe_connect_ctx(pe, ctx));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_ctx_start(ctx));
+	OK(doca_urom_domain_set_oob(domain, &coll));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_ctx_start(ctx));
+	CHECK(state_of(ctx) == DOCA_CTX_STATE_IDLE && watch.changes == 0, "refused starts leave it idle");
+
+	/* Workers: each once, each id once, each running when the domain starts. */
+	worker = new_worker(pe, service, graph_id, &worker_watch);
+	idle_worker = new_worker(pe, service, graph_id, &idle_watch);
+	workers[0] = worker;
+	workers[1] = worker;
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_workers(domain, ids, workers, 2));
+	workers[1] = idle_worker;
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_workers(domain, same_ids, workers, 2));
+	OK(doca_urom_domain_set_workers(domain, ids, workers, 1));
+	IS(DOCA_ERROR_BAD_STATE, doca_ctx_start(ctx));
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_start(doca_urom_worker_as_ctx(worker)));
+	IS(DOCA_ERROR_BAD_STATE, doca_ctx_start(ctx));
+	progress_until(pe, doca_urom_worker_as_ctx(worker), DOCA_CTX_STATE_RUNNING);
+	OK(doca_urom_domain_set_workers(domain, ids, workers, 2));
+	IS(DOCA_ERROR_BAD_STATE, doca_ctx_start(ctx));
+	CHECK(state_of(ctx) == DOCA_CTX_STATE_IDLE && watch.changes == 0, "a worker that is not running");
+	OK(doca_urom_domain_set_workers(domain, ids, workers, 1));
+
+	/* A domain of one rank: started, then no settings and no destroy until it is stopped. */
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_start(ctx));
+	IS(DOCA_ERROR_BAD_STATE, doca_ctx_start(ctx));
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_set_oob(domain, &coll));
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_set_workers(domain, ids, workers, 1));
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_set_buffers_count(domain, 1));
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_add_buffer(domain, key, 4, key, 3, key, 3));
+	IS(DOCA_ERROR_NOT_PERMITTED, doca_urom_domain_destroy(domain));
+	progress_until(pe, ctx, DOCA_CTX_STATE_RUNNING);
+	CHECK(watch.changes == 2 && watch.last == DOCA_CTX_STATE_RUNNING, "starting, then running");
+	CHECK(solo.allgathers == 3 && solo.live == 0, "%d allgathers, %d requests not freed", solo.allgathers,
+	      solo.live);
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_set_oob(domain, &coll));
+	IS(DOCA_ERROR_BAD_STATE, doca_urom_domain_add_buffer(domain, key, 4, key, 3, key, 3));
+	IS(DOCA_ERROR_NOT_PERMITTED, doca_urom_domain_destroy(domain));
+	OK(doca_ctx_stop(ctx));
+	CHECK(state_of(ctx) == DOCA_CTX_STATE_IDLE, "stopped at once");
+	IS(DOCA_ERROR_BAD_STATE, doca_ctx_stop(ctx));
+
+	/* The program's collective fails (a negative req_test, a failed allgather): back to idle,
+	 * every request freed, the settings kept. */
+	solo.mode = SOLO_TEST_FAILS;
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_start(ctx));
+	progress_until(pe, ctx, DOCA_CTX_STATE_IDLE);
+	CHECK(solo.live == 0, "%d requests not freed", solo.live);
+	solo.mode = SOLO_ALLGATHER_FAILS;
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_start(ctx));
+	progress_until(pe, ctx, DOCA_CTX_STATE_IDLE);
+	CHECK(solo.live == 0, "%d requests not freed", solo.live);
+
+	/* Stopped while starting: the start is abandoned and its request freed. */
+	solo.mode = SOLO_NEVER_DONE;
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_start(ctx));
+	while (solo.live == 0)
+		doca_pe_progress(pe);
+	IS(DOCA_ERROR_NOT_PERMITTED, doca_urom_domain_destroy(domain));
+	OK(doca_ctx_stop(ctx));
+	CHECK(state_of(ctx) == DOCA_CTX_STATE_IDLE && solo.live == 0, "abandoned, %d requests not freed",
+	      solo.live);
+
+	/* The settings outlived it all: it starts again. */
+	solo.mode = SOLO_OK;
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_start(ctx));
+	progress_until(pe, ctx, DOCA_CTX_STATE_RUNNING);
+	OK(doca_ctx_stop(ctx));
+	OK(doca_urom_domain_destroy(domain));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_urom_domain_set_buffers_count(domain, 1));
+	stop_worker(pe, worker);
+	OK(doca_urom_worker_destroy(worker));
+	OK(doca_urom_worker_destroy(idle_worker));
+}
+
 /* A worker on a stopped service is refused at start. */
 static void stopped_service(struct doca_pe *pe, struct doca_urom_service *service)
 {
@@ -608,6 +795,7 @@ int main(void)
 	FILE *sdk_file = tmpfile();
 	char line[512];
 	int refused_logged = 0;
+	int domain_failure_logged = 0;
 
 	CHECK(sdk_file != NULL, "tmpfile");
 	error_names();
@@ -621,6 +809,7 @@ int main(void)
 	OK(doca_pe_create(&pe));
 	service = service_states(pe);
 	worker_states(pe, service);
+	domain_states(pe, service);
 	OK(doca_ctx_stop(doca_urom_service_as_ctx(service)));
 	stopped_service(pe, service);
 	while (doca_pe_progress(pe))
@@ -634,7 +823,11 @@ int main(void)
 	while (fgets(line, sizeof(line), sdk_file) != NULL)
 		if (strstr(line, "[urom::worker] the worker did not start") != NULL)
 			refused_logged = 1;
+		else if (strstr(line, "[urom::domain] the domain did not start: the out-of-band exchange failed: "
+				      "the out-of-band req_test returned") != NULL)
+			domain_failure_logged = 1;
 	CHECK(refused_logged, "the refused worker was logged");
+	CHECK(domain_failure_logged, "the failed domain start was logged");
 	printf("misuse ok\n");
 	return 0;
 }

@@ -10,15 +10,21 @@
 //!
 //! * [`SocketOob`]: a rendezvous over a Unix or TCP socket, needing nothing but an address all
 //!   ranks know (rank 0 listens there). Works in any build.
-//! * An MPI implementation (`MPI_Iallgather` on a communicator, polled with `MPI_Test`) belongs
-//!   in this module behind the `mpi` feature; it is not built yet. Any other runtime (a
-//!   collectives library's own out-of-band exchange, a job launcher's key-value store) can
-//!   implement the trait itself.
+//! * `MpiOob` (feature `mpi`): `MPI_Iallgather` of bytes on a communicator (the world by
+//!   default: `MpiOob::world()`), polled with `MPI_Test`; rank and size are the
+//!   communicator's.
+//!
+//! Any other runtime (a collectives library's own out-of-band exchange, a job launcher's
+//! key-value store) can implement the trait itself.
 
+#[cfg(feature = "mpi")]
+mod mpi;
 mod socket;
 
 use std::fmt;
 
+#[cfg(feature = "mpi")]
+pub use self::mpi::MpiOob;
 pub use socket::{RendezvousAddr, SocketOob};
 
 /// Why an out-of-band operation failed.
