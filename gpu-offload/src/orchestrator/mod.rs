@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use tracing::{error, info, warn};
-use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
 use urom_wire::gpu::GpuMessage;
 
@@ -145,9 +144,9 @@ enum Processor {
 }
 
 impl Processor {
-    fn start(
+    fn start<T: Transport + Send + 'static>(
         gpu: Option<cuda::Gpu>,
-        conns: Vec<Channel>,
+        conns: Vec<T>,
         params: &ChannelParams,
         cpus: &[usize],
         poll: Duration,
@@ -231,7 +230,7 @@ fn spawn_pinned<T: Send + 'static>(
 
 /// Sends `frame` to the server, waiting while the ring is full (it empties as the server
 /// takes responses). `false`, with a log line, once the server is gone.
-fn send_waiting(conn: &mut Channel, frame: &[u8], thread: usize) -> bool {
+fn send_waiting<T: Transport>(conn: &mut T, frame: &[u8], thread: usize) -> bool {
     loop {
         match conn.send(frame) {
             Ok(()) => return true,
