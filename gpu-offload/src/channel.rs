@@ -42,6 +42,9 @@
 #[cfg(feature = "ucx")]
 mod ucx;
 
+#[cfg(feature = "ucx")]
+pub use ucx::control_config as ucx_control_config;
+
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;

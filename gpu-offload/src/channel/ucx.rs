@@ -24,10 +24,10 @@ use super::{
 /// How long the orchestrator waits between attempts to reach a server that is not there yet.
 const RETRY: Duration = Duration::from_millis(250);
 
-/// The settings of every control connection: small frames, a few slots. Never derived from
-/// flags: a mismatch here would fail in UCX's handshake, before the hellos could say what
+/// The settings of every UCX control connection: small frames, a few slots. Never derived
+/// from flags: a mismatch here would fail in UCX's handshake, before the hellos could say what
 /// differs.
-fn control_config() -> ChannelConfig {
+pub fn control_config() -> ChannelConfig {
     ChannelConfig {
         max_msg_size: MaxMsgSize::DEFAULT,
         slots: 8,
