@@ -351,15 +351,16 @@ fn main() {
     }
     criterion.final_summary();
 
+    let rounds = if quick { 5 } else { ROUNDS };
     println!();
     println!(
-        "interleaved: {ROUNDS} rounds of {ROUND_OPS} requests per client thread, {PAYLOAD}-byte \
+        "interleaved: {rounds} rounds of {ROUND_OPS} requests per client thread, {PAYLOAD}-byte \
          payloads, {PIPELINE} in flight per thread"
     );
     for threads in [1usize, 4] {
         let (mut ours_rates, mut bare_rates, mut ratios) = (vec![], vec![], vec![]);
         let (mut remote_rates, mut remote_ratios) = (vec![], vec![]);
-        for _ in 0..if quick { 5 } else { ROUNDS } {
+        for _ in 0..rounds {
             let ours_rate = client::run(&config(ours.addr, threads, ROUND_OPS))
                 .unwrap()
                 .miops();
