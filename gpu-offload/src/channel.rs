@@ -4,7 +4,7 @@
 //!
 //! * a name (or a path): the two run on one machine; control is a Unix socket
 //!   ([`socket_path`]), data connections are urom shared memory
-//!   ([`ShmConnection`](urom_core::transport::shm::ShmConnection));
+//!   ([`ShmConnection`]);
 //! * `ucx://IP:PORT` (build feature `ucx`): the two run on different machines; the server
 //!   listens for UCX connections on that address, the orchestrator connects to it; control and
 //!   data connections are urom UCX connections (`urom_core::transport::ucx`), over whatever
