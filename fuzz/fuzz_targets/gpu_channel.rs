@@ -1,9 +1,9 @@
-//! The GPU offload channel hello decoders: any bytes either fail with an error or parse to a
-//! hello that emits back to exactly the same bytes.
+//! The GPU offload channel hello and data listener decoders: any bytes either fail with an
+//! error or parse to a record that emits back to exactly the same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use urom_wire::gpu::channel::{ChannelHelloRepr, DataHelloRepr};
+use urom_wire::gpu::channel::{ChannelHelloRepr, DataHelloRepr, DataListenerRepr};
 
 fn check(bytes: &[u8], emit: impl Fn(&mut [u8]) -> usize) {
     let mut out = vec![0xa5; bytes.len() + 1];
@@ -21,6 +21,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(hello) = DataHelloRepr::parse(data) {
         check(data, |buf| {
             hello.emit(buf).expect("a parsed hello emits again")
+        });
+    }
+    if let Ok(listener) = DataListenerRepr::parse(data) {
+        check(data, |buf| {
+            listener.emit(buf).expect("a parsed record emits again")
         });
     }
 });

@@ -8,6 +8,10 @@
 //!   written as a good server would be (this binary re-run as a child process: one thread per
 //!   connection, reads all that is there, answers the whole batch with one write), the floor
 //!   of the TCP part;
+//! * `gpu_offload/remote_<T>t` (feature `ucx`, as root with `ip`): the same server and
+//!   orchestrator on two machines, network namespaces joined by a veth pair, the channel over
+//!   UCX on TCP (`-c ucx://IP:PORT`); the client runs on the server's machine, as for `ours`,
+//!   so that only the channel differs;
 //!
 //! for T = 1 and 4 client threads, 128 requests in flight per thread, 64-byte payloads; the
 //! throughput is in operations (requests answered and checked) per second.
@@ -32,7 +36,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use gpu_offload::client::{self, ClientConfig};
+use gpu_offload::client::{self, ClientConfig, Stats};
 use urom_testkit::{ChildGuard, TempDir};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, message_length, write_client_headers};
 
@@ -112,9 +116,8 @@ struct Ours {
     _dir: TempDir,
 }
 
-fn start_ours() -> Ours {
-    let dir = TempDir::new("gpu-offload-bench");
-    let socket = dir.path().join("channel.sock");
+/// The server's `--cpu`s.
+fn server_cpus() -> Vec<String> {
     let cpus = std::env::var(CPUS_ENV).unwrap_or_else(|_| {
         // The first two CPUs this process may run on.
         let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
@@ -125,18 +128,17 @@ fn start_ours() -> Ours {
             .collect();
         allowed.join(",")
     });
-    let cpus: Vec<&str> = cpus.split(',').collect();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_gpu-offload-server"));
-    server.args([
-        "-c",
-        socket.to_str().unwrap(),
-        "-p",
-        "0",
-        "-a",
-        "127.0.0.1",
-        "-l",
-        "30",
-    ]);
+    cpus.split(',').map(str::to_owned).collect()
+}
+
+const SERVER: &str = env!("CARGO_BIN_EXE_gpu-offload-server");
+const ORCHESTRATOR: &str = env!("CARGO_BIN_EXE_gpu-offload-orchestrator");
+
+/// Our server and orchestrator, started by `server` and `orchestrator` (the programs, with any
+/// arguments before their own) on `channel`.
+fn start_ours(mut server: Command, mut orchestrator: Command, channel: &str, dir: TempDir) -> Ours {
+    let cpus = server_cpus();
+    server.args(["-c", channel, "-p", "0", "-a", "127.0.0.1", "-l", "30"]);
     for cpu in &cpus {
         server.args(["--cpu", cpu]);
     }
@@ -146,7 +148,6 @@ fn start_ours() -> Ours {
             .spawn()
             .expect("starting the server"),
     );
-    let mut orchestrator = Command::new(env!("CARGO_BIN_EXE_gpu-offload-orchestrator"));
     let orchestrator_cpus = std::env::var(ORCH_CPUS_ENV).unwrap_or_else(|_| {
         let mut rotated = cpus.clone();
         rotated.rotate_left(1);
@@ -160,14 +161,7 @@ fn start_ours() -> Ours {
     }
     let orchestrator = ChildGuard(
         orchestrator
-            .args([
-                "-c",
-                socket.to_str().unwrap(),
-                "-t",
-                &cpus.len().to_string(),
-                "-l",
-                "30",
-            ])
+            .args(["-c", channel, "-t", &cpus.len().to_string(), "-l", "30"])
             .stdout(Stdio::null())
             .spawn()
             .expect("starting the orchestrator"),
@@ -178,6 +172,105 @@ fn start_ours() -> Ours {
         orchestrator,
         addr,
         _dir: dir,
+    }
+}
+
+/// Server and orchestrator on this machine, over shared memory.
+fn start_local() -> Ours {
+    let dir = TempDir::new("gpu-offload-bench");
+    let socket = dir.path().join("channel.sock");
+    let socket = socket.to_str().unwrap().to_owned();
+    start_ours(
+        Command::new(SERVER),
+        Command::new(ORCHESTRATOR),
+        &socket,
+        dir,
+    )
+}
+
+/// Server and orchestrator on two machines (network namespaces), over UCX on TCP; clients run
+/// on the server's machine. Only with the `ucx` feature.
+struct Remote {
+    ours: Ours,
+    #[cfg(feature = "ucx")]
+    network: urom_testkit::netns::Network,
+}
+
+#[cfg(feature = "ucx")]
+impl Remote {
+    const SERVER_NS: usize = 0;
+    const ORCHESTRATOR_NS: usize = 1;
+
+    /// Starts them, or says why it cannot here.
+    fn start() -> Result<Self, String> {
+        let network = urom_testkit::netns::Network::create("gpubench", 2)?;
+        let ip = network.hub_address(Self::ORCHESTRATOR_NS);
+        let port = network.run_in(Self::SERVER_NS, || {
+            TcpListener::bind((ip, 0)).map(|l| l.local_addr().map(|a| a.port()))
+        });
+        let port = port
+            .and_then(|port| port)
+            .map_err(|e| format!("no free port: {e}"))?;
+        let on = |ns: usize, towards: usize, program: &str| {
+            let mut command = network.command(ns, program);
+            command
+                .env("UCX_TLS", "tcp")
+                .env("UCX_NET_DEVICES", network.device(ns, towards))
+                .env("UCX_WARN_UNUSED_ENV_VARS", "n");
+            command
+        };
+        let ours = start_ours(
+            on(Self::SERVER_NS, Self::ORCHESTRATOR_NS, SERVER),
+            on(Self::ORCHESTRATOR_NS, Self::SERVER_NS, ORCHESTRATOR),
+            &format!("ucx://{ip}:{port}"),
+            TempDir::new("gpu-offload-bench-remote"),
+        );
+        Ok(Self { ours, network })
+    }
+}
+
+impl Remote {
+    /// A client run on the server's machine.
+    fn run(&self, config: &ClientConfig) -> Stats {
+        #[cfg(feature = "ucx")]
+        let stats = self
+            .network
+            .run_in(Remote::SERVER_NS, || client::run(config));
+        #[cfg(not(feature = "ucx"))]
+        let stats = client::run(config);
+        stats.expect("client run across machines")
+    }
+
+    fn stop(self) {
+        self.ours.stop();
+    }
+}
+
+/// Where the two-machine figures come from, if anywhere.
+#[cfg(feature = "ucx")]
+fn start_remote() -> Option<Remote> {
+    Remote::start()
+        .map_err(|why| println!("two machines skipped: {why}"))
+        .ok()
+}
+
+/// Without the `ucx` feature there are no two-machine figures.
+#[cfg(not(feature = "ucx"))]
+fn start_remote() -> Option<Remote> {
+    println!("two machines skipped: built without the ucx feature (--features ucx)");
+    None
+}
+
+impl Ours {
+    fn stop(self) {
+        let Ours {
+            mut server,
+            mut orchestrator,
+            ..
+        } = self;
+        server.signal(2);
+        let _ = server.wait_timeout(Duration::from_secs(20));
+        let _ = orchestrator.wait_timeout(Duration::from_secs(20));
     }
 }
 
@@ -217,8 +310,9 @@ fn main() {
         run_bare();
         return;
     }
-    let ours = start_ours();
+    let ours = start_local();
     let (_bare, bare_addr) = start_bare();
+    let remote = start_remote();
     let quick = std::env::var_os(QUICK_ENV).is_some();
     let mut criterion = Criterion::default()
         .configure_from_args()
@@ -241,19 +335,32 @@ fn main() {
                     });
                 });
             }
+            if let Some(remote) = &remote {
+                group.bench_function(format!("remote_{threads}t"), |b| {
+                    b.iter_custom(|iters| {
+                        let per_thread = iters.div_ceil(threads as u64).max(1);
+                        let stats = remote.run(&config(remote_addr(remote), threads, per_thread));
+                        stats
+                            .duration
+                            .mul_f64(iters as f64 / stats.operations as f64)
+                    });
+                });
+            }
         }
         group.finish();
     }
     criterion.final_summary();
 
+    let rounds = if quick { 5 } else { ROUNDS };
     println!();
     println!(
-        "interleaved: {ROUNDS} rounds of {ROUND_OPS} requests per client thread, {PAYLOAD}-byte \
+        "interleaved: {rounds} rounds of {ROUND_OPS} requests per client thread, {PAYLOAD}-byte \
          payloads, {PIPELINE} in flight per thread"
     );
     for threads in [1usize, 4] {
         let (mut ours_rates, mut bare_rates, mut ratios) = (vec![], vec![], vec![]);
-        for _ in 0..if quick { 5 } else { ROUNDS } {
+        let (mut remote_rates, mut remote_ratios) = (vec![], vec![]);
+        for _ in 0..rounds {
             let ours_rate = client::run(&config(ours.addr, threads, ROUND_OPS))
                 .unwrap()
                 .miops();
@@ -263,6 +370,13 @@ fn main() {
             ours_rates.push(ours_rate);
             bare_rates.push(bare_rate);
             ratios.push(ours_rate / bare_rate);
+            if let Some(remote) = &remote {
+                let remote_rate = remote
+                    .run(&config(remote_addr(remote), threads, ROUND_OPS))
+                    .miops();
+                remote_rates.push(remote_rate);
+                remote_ratios.push(remote_rate / ours_rate);
+            }
         }
         println!(
             "  {threads} client thread(s): ours {:.3} MIOP/s, bare TCP {:.3} MIOP/s, ours/bare {:.2} (median of per-round ratios)",
@@ -270,13 +384,21 @@ fn main() {
             median(&mut bare_rates),
             median(&mut ratios)
         );
+        if !remote_rates.is_empty() {
+            println!(
+                "  {threads} client thread(s): ours on two machines (UCX over TCP) {:.3} MIOP/s, two machines/one {:.2} (median of per-round ratios)",
+                median(&mut remote_rates),
+                median(&mut remote_ratios)
+            );
+        }
     }
-    let Ours {
-        mut server,
-        mut orchestrator,
-        ..
-    } = ours;
-    server.signal(2);
-    let _ = server.wait_timeout(Duration::from_secs(20));
-    let _ = orchestrator.wait_timeout(Duration::from_secs(20));
+    ours.stop();
+    if let Some(remote) = remote {
+        remote.stop();
+    }
+}
+
+/// The address clients reach the two-machine server at (on its machine).
+fn remote_addr(remote: &Remote) -> SocketAddr {
+    remote.ours.addr
 }

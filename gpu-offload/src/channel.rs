@@ -1,20 +1,34 @@
 //! The channel between the server and the orchestrator: where DOCA Comch ran in the original,
-//! here a Unix socket for control and one urom shared-memory connection per server data-path
-//! thread.
+//! here one control connection and one data connection per server data-path thread, over one
+//! of two transports, chosen by the `-c` name both sides are given ([`Endpoint`]):
 //!
-//! Setup, the server listening on [`socket_path`] and the orchestrator connecting:
+//! * a name (or a path): the two run on one machine; control is a Unix socket
+//!   ([`socket_path`]), data connections are urom shared memory
+//!   ([`ShmConnection`]);
+//! * `ucx://IP:PORT` (build feature `ucx`): the two run on different machines; the server
+//!   listens for UCX connections on that address, the orchestrator connects to it; control and
+//!   data connections are urom UCX connections (`urom_core::transport::ucx`), over whatever
+//!   `UCX_TLS` / `UCX_NET_DEVICES` select (TCP, RDMA).
+//!
+//! The data connections come as [`DataConnections`], one vector per transport, so that each
+//! data-path and processor thread is compiled for its transport: no dispatch per frame.
+//!
+//! Setup, the server listening and the orchestrator connecting:
 //!
 //! 1. control connection: each side sends a hello (`urom_wire::gpu::channel::ChannelHello`:
-//!    version, data-path threads, `--max-message-length`, `--max-concurrent-messages`); a
-//!    different thread count or message length is refused, with the same clear error on both
-//!    sides;
-//! 2. one data connection per thread, in thread order: the orchestrator sends a data hello
-//!    (`urom_wire::gpu::channel::DataHello`: the thread index), the server creates the shared mapping on it
-//!    ([`Channel::offer`]), then sends the GPU wire's `exchange_consumer_id_request`
-//!    with its thread index and the orchestrator answers with the
-//!    `exchange_consumer_id_response` of the processor that serves that thread;
-//! 3. the control connection then carries `start_shutdown` and `shutdown_complete` (the GPU
-//!    wire's messages) in either direction; its hang-up tells each side that the other died.
+//!    version, data-path threads, `--max-message-length`, `--max-concurrent-messages`; the
+//!    server sends its own before it checks the orchestrator's); another version, a different
+//!    thread count or message length is refused, with the same clear error on both sides;
+//! 2. over UCX only, the server listens for the data connections on a second port of the same
+//!    address (their frame size follows the agreed message length, which the control
+//!    connection's cannot) and sends it (`urom_wire::gpu::channel::DataListener`);
+//! 3. one data connection per thread, in thread order: the orchestrator sends a data hello
+//!    (`urom_wire::gpu::channel::DataHello`: the thread index; over UCX as the connection's first
+//!    frame), the server creates the shared mapping on it (shared memory), then sends the GPU
+//!    wire's `exchange_consumer_id_request` with its thread index and the orchestrator answers
+//!    with the `exchange_consumer_id_response` of the processor that serves that thread;
+//! 4. the control connection then carries `start_shutdown` and `shutdown_complete` (the GPU
+//!    wire's messages) in either direction; its end tells each side that the other died.
 //!
 //! A data frame carries one or more whole `client_request` messages of one client, byte for
 //! byte as the client sent them, concatenated (at most [`BATCH_BYTES`], or one message when a
@@ -25,21 +39,29 @@
 //! so the server, which never has more messages than that in flight per thread, rarely finds
 //! a ring full (and waits when it does).
 
+#[cfg(feature = "ucx")]
+mod ucx;
+
+#[cfg(feature = "ucx")]
+pub use ucx::control_config as ucx_control_config;
+
 use std::fmt;
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use urom_core::transport::shm::HugePages;
+use urom_core::transport::shm::{HugePages, ShmConnection};
 use urom_core::transport::{Channel, ChannelConfig, ConnectError};
 use urom_core::transport::{Transport, WaitMode};
 use urom_wire::DecodeError;
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::channel::{
-    CHANNEL_HELLO_LEN, CHANNEL_VERSION, ChannelHelloRepr, DATA_HELLO_LEN, DataHelloRepr,
+    CHANNEL_HELLO_LEN, CHANNEL_HELLO_MAGIC, CHANNEL_VERSION, ChannelHelloRepr, DATA_HELLO_LEN,
+    DataHelloRepr,
 };
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage};
 
@@ -48,6 +70,8 @@ use urom_core::transport::shm::MAX_MAPPING_LEN;
 
 /// The channel name used when `-c/--comch-channel-name` is not given.
 pub const DEFAULT_CHANNEL_NAME: &str = "dpu_gpu_remote_offload";
+/// How a `-c` name that is a UCX address starts.
+pub const UCX_SCHEME: &str = "ucx://";
 
 /// How long one step of the setup may take once the peer is there.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,6 +89,48 @@ pub fn socket_path(name: &str) -> PathBuf {
         .filter(|dir| !dir.is_empty())
         .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
     dir.join(format!("gpu-offload-{name}.sock"))
+}
+
+/// Where the channel is, as the `-c` name says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Server and orchestrator on one machine: the control socket ([`socket_path`] of the
+    /// name), data over shared memory.
+    Local(PathBuf),
+    /// Server and orchestrator on different machines (`ucx://IP:PORT`): the server listens for
+    /// UCX connections on this address, the orchestrator connects to it. Needs the `ucx`
+    /// build feature.
+    Ucx(SocketAddr),
+}
+
+impl Endpoint {
+    /// The endpoint a `-c` name names: `ucx://IP:PORT` (`ucx://192.0.2.1:7000`,
+    /// `ucx://[2001:db8::1]:7000`) or else a channel name or socket path.
+    pub fn parse(name: &str) -> Result<Self, ChannelError> {
+        match name.strip_prefix(UCX_SCHEME) {
+            Some(address) => address
+                .parse()
+                .map(Self::Ucx)
+                .map_err(|_| ChannelError::BadName(name.to_owned())),
+            None => Ok(Self::Local(socket_path(name))),
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Local(path) => write!(f, "{}", path.display()),
+            Self::Ucx(address) => write!(f, "{UCX_SCHEME}{address}"),
+        }
+    }
+}
+
+/// Checks a `-c` name on the command line (see [`Endpoint::parse`]).
+pub fn check_name(name: &str) -> Result<String, String> {
+    Endpoint::parse(name)
+        .map(|_| name.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// What both sides must agree on.
@@ -125,7 +191,9 @@ impl ChannelParams {
         .to_bytes()
     }
 
-    fn from_hello(hello: &[u8; CHANNEL_HELLO_LEN]) -> Result<Self, ChannelError> {
+    /// The peer's parameters from its hello. A hello of another version is
+    /// [`ChannelError::Version`] whatever its length, so that a later version may grow it.
+    fn from_hello(hello: &[u8]) -> Result<Self, ChannelError> {
         match ChannelHelloRepr::parse(hello) {
             Ok(hello) => Ok(Self {
                 threads: hello.threads,
@@ -135,7 +203,18 @@ impl ChannelParams {
             Err(DecodeError::UnsupportedFormatVersion { found, .. }) => {
                 Err(ChannelError::Version(found))
             }
-            Err(_) => Err(ChannelError::NotAPeer),
+            Err(_) => {
+                // A hello's magic, then its version word.
+                let version = hello
+                    .strip_prefix(&CHANNEL_HELLO_MAGIC)
+                    .and_then(|rest| rest.get(..4))
+                    .and_then(|word| <[u8; 4]>::try_from(word).ok())
+                    .map(u32::from_be_bytes);
+                match version {
+                    Some(found) if found != CHANNEL_VERSION => Err(ChannelError::Version(found)),
+                    _ => Err(ChannelError::NotAPeer),
+                }
+            }
         }
     }
 }
@@ -202,6 +281,26 @@ pub enum ChannelError {
     ConsumerId(&'static str),
     /// A stop signal arrived during setup.
     Stopped,
+    /// A `-c` name that starts like a UCX address but is not one.
+    BadName(String),
+    /// `-c ucx://...` in a build without UCX.
+    NoUcx(SocketAddr),
+    /// The server could not listen for UCX connections.
+    ListenUcx {
+        /// The address.
+        address: SocketAddr,
+        /// What UCX said.
+        reason: String,
+    },
+    /// The orchestrator's UCX connection to the server's listener failed.
+    AcceptUcx(String),
+    /// The orchestrator could not reach a server over UCX (in time).
+    ConnectUcx {
+        /// The address.
+        address: SocketAddr,
+        /// What UCX said last.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ChannelError {
@@ -280,6 +379,30 @@ impl fmt::Display for ChannelError {
             Self::DataSetup(e) => write!(f, "data channel setup failed: {e}"),
             Self::ConsumerId(what) => write!(f, "consumer id exchange failed: {what}"),
             Self::Stopped => f.write_str("stopped by a signal during channel setup"),
+            Self::BadName(name) => write!(
+                f,
+                "channel name {name}: a UCX channel is {UCX_SCHEME}IP:PORT, for example \
+                 {UCX_SCHEME}192.0.2.1:7000 or {UCX_SCHEME}[2001:db8::1]:7000"
+            ),
+            Self::NoUcx(address) => write!(
+                f,
+                "-c {UCX_SCHEME}{address}: this build has no UCX; rebuild gpu-offload with \
+                 `--features ucx` (or run server and orchestrator on one machine with a channel \
+                 name)"
+            ),
+            Self::ListenUcx { address, reason } => write!(
+                f,
+                "channel {UCX_SCHEME}{address}: cannot listen for the orchestrator: {reason} (the \
+                 address must be one of this machine's, or 0.0.0.0 for all)"
+            ),
+            Self::AcceptUcx(reason) => {
+                write!(f, "the orchestrator's UCX connection failed: {reason}")
+            }
+            Self::ConnectUcx { address, reason } => write!(
+                f,
+                "no server on channel {UCX_SCHEME}{address} (start the server first, with the \
+                 same -c, an address of its machine that this one reaches): {reason}"
+            ),
         }
     }
 }
@@ -353,17 +476,104 @@ fn wait_readable(
     }
 }
 
-/// The server's end of the channel before the orchestrator connected. Removes its socket
-/// when dropped.
+/// A control connection while the channel is set up: whole records each way.
+trait SetupLink {
+    /// Sends `record` whole.
+    fn put(&mut self, record: &[u8]) -> Result<(), ChannelError>;
+
+    /// Receives one record of `len` bytes (a whole frame, where the link has frames) and hands
+    /// it to `read`; `when` says what was awaited, for errors.
+    fn get<R>(
+        &mut self,
+        len: usize,
+        when: &'static str,
+        read: impl FnOnce(&[u8]) -> Result<R, ChannelError>,
+    ) -> Result<R, ChannelError>;
+}
+
+impl SetupLink for UnixStream {
+    fn put(&mut self, record: &[u8]) -> Result<(), ChannelError> {
+        self.write_all(record).map_err(io_error("write"))
+    }
+
+    fn get<R>(
+        &mut self,
+        len: usize,
+        when: &'static str,
+        read: impl FnOnce(&[u8]) -> Result<R, ChannelError>,
+    ) -> Result<R, ChannelError> {
+        let mut buf = [0u8; 64];
+        let buf = buf.get_mut(..len).ok_or(ChannelError::NotAPeer)?;
+        read_exact_or_gone(self, buf, when)?;
+        read(buf)
+    }
+}
+
+/// The server's half of the hellos: takes the orchestrator's, answers with `ours` whatever it
+/// said (so that an orchestrator of another version sees the difference too), then checks it.
+/// Returns what both sides agreed on.
+fn server_hellos(
+    link: &mut impl SetupLink,
+    ours: &ChannelParams,
+) -> Result<ChannelParams, ChannelError> {
+    let theirs = link.get(CHANNEL_HELLO_LEN, "before its hello", |hello| {
+        Ok(ChannelParams::from_hello(hello))
+    })?;
+    link.put(&ours.hello())?;
+    agree(ours, &theirs?)?;
+    Ok(*ours)
+}
+
+/// The orchestrator's half of the hellos: sends `ours`, takes the server's and checks it.
+/// Returns what both sides agreed on (the server's `max_concurrent`).
+fn orchestrator_hellos(
+    link: &mut impl SetupLink,
+    ours: &ChannelParams,
+) -> Result<ChannelParams, ChannelError> {
+    link.put(&ours.hello())?;
+    let server = link.get(
+        CHANNEL_HELLO_LEN,
+        "before its hello",
+        ChannelParams::from_hello,
+    )?;
+    agree(&server, ours)?;
+    Ok(ChannelParams {
+        max_concurrent: server.max_concurrent,
+        ..*ours
+    })
+}
+
+/// The server's end of the channel before the orchestrator connected. A Unix socket's file is
+/// removed when it is dropped.
 pub struct ChannelListener {
-    listener: UnixListener,
-    path: PathBuf,
+    kind: ListenerKind,
+}
+
+enum ListenerKind {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
+    #[cfg(feature = "ucx")]
+    Ucx(ucx::Listener),
 }
 
 impl ChannelListener {
-    /// Listens on `path`; a stale socket left by a dead server is replaced, a live one is an
-    /// error.
-    pub fn bind(path: &Path) -> Result<Self, ChannelError> {
+    /// Listens where `endpoint` says: on its Unix socket (a stale socket left by a dead server
+    /// is replaced, a live one is an error), or for UCX connections on its address.
+    pub fn bind(endpoint: &Endpoint) -> Result<Self, ChannelError> {
+        match endpoint {
+            Endpoint::Local(path) => Self::bind_unix(path),
+            #[cfg(feature = "ucx")]
+            Endpoint::Ucx(address) => Ok(Self {
+                kind: ListenerKind::Ucx(ucx::Listener::bind(*address)?),
+            }),
+            #[cfg(not(feature = "ucx"))]
+            Endpoint::Ucx(address) => Err(ChannelError::NoUcx(*address)),
+        }
+    }
+
+    fn bind_unix(path: &Path) -> Result<Self, ChannelError> {
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
                 return Err(ChannelError::InUse(path.to_owned()));
@@ -375,110 +585,232 @@ impl ChannelListener {
             source,
         })?;
         Ok(Self {
-            listener,
-            path: path.to_owned(),
+            kind: ListenerKind::Unix {
+                listener,
+                path: path.to_owned(),
+            },
         })
     }
 
-    /// The socket.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn accept_one(
-        &self,
-        stop: &AtomicBool,
-        deadline: Option<Instant>,
-        what: &'static str,
-    ) -> Result<UnixStream, ChannelError> {
-        wait_readable(self.listener.as_fd(), stop, deadline, what)?;
-        let (stream, _) = self.listener.accept().map_err(io_error("accept"))?;
-        stream
-            .set_read_timeout(Some(STEP_TIMEOUT))
-            .map_err(io_error("setsockopt"))?;
-        Ok(stream)
+    /// Where it listens (a UCX listener's real port when asked for port 0): what the
+    /// orchestrator's `-c` must name.
+    pub fn endpoint(&self) -> Endpoint {
+        match &self.kind {
+            ListenerKind::Unix { path, .. } => Endpoint::Local(path.clone()),
+            #[cfg(feature = "ucx")]
+            ListenerKind::Ucx(listener) => Endpoint::Ucx(listener.local_addr()),
+        }
     }
 
     /// Waits for the orchestrator (until `stop`), agrees on `ours`, and sets up one data
     /// connection per thread.
     pub fn accept(
-        &self,
+        &mut self,
         ours: &ChannelParams,
         stop: &AtomicBool,
     ) -> Result<ServerChannel, ChannelError> {
-        let mut control = self.accept_one(stop, None, "waiting for the orchestrator")?;
-        let mut hello = [0u8; CHANNEL_HELLO_LEN];
-        read_exact_or_gone(&mut control, &mut hello, "before its hello")?;
-        let theirs = ChannelParams::from_hello(&hello)?;
-        control
-            .write_all(&ours.hello())
-            .map_err(io_error("write"))?;
-        agree(ours, &theirs)?;
-        let config = ours.channel_config()?;
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        let mut data = Vec::with_capacity(ours.threads as usize);
-        for index in 0..ours.threads {
-            let mut stream = self.accept_one(stop, Some(deadline), "data connections")?;
-            let mut announce = [0u8; DATA_HELLO_LEN];
-            read_exact_or_gone(
-                &mut stream,
-                &mut announce,
-                "before announcing a data connection",
-            )?;
-            if DataHelloRepr::parse(&announce) != Ok(DataHelloRepr { thread: index }) {
-                return Err(ChannelError::NotAPeer);
-            }
-            let mut conn = Channel::offer(stream, &config).map_err(ChannelError::DataSetup)?;
-            exchange_as_server(&mut conn, index, ours.max_message_length)?;
-            data.push(conn);
+        match &mut self.kind {
+            ListenerKind::Unix { listener, .. } => accept_unix(listener, ours, stop),
+            #[cfg(feature = "ucx")]
+            ListenerKind::Ucx(listener) => listener.accept(ours, stop),
         }
-        Ok(ServerChannel {
-            control: Control::new(control)?,
-            data,
-            params: *ours,
-        })
     }
 }
 
 impl Drop for ChannelListener {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        match &self.kind {
+            ListenerKind::Unix { path, .. } => {
+                let _ = std::fs::remove_file(path);
+            }
+            #[cfg(feature = "ucx")]
+            ListenerKind::Ucx(_) => {}
+        }
     }
 }
 
-/// Receives one frame within [`STEP_TIMEOUT`] and hands it to `read`.
-fn recv_one<T>(
-    conn: &mut Channel,
-    read: impl FnOnce(&[u8]) -> Result<T, ChannelError>,
-) -> Result<T, ChannelError> {
-    let gone = |_| ChannelError::PeerGone("during the consumer id exchange");
+fn accept_one(
+    listener: &UnixListener,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    what: &'static str,
+) -> Result<UnixStream, ChannelError> {
+    wait_readable(listener.as_fd(), stop, deadline, what)?;
+    let (stream, _) = listener.accept().map_err(io_error("accept"))?;
+    stream
+        .set_read_timeout(Some(STEP_TIMEOUT))
+        .map_err(io_error("setsockopt"))?;
+    Ok(stream)
+}
+
+fn accept_unix(
+    listener: &UnixListener,
+    ours: &ChannelParams,
+    stop: &AtomicBool,
+) -> Result<ServerChannel, ChannelError> {
+    let mut control = accept_one(listener, stop, None, "waiting for the orchestrator")?;
+    let params = server_hellos(&mut control, ours)?;
+    let config = params.channel_config()?;
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let mut data = Vec::with_capacity(params.threads as usize);
+    for index in 0..params.threads {
+        let mut stream = accept_one(listener, stop, Some(deadline), "data connections")?;
+        let mut announce = [0u8; DATA_HELLO_LEN];
+        read_exact_or_gone(
+            &mut stream,
+            &mut announce,
+            "before announcing a data connection",
+        )?;
+        check_data_hello(&announce, index)?;
+        let mut conn = ShmConnection::create(stream, &config)
+            .map_err(|e| ChannelError::DataSetup(e.into()))?;
+        exchange_as_server(&mut conn, index, params.max_message_length)?;
+        data.push(conn);
+    }
+    Ok(ServerChannel {
+        control: Control::unix(control)?,
+        data: DataConnections::Shm(data),
+        params,
+    })
+}
+
+/// Checks that a data connection announces thread `index`.
+fn check_data_hello(announce: &[u8], index: u32) -> Result<(), ChannelError> {
+    if DataHelloRepr::parse(announce) == Ok(DataHelloRepr { thread: index }) {
+        Ok(())
+    } else {
+        Err(ChannelError::NotAPeer)
+    }
+}
+
+/// Receives one frame within [`STEP_TIMEOUT`] and hands it to `read`; `when` says what was
+/// awaited, for errors.
+fn recv_one<T: Transport, R>(
+    conn: &mut T,
+    when: &'static str,
+    read: impl FnOnce(&[u8]) -> Result<R, ChannelError>,
+) -> Result<R, ChannelError> {
+    let gone = |_| ChannelError::PeerGone(when);
     if !conn.wait_recv(STEP_TIMEOUT).map_err(gone)? {
-        return Err(ChannelError::Timeout("consumer id exchange"));
+        return Err(ChannelError::Timeout(when));
     }
     let frame = conn
         .recv()
         .map_err(gone)?
-        .ok_or(ChannelError::ConsumerId("frame announced but missing"))?;
+        .ok_or(ChannelError::Timeout(when))?;
     read(frame)
 }
 
-fn send_one(conn: &mut Channel, message: GpuMessage<'_>) -> Result<(), ChannelError> {
+/// Sends one frame, waiting (at most [`STEP_TIMEOUT`]) while the peer's slots are full.
+fn send_frame<T: Transport>(
+    conn: &mut T,
+    frame: &[u8],
+    when: &'static str,
+) -> Result<(), ChannelError> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        match conn.send(frame) {
+            Ok(()) => return Ok(()),
+            Err(urom_core::transport::FrameSendError::Full) if Instant::now() < deadline => {
+                conn.wait_send(TICK)
+                    .map_err(|_| ChannelError::PeerGone(when))?;
+            }
+            Err(urom_core::transport::FrameSendError::Full) => {
+                return Err(ChannelError::Timeout(when));
+            }
+            Err(_) => return Err(ChannelError::PeerGone(when)),
+        }
+    }
+}
+
+fn send_one<T: Transport>(conn: &mut T, message: GpuMessage<'_>) -> Result<(), ChannelError> {
     let mut buf = [0u8; 16];
     let len = message
         .emit(&mut buf, 0)
         .map_err(|_| ChannelError::ConsumerId("cannot encode the message"))?;
-    conn.send(&buf[..len])
-        .map_err(|_| ChannelError::PeerGone("during the consumer id exchange"))
+    send_frame(conn, &buf[..len], "during the consumer id exchange")
 }
 
-fn exchange_as_server(conn: &mut Channel, index: u32, max: u32) -> Result<(), ChannelError> {
+fn exchange_as_server<T: Transport>(
+    conn: &mut T,
+    index: u32,
+    max: u32,
+) -> Result<(), ChannelError> {
     send_one(conn, GpuMessage::ConsumerIdRequest { consumer_id: index })?;
-    recv_one(conn, |frame| match GpuMessage::parse(frame, max as usize) {
-        Ok(GpuMessage::ConsumerIdResponse { .. }) => Ok(()),
-        _ => Err(ChannelError::ConsumerId(
-            "the orchestrator did not answer with exchange_consumer_id_response",
-        )),
-    })
+    recv_one(
+        conn,
+        "during the consumer id exchange",
+        |frame| match GpuMessage::parse(frame, max as usize) {
+            Ok(GpuMessage::ConsumerIdResponse { .. }) => Ok(()),
+            _ => Err(ChannelError::ConsumerId(
+                "the orchestrator did not answer with exchange_consumer_id_response",
+            )),
+        },
+    )
+}
+
+fn exchange_as_orchestrator<T: Transport>(
+    conn: &mut T,
+    index: u32,
+    max: u32,
+) -> Result<(), ChannelError> {
+    recv_one(
+        conn,
+        "during the consumer id exchange",
+        |frame| match GpuMessage::parse(frame, max as usize) {
+            Ok(GpuMessage::ConsumerIdRequest { consumer_id }) if consumer_id == index => Ok(()),
+            _ => Err(ChannelError::ConsumerId(
+                "the server did not send this thread's exchange_consumer_id_request",
+            )),
+        },
+    )?;
+    send_one(conn, GpuMessage::ConsumerIdResponse { consumer_id: index })
+}
+
+/// The data connections of a set-up channel, one per data-path thread in thread order, over
+/// the transport the channel uses. Each vector holds its transport's own connection type, so
+/// that the threads that serve them are compiled for it.
+pub enum DataConnections {
+    /// Shared memory (server and orchestrator on one machine).
+    Shm(Vec<ShmConnection>),
+    /// UCX (server and orchestrator on different machines).
+    #[cfg(feature = "ucx")]
+    Ucx(Vec<urom_core::transport::ucx::UcxConnection>),
+}
+
+impl DataConnections {
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Shm(conns) => conns.len(),
+            #[cfg(feature = "ucx")]
+            Self::Ucx(conns) => conns.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The transport, in words.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Self::Shm(_) => "shared memory",
+            #[cfg(feature = "ucx")]
+            Self::Ucx(_) => "UCX",
+        }
+    }
+
+    /// The connections as [`Channel`]s, whichever the transport: for tools and tests, which
+    /// need no code per transport (a `match` per call).
+    pub fn into_channels(self) -> Vec<Channel> {
+        match self {
+            Self::Shm(conns) => conns.into_iter().map(Channel::from).collect(),
+            #[cfg(feature = "ucx")]
+            Self::Ucx(conns) => conns.into_iter().map(Channel::from).collect(),
+        }
+    }
 }
 
 /// The server's side of a set-up channel.
@@ -486,7 +818,7 @@ pub struct ServerChannel {
     /// Shutdown messages and the orchestrator's liveness.
     pub control: Control,
     /// One data connection per data-path thread, in thread order.
-    pub data: Vec<Channel>,
+    pub data: DataConnections,
     /// What both sides agreed on.
     pub params: ChannelParams,
 }
@@ -496,14 +828,29 @@ pub struct OrchestratorChannel {
     /// Shutdown messages and the server's liveness.
     pub control: Control,
     /// One data connection per processor thread, in thread order.
-    pub data: Vec<Channel>,
+    pub data: DataConnections,
     /// What both sides agreed on (`max_concurrent` is the server's).
     pub params: ChannelParams,
 }
 
-/// Connects to the server at `path`, retrying until it listens, `stop` is set or `wait`
+/// Connects to the server at `endpoint`, retrying until it listens, `stop` is set or `wait`
 /// passes; agrees on `ours` and sets up the data connections.
 pub fn connect(
+    endpoint: &Endpoint,
+    ours: &ChannelParams,
+    wait: Duration,
+    stop: &AtomicBool,
+) -> Result<OrchestratorChannel, ChannelError> {
+    match endpoint {
+        Endpoint::Local(path) => connect_unix(path, ours, wait, stop),
+        #[cfg(feature = "ucx")]
+        Endpoint::Ucx(address) => ucx::connect(*address, ours, wait, stop),
+        #[cfg(not(feature = "ucx"))]
+        Endpoint::Ucx(address) => Err(ChannelError::NoUcx(*address)),
+    }
+}
+
+fn connect_unix(
     path: &Path,
     ours: &ChannelParams,
     wait: Duration,
@@ -531,40 +878,21 @@ pub fn connect(
         }
     };
     let mut control = connect_once()?;
-    control
-        .write_all(&ours.hello())
-        .map_err(io_error("write"))?;
-    let mut hello = [0u8; CHANNEL_HELLO_LEN];
-    read_exact_or_gone(&mut control, &mut hello, "before its hello")?;
-    let server = ChannelParams::from_hello(&hello)?;
-    agree(&server, ours)?;
-    let params = ChannelParams {
-        max_concurrent: server.max_concurrent,
-        ..*ours
-    };
+    let params = orchestrator_hellos(&mut control, ours)?;
     let config = params.channel_config()?;
     let mut data = Vec::with_capacity(params.threads as usize);
     for index in 0..params.threads {
         let mut stream = connect_once()?;
         let announce = DataHelloRepr { thread: index }.to_bytes();
         stream.write_all(&announce).map_err(io_error("write"))?;
-        let mut conn = Channel::accept(stream, &config).map_err(ChannelError::DataSetup)?;
-        let max = params.max_message_length as usize;
-        recv_one(&mut conn, |frame| match GpuMessage::parse(frame, max) {
-            Ok(GpuMessage::ConsumerIdRequest { consumer_id }) if consumer_id == index => Ok(()),
-            _ => Err(ChannelError::ConsumerId(
-                "the server did not send this thread's exchange_consumer_id_request",
-            )),
-        })?;
-        send_one(
-            &mut conn,
-            GpuMessage::ConsumerIdResponse { consumer_id: index },
-        )?;
+        let mut conn = ShmConnection::accept(stream, &config)
+            .map_err(|e| ChannelError::DataSetup(e.into()))?;
+        exchange_as_orchestrator(&mut conn, index, params.max_message_length)?;
         data.push(conn);
     }
     Ok(OrchestratorChannel {
-        control: Control::new(control)?,
-        data,
+        control: Control::unix(control)?,
+        data: DataConnections::Shm(data),
         params,
     })
 }
@@ -582,73 +910,115 @@ pub enum ControlEvent {
 
 /// The control connection: shutdown messages in either direction, and the peer's liveness.
 pub struct Control {
-    stream: UnixStream,
-    buf: [u8; 16],
-    filled: usize,
+    link: ControlLink,
+}
+
+enum ControlLink {
+    /// A Unix socket, read into `buf`.
+    Unix {
+        stream: UnixStream,
+        buf: [u8; 16],
+        filled: usize,
+    },
+    /// A UCX connection, one message per frame.
+    #[cfg(feature = "ucx")]
+    Ucx(urom_core::transport::ucx::UcxConnection),
+}
+
+/// What a control message means.
+fn control_event(message: Result<GpuMessage<'_>, DecodeError>) -> Option<ControlEvent> {
+    match message {
+        Ok(GpuMessage::StartShutdown) => Some(ControlEvent::StartShutdown),
+        Ok(GpuMessage::ShutdownComplete) => Some(ControlEvent::ShutdownComplete),
+        Ok(other) => {
+            tracing::warn!(msg_id = ?other.msg_id(), "unexpected control message ignored");
+            None
+        }
+        Err(e) => {
+            tracing::error!("malformed control message: {e}");
+            Some(ControlEvent::Gone)
+        }
+    }
 }
 
 impl Control {
-    fn new(stream: UnixStream) -> Result<Self, ChannelError> {
+    fn unix(stream: UnixStream) -> Result<Self, ChannelError> {
         stream
             .set_nonblocking(true)
             .map_err(io_error("fcntl(O_NONBLOCK)"))?;
         Ok(Self {
-            stream,
-            buf: [0; 16],
-            filled: 0,
+            link: ControlLink::Unix {
+                stream,
+                buf: [0; 16],
+                filled: 0,
+            },
         })
     }
 
-    /// The socket, to wait on with `poll`.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.stream.as_fd()
+    /// Prepares to sleep until the next control message: the descriptors to poll for reading
+    /// (with a timeout: a link may have fewer than two, or none), or `None` when a message or
+    /// the peer's end may be there already (call [`Control::poll`] at once).
+    pub fn sleep_fds(&mut self) -> Option<[Option<BorrowedFd<'_>>; 2]> {
+        match &mut self.link {
+            ControlLink::Unix { stream, .. } => {
+                let stream: &UnixStream = stream;
+                Some([Some(stream.as_fd()), None])
+            }
+            #[cfg(feature = "ucx")]
+            ControlLink::Ucx(conn) => {
+                use urom_core::transport::{Armed, FrameReceiver};
+                let (_, rx) = conn.split();
+                match rx.arm() {
+                    Ok(Armed::Armed { .. }) => Some(rx.wake_fds()),
+                    Ok(Armed::Unsupported) => Some([None, None]),
+                    Ok(Armed::Ready) | Err(_) => None,
+                }
+            }
+        }
     }
 
     /// Sends `start_shutdown` or `shutdown_complete`; a peer already gone is not an error.
     pub fn send(&mut self, message: GpuMessage<'_>) {
         let mut buf = [0u8; 8];
-        if let Ok(len) = message.emit(&mut buf, 0) {
-            let _ = self.stream.set_nonblocking(false);
-            let _ = self.stream.write_all(&buf[..len]);
-            let _ = self.stream.set_nonblocking(true);
+        let Ok(len) = message.emit(&mut buf, 0) else {
+            return;
+        };
+        match &mut self.link {
+            ControlLink::Unix { stream, .. } => {
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.write_all(&buf[..len]);
+                let _ = stream.set_nonblocking(true);
+            }
+            #[cfg(feature = "ucx")]
+            ControlLink::Ucx(conn) => {
+                let _ = send_frame(conn, &buf[..len], "control message");
+            }
         }
     }
 
     /// The next control message, if one has arrived. A malformed one counts as the peer
     /// being gone: nothing sane can follow.
     pub fn poll(&mut self) -> Option<ControlEvent> {
-        loop {
-            match urom_wire::gpu::message_length(&self.buf[..self.filled], 0) {
-                Ok(Some(len)) if len <= self.filled => {
-                    let event = match GpuMessage::parse(&self.buf[..len], 0) {
-                        Ok(GpuMessage::StartShutdown) => Some(ControlEvent::StartShutdown),
-                        Ok(GpuMessage::ShutdownComplete) => Some(ControlEvent::ShutdownComplete),
-                        Ok(other) => {
-                            tracing::warn!(msg_id = ?other.msg_id(), "unexpected control message ignored");
-                            None
-                        }
+        match &mut self.link {
+            ControlLink::Unix {
+                stream,
+                buf,
+                filled,
+            } => poll_stream(stream, buf, filled),
+            #[cfg(feature = "ucx")]
+            ControlLink::Ucx(conn) => {
+                use urom_core::transport::FrameReceiver;
+                conn.split().1.disarm();
+                loop {
+                    let event = match conn.recv() {
+                        Ok(Some(frame)) => control_event(GpuMessage::parse(frame, 0)),
+                        Ok(None) => return None,
                         Err(_) => Some(ControlEvent::Gone),
                     };
-                    self.buf.copy_within(len..self.filled, 0);
-                    self.filled -= len;
                     if event.is_some() {
                         return event;
                     }
-                    continue;
                 }
-                Ok(Some(len)) if len > self.buf.len() => return Some(ControlEvent::Gone),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::error!("malformed control message: {e}");
-                    return Some(ControlEvent::Gone);
-                }
-            }
-            match self.stream.read(&mut self.buf[self.filled..]) {
-                Ok(0) => return Some(ControlEvent::Gone),
-                Ok(n) => self.filled += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Some(ControlEvent::Gone),
             }
         }
     }
@@ -658,11 +1028,53 @@ impl Control {
         if let Some(event) = self.poll() {
             return Some(event);
         }
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
-        let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
-        let _ = poll(&mut fds, PollTimeout::from(ms));
+        match &mut self.link {
+            ControlLink::Unix { stream, .. } => {
+                use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+                let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
+                let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
+                let _ = poll(&mut fds, PollTimeout::from(ms));
+            }
+            #[cfg(feature = "ucx")]
+            ControlLink::Ucx(conn) => {
+                let _ = conn.wait_recv(timeout);
+            }
+        }
         self.poll()
+    }
+}
+
+/// [`Control::poll`] on a Unix socket: whole messages out of `buf`, more read as needed.
+fn poll_stream(
+    stream: &mut UnixStream,
+    buf: &mut [u8; 16],
+    filled: &mut usize,
+) -> Option<ControlEvent> {
+    loop {
+        match urom_wire::gpu::message_length(&buf[..*filled], 0) {
+            Ok(Some(len)) if len <= *filled => {
+                let event = control_event(GpuMessage::parse(&buf[..len], 0));
+                buf.copy_within(len..*filled, 0);
+                *filled -= len;
+                if event.is_some() {
+                    return event;
+                }
+                continue;
+            }
+            Ok(Some(len)) if len > buf.len() => return Some(ControlEvent::Gone),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!("malformed control message: {e}");
+                return Some(ControlEvent::Gone);
+            }
+        }
+        match stream.read(&mut buf[*filled..]) {
+            Ok(0) => return Some(ControlEvent::Gone),
+            Ok(n) => *filled += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Some(ControlEvent::Gone),
+        }
     }
 }
 
@@ -678,6 +1090,63 @@ mod tests {
                 .to_string_lossy()
                 .ends_with("/gpu-offload-abc.sock")
         );
+    }
+
+    #[test]
+    fn names_choose_the_transport() {
+        assert_eq!(
+            Endpoint::parse("abc").unwrap(),
+            Endpoint::Local(socket_path("abc"))
+        );
+        assert_eq!(
+            Endpoint::parse("/x/y.sock").unwrap(),
+            Endpoint::Local(PathBuf::from("/x/y.sock"))
+        );
+        let v4 = Endpoint::parse("ucx://192.0.2.1:7000").unwrap();
+        assert_eq!(v4, Endpoint::Ucx(SocketAddr::from(([192, 0, 2, 1], 7000))));
+        assert_eq!(v4.to_string(), "ucx://192.0.2.1:7000");
+        let v6 = Endpoint::parse("ucx://[2001:db8::1]:7000").unwrap();
+        assert_eq!(v6.to_string(), "ucx://[2001:db8::1]:7000");
+        for bad in [
+            "ucx://",
+            "ucx://host:7000",
+            "ucx://192.0.2.1",
+            "ucx://192.0.2.1:70000",
+        ] {
+            let e = check_name(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("ucx://IP:PORT"), "{e}");
+        }
+        assert_eq!(check_name("abc").unwrap(), "abc");
+    }
+
+    #[test]
+    fn a_hello_of_another_version_is_named_whatever_its_length() {
+        let mut newer = ChannelParams {
+            threads: 1,
+            max_message_length: 64,
+            max_concurrent: 8,
+        }
+        .hello()
+        .to_vec();
+        newer[11] = 2;
+        assert!(matches!(
+            ChannelParams::from_hello(&newer),
+            Err(ChannelError::Version(2))
+        ));
+        newer.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            ChannelParams::from_hello(&newer),
+            Err(ChannelError::Version(2))
+        ));
+        let e = ChannelError::Version(2).to_string();
+        assert!(
+            e.contains("version 2") && e.contains("use matching builds"),
+            "{e}"
+        );
+        assert!(matches!(
+            ChannelParams::from_hello(b"GPUOFF"),
+            Err(ChannelError::NotAPeer)
+        ));
     }
 
     #[test]

@@ -35,9 +35,13 @@ pub struct CommonArgs {
 /// What the server and the orchestrator must agree on, as flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ChannelArgs {
-    /// Channel name, the same on server and orchestrator: the socket is
-    /// $XDG_RUNTIME_DIR/gpu-offload-NAME.sock (or /tmp/...), or NAME itself if it has a `/`.
-    #[arg(short = 'c', long, value_name = "NAME", default_value = crate::channel::DEFAULT_CHANNEL_NAME)]
+    /// Channel name, the same on server and orchestrator. On one machine, a NAME: the control
+    /// socket is $XDG_RUNTIME_DIR/gpu-offload-NAME.sock (or /tmp/...), or NAME itself if it
+    /// has a `/`, and data moves over shared memory. On two machines, ucx://IP:PORT (builds
+    /// with the `ucx` feature): the server listens for UCX connections on that address of its
+    /// machine (0.0.0.0: all of them), the orchestrator connects to it; UCX_TLS and
+    /// UCX_NET_DEVICES choose the network (e.g. UCX_TLS=tcp or rc).
+    #[arg(short = 'c', long, value_name = "NAME|ucx://IP:PORT", default_value = crate::channel::DEFAULT_CHANNEL_NAME, value_parser = crate::channel::check_name)]
     pub comch_channel_name: String,
 
     /// Requests in flight per data-path thread (the server's value wins).
@@ -47,6 +51,13 @@ pub struct ChannelArgs {
     /// Largest payload of a message, headers excluded; the same on server and orchestrator.
     #[arg(long, value_name = "LENGTH", default_value_t = urom_wire::gpu::DEFAULT_MAX_MESSAGE_LENGTH as u32, value_parser = clap::value_parser!(u32).range(0..=i64::from(limits::MAX_MESSAGE_LENGTH)))]
     pub max_message_length: u32,
+}
+
+impl ChannelArgs {
+    /// Where the channel is (`-c`).
+    pub fn endpoint(&self) -> Result<crate::channel::Endpoint, crate::channel::ChannelError> {
+        crate::channel::Endpoint::parse(&self.comch_channel_name)
+    }
 }
 
 /// Runs a program's `main`: parses its command line (with `-j`), hooks SIGINT and SIGTERM to

@@ -173,8 +173,9 @@ fn a_processor_that_answers_wrongly_costs_only_that_client() {
         max_message_length: 256,
         max_concurrent: 128,
     };
-    let mut channel = channel::connect(&socket, &params, TIMEOUT, &AtomicBool::new(false)).unwrap();
-    let mut conn = channel.data.pop().unwrap();
+    let endpoint = channel::Endpoint::Local(socket);
+    let channel = channel::connect(&endpoint, &params, TIMEOUT, &AtomicBool::new(false)).unwrap();
+    let mut conn = channel.data.into_channels().pop().unwrap();
     std::thread::spawn(move || {
         let mut out = vec![0u8; conn.max_msg_size().as_u32() as usize];
         let mut first = true;

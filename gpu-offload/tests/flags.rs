@@ -202,3 +202,40 @@ fn each_program_says_what_it_waits_for() {
         }
     }
 }
+
+#[test]
+fn a_ucx_channel_that_cannot_work_is_refused_at_start() {
+    let cpu = two_cpus()[0].to_string();
+    // A name that starts like a UCX address must be one.
+    let output = run_alone(SERVER, &["-p", "0", "--cpu", &cpu, "-c", "ucx://dpu:7000"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("ucx://dpu:7000") && stderr.contains("ucx://IP:PORT"),
+        "{stderr}"
+    );
+    #[cfg(not(feature = "ucx"))]
+    for (program, args) in [
+        (SERVER, vec!["-p", "0", "--cpu", &cpu]),
+        (ORCHESTRATOR, vec!["-t", "1"]),
+    ] {
+        let mut args = args;
+        args.extend(["-c", "ucx://127.0.0.1:7000"]);
+        assert_refused(
+            &run_alone(program, &args),
+            &["-c ucx://127.0.0.1:7000", "no UCX", "--features ucx"],
+        );
+    }
+    // An address that is not this machine's (TEST-NET-1).
+    #[cfg(feature = "ucx")]
+    assert_refused(
+        &run_alone(
+            SERVER,
+            &["-p", "0", "--cpu", &cpu, "-c", "ucx://192.0.2.1:7000"],
+        ),
+        &[
+            "channel ucx://192.0.2.1:7000: cannot listen for the orchestrator",
+            "one of this machine's",
+        ],
+    );
+}

@@ -1,4 +1,4 @@
-//! The GPU offload channel hellos: golden vectors both ways, one refusal per bad field, and
+//! The GPU offload channel hellos and the data listener record: golden vectors both ways, one refusal per bad field, and
 //! any bytes either refused or emitted back unchanged.
 
 mod common;
@@ -8,7 +8,8 @@ use common::hex;
 use proptest::prelude::*;
 use seeds::assert_emits;
 use urom_wire::gpu::channel::{
-    CHANNEL_HELLO_LEN, CHANNEL_VERSION, ChannelHelloRepr, DATA_HELLO_LEN, DataHelloRepr,
+    CHANNEL_HELLO_LEN, CHANNEL_VERSION, ChannelHelloRepr, DATA_HELLO_LEN, DATA_LISTENER_LEN,
+    DataHelloRepr, DataListenerRepr,
 };
 use urom_wire::{DecodeError, EncodeError};
 
@@ -16,6 +17,8 @@ use urom_wire::{DecodeError, EncodeError};
 const CHANNEL_HELLO: &str = "4750554f46464c44 00000001 00000002 00000100 00000080";
 // Thread 3.
 const DATA_HELLO: &str = "4750554f46444154 00000003 00000000";
+// Port 4000.
+const DATA_LISTENER: &str = "4750554f464c534e 0fa0 000000000000";
 
 const HELLO: ChannelHelloRepr = ChannelHelloRepr {
     threads: 2,
@@ -23,6 +26,7 @@ const HELLO: ChannelHelloRepr = ChannelHelloRepr {
     max_concurrent: 128,
 };
 const DATA: DataHelloRepr = DataHelloRepr { thread: 3 };
+const LISTENER: DataListenerRepr = DataListenerRepr { port: 4000 };
 
 #[test]
 fn hellos_parse_and_emit_their_golden_bytes() {
@@ -40,6 +44,45 @@ fn hellos_parse_and_emit_their_golden_bytes() {
     assert_emits("data hello", &golden, |buf| DATA.emit(buf).unwrap());
     assert_eq!(DATA.to_bytes()[..], golden[..]);
     assert_eq!(DATA.buffer_len(), 16);
+
+    let golden = hex(DATA_LISTENER);
+    assert_eq!(golden.len(), DATA_LISTENER_LEN);
+    assert_eq!(DataListenerRepr::parse(&golden), Ok(LISTENER));
+    assert_emits("data listener", &golden, |buf| LISTENER.emit(buf).unwrap());
+    assert_eq!(LISTENER.to_bytes()[..], golden[..]);
+    assert_eq!(LISTENER.buffer_len(), 16);
+}
+
+#[test]
+fn data_listener_fields_are_checked() {
+    let mut bad = hex(DATA_LISTENER);
+    bad[5] = b'X';
+    assert_eq!(
+        DataListenerRepr::parse(&bad),
+        Err(DecodeError::WrongMagic {
+            format: "GPU offload data listener"
+        })
+    );
+    let mut reserved = hex(DATA_LISTENER);
+    reserved[15] = 1;
+    assert_eq!(
+        DataListenerRepr::parse(&reserved),
+        Err(DecodeError::ReservedNotZero {
+            field: "data_listener.reserved"
+        })
+    );
+    // A data hello is not a data listener record, though as long.
+    assert!(matches!(
+        DataListenerRepr::parse(&hex(DATA_HELLO)),
+        Err(DecodeError::WrongMagic { .. })
+    ));
+    assert_eq!(
+        LISTENER.emit(&mut [0u8; 15]),
+        Err(EncodeError::BufferTooSmall {
+            needed: 16,
+            available: 15
+        })
+    );
 }
 
 #[test]
@@ -154,6 +197,9 @@ fn assert_canonical(bytes: &[u8]) {
     if let Ok(hello) = DataHelloRepr::parse(bytes) {
         assert_eq!(hello.to_bytes()[..], bytes[..]);
     }
+    if let Ok(listener) = DataListenerRepr::parse(bytes) {
+        assert_eq!(listener.to_bytes()[..], bytes[..]);
+    }
 }
 
 proptest! {
@@ -167,14 +213,16 @@ proptest! {
         prop_assert_eq!(ChannelHelloRepr::parse(&hello.to_bytes()), Ok(hello));
         let data = DataHelloRepr { thread: words[3] };
         prop_assert_eq!(DataHelloRepr::parse(&data.to_bytes()), Ok(data));
+        let listener = DataListenerRepr { port: words[3] as u16 };
+        prop_assert_eq!(DataListenerRepr::parse(&listener.to_bytes()), Ok(listener));
     }
 
     #[test]
     fn mutated_golden_vectors_never_panic(
-        which in 0usize..2,
+        which in 0usize..3,
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
     ) {
-        let mut bytes = hex([CHANNEL_HELLO, DATA_HELLO][which]);
+        let mut bytes = hex([CHANNEL_HELLO, DATA_HELLO, DATA_LISTENER][which]);
         for (at, value) in edits {
             let at = at.index(bytes.len());
             bytes[at] = value;
@@ -195,6 +243,7 @@ fn fuzz_seed_corpus_matches_the_golden_vectors() {
         &[
             ("channel_hello", hex(CHANNEL_HELLO)),
             ("data_hello", hex(DATA_HELLO)),
+            ("data_listener", hex(DATA_LISTENER)),
         ],
     );
 }

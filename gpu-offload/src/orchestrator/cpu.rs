@@ -8,7 +8,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use urom_core::transport::Channel;
 use urom_core::transport::{FrameRecvError, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
@@ -60,9 +59,9 @@ pub enum ProcessorEnd {
 ///
 /// After each frame the thread keeps polling for `poll`, yielding its CPU between polls, then
 /// sleeps until the server wakes it: a busy server's next frame is taken without a wake-up, an
-/// idle one costs nothing.
-pub fn serve(
-    mut conn: Channel,
+/// idle one costs nothing. The loop is compiled for the connection's transport `T`.
+pub fn serve<T: Transport>(
+    mut conn: T,
     index: usize,
     max_len: usize,
     poll: Duration,
@@ -123,8 +122,8 @@ pub struct CpuProcessor {
 impl CpuProcessor {
     /// Starts one thread per data connection; thread `i` is pinned to `cpus[i]` when the list
     /// has that many entries.
-    pub fn start(
-        conns: Vec<Channel>,
+    pub fn start<T: Transport + Send + 'static>(
+        conns: Vec<T>,
         max_len: usize,
         cpus: &[usize],
         poll: Duration,

@@ -36,7 +36,6 @@ use cudarc::driver::{
     CudaContext, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
 use tracing::{error, info, warn};
-use urom_core::transport::Channel;
 use urom_core::transport::Transport;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
@@ -295,9 +294,9 @@ pub struct CudaProcessor {
 
 impl CudaProcessor {
     /// Compiles and launches the kernel, one warp per data connection, and starts the feeders.
-    pub fn start(
+    pub fn start<T: Transport + Send + 'static>(
         gpu: Gpu,
-        conns: Vec<Channel>,
+        conns: Vec<T>,
         params: &ChannelParams,
         cpus: &[usize],
     ) -> Result<Self, CudaError> {
@@ -414,8 +413,8 @@ impl CudaProcessor {
 
 /// One channel's feeder: posts each request of each frame to the kernel, and sends back one
 /// frame of responses per frame of requests, in order.
-fn feed(
-    mut conn: Channel,
+fn feed<T: Transport>(
+    mut conn: T,
     index: usize,
     memory: &HostMemory,
     geometry: Geometry,

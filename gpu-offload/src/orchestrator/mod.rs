@@ -1,7 +1,8 @@
 //! `gpu-offload-orchestrator`: connects to the server's channel and processes its requests.
 //!
 //! Control phase: pick the processor (`--processor cpu|cuda|auto`; for CUDA, find the driver,
-//! NVRTC and the GPU before anything else), connect to the server ([`crate::channel`]), agree
+//! NVRTC and the GPU before anything else), connect to the server ([`crate::channel`]: a Unix
+//! socket and shared memory on one machine, UCX from another), agree
 //! on the thread count and message length, answer each thread's consumer-id request, start the
 //! processor. Processing phase: the main thread watches the control connection, the stop flag
 //! and the processor.
@@ -24,11 +25,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use tracing::{error, info, warn};
-use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
 use urom_wire::gpu::GpuMessage;
 
-use crate::channel::{self, ChannelError, ChannelParams, ControlEvent};
+use crate::channel::{self, ChannelError, ChannelParams, ControlEvent, DataConnections};
 use crate::cli::JsonArgs;
 use crate::limits;
 pub use cuda::CudaError;
@@ -63,7 +63,7 @@ pub struct OrchestratorArgs {
     pub common: crate::cli::CommonArgs,
 
     /// Comch device PCIe address in the original; selects nothing here (the channel is shared
-    /// memory); accepted for compatibility.
+    /// memory, or UCX, see -c); accepted for compatibility.
     #[arg(short = 'd', long, value_name = "DEV ID")]
     pub device_id: Option<String>,
 
@@ -93,7 +93,8 @@ pub struct OrchestratorArgs {
     #[arg(long, value_enum, default_value = "cpu")]
     pub processor: ProcessorChoice,
 
-    /// How long to wait for the server to appear on the channel, in seconds.
+    /// How long to wait for the server to appear on the channel (to listen on its socket or
+    /// UCX address), in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub connect_timeout: u64,
 }
@@ -145,9 +146,9 @@ enum Processor {
 }
 
 impl Processor {
-    fn start(
+    fn start<T: Transport + Send + 'static>(
         gpu: Option<cuda::Gpu>,
-        conns: Vec<Channel>,
+        conns: Vec<T>,
         params: &ChannelParams,
         cpus: &[usize],
         poll: Duration,
@@ -231,7 +232,7 @@ fn spawn_pinned<T: Send + 'static>(
 
 /// Sends `frame` to the server, waiting while the ring is full (it empties as the server
 /// takes responses). `false`, with a log line, once the server is gone.
-fn send_waiting(conn: &mut Channel, frame: &[u8], thread: usize) -> bool {
+fn send_waiting<T: Transport>(conn: &mut T, frame: &[u8], thread: usize) -> bool {
     loop {
         match conn.send(frame) {
             Ok(()) => return true,
@@ -282,16 +283,19 @@ pub fn run(
     ours.channel_config().map_err(OrchestratorError::Channel)?;
     crate::cli::check_cpus(&args.cpus).map_err(OrchestratorError::Cpu)?;
     let gpu = choose(&args)?;
-    let path = channel::socket_path(&args.channel.comch_channel_name);
+    let endpoint = args
+        .channel
+        .endpoint()
+        .map_err(OrchestratorError::Channel)?;
     info!(
-        channel = %path.display(),
+        channel = %endpoint,
         "waiting for the server (gpu-offload-server -c {} with {} --cpu flags) for up to {} s (--connect-timeout)",
         args.channel.comch_channel_name,
         ours.threads,
         args.connect_timeout
     );
     let channel = channel::connect(
-        &path,
+        &endpoint,
         &ours,
         Duration::from_secs(args.connect_timeout),
         stop,
@@ -306,15 +310,16 @@ pub fn run(
     }
     let mut control = channel.control;
     let params = channel.params;
-    let mut processor = Processor::start(
-        gpu,
-        channel.data,
-        &params,
-        &args.cpus,
-        Duration::from_micros(args.poll_us),
-    )?;
+    let transport = channel.data.transport();
+    let poll = Duration::from_micros(args.poll_us);
+    let mut processor = match channel.data {
+        DataConnections::Shm(conns) => Processor::start(gpu, conns, &params, &args.cpus, poll),
+        #[cfg(feature = "ucx")]
+        DataConnections::Ucx(conns) => Processor::start(gpu, conns, &params, &args.cpus, poll),
+    }?;
     info!(
         threads = params.threads,
+        transport,
         processor = match processor {
             Processor::Cpu(_) => "cpu",
             Processor::Cuda(_) => "cuda",

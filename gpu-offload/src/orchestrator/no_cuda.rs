@@ -4,7 +4,7 @@
 use core::convert::Infallible;
 use core::fmt;
 
-use urom_core::transport::Channel;
+use urom_core::transport::Transport;
 
 use crate::channel::ChannelParams;
 
@@ -41,9 +41,9 @@ pub struct CudaProcessor(Infallible);
 
 impl CudaProcessor {
     /// Unreachable: no [`Gpu`] exists.
-    pub fn start(
+    pub fn start<T: Transport>(
         gpu: Gpu,
-        _conns: Vec<Channel>,
+        _conns: Vec<T>,
         _params: &ChannelParams,
         _cpus: &[usize],
     ) -> Result<Self, CudaError> {

@@ -35,7 +35,6 @@ use crossbeam_queue::ArrayQueue;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
-use urom_core::transport::Channel;
 use urom_core::transport::{FrameSendError, Transport};
 use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, message_length, peek_msg_id};
@@ -57,13 +56,15 @@ const DRAIN_READS: usize = 4;
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 
-/// What a data-path thread needs, built by the server before it starts the thread.
-pub(crate) struct DataPathConfig {
+/// What a data-path thread needs, built by the server before it starts the thread. `T` is the
+/// data connection's transport (shared memory or UCX): the thread is compiled for it, so a
+/// frame costs no dispatch.
+pub(crate) struct DataPathConfig<T> {
     pub index: usize,
     pub max_message_length: usize,
     pub max_concurrent: usize,
     pub frame_capacity: usize,
-    pub channel: Channel,
+    pub channel: T,
     pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     pub wake: Arc<EventFd>,
     pub draining: Arc<AtomicBool>,
@@ -173,13 +174,13 @@ enum ReadOutcome {
     Close,
 }
 
-pub(crate) struct DataPath {
+pub(crate) struct DataPath<T> {
     index: usize,
     max_len: usize,
     max_message: usize,
     max_concurrent: usize,
     frame_capacity: usize,
-    channel: Channel,
+    channel: T,
     incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     wake: Arc<EventFd>,
     draining: Arc<AtomicBool>,
@@ -195,9 +196,9 @@ pub(crate) struct DataPath {
     served: u64,
 }
 
-impl DataPath {
+impl<T: Transport> DataPath<T> {
     /// Builds the thread's state; call it on the (pinned) thread itself.
-    pub(crate) fn new(config: DataPathConfig) -> io::Result<Self> {
+    pub(crate) fn new(config: DataPathConfig<T>) -> io::Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(
             config.wake.as_fd(),

@@ -1,9 +1,10 @@
 //! `gpu-offload-server`: the TCP front end.
 //!
-//! Control phase: listen on the channel's Unix socket, wait for the orchestrator, agree on the
+//! Control phase: listen where the channel's `-c` name says (a Unix socket, or a UCX address
+//! when the orchestrator runs on another machine), wait for the orchestrator, agree on the
 //! thread count and message length, set up one data connection per thread and exchange consumer
 //! ids ([`crate::channel`]); start one data-path thread per `--cpu`, pinned to it
-//! (`datapath`); then listen on TCP. Serving phase: the main thread accepts clients and hands
+//! (`datapath`, compiled for the channel's transport); then listen on TCP. Serving phase: the main thread accepts clients and hands
 //! them to the data-path threads in turn, and watches the control connection and the stop flag.
 //!
 //! Shutdown: on SIGINT or SIGTERM the server stops accepting, lets each thread drain (answers
@@ -28,9 +29,12 @@ use crossbeam_queue::ArrayQueue;
 use nix::sys::eventfd::EventFd;
 use tracing::{error, info, warn};
 use urom_cli::JsonArgs;
+use urom_core::transport::Transport;
 use urom_wire::gpu::GpuMessage;
 
-use crate::channel::{self, ChannelError, ChannelListener, ChannelParams, ControlEvent};
+use crate::channel::{
+    self, ChannelError, ChannelListener, ChannelParams, ControlEvent, DataConnections, Endpoint,
+};
 use crate::limits::MAX_WAITING_CLIENTS;
 use datapath::{DataPath, DataPathConfig, DataPathEnd};
 
@@ -58,8 +62,8 @@ pub struct ServerArgs {
     #[allow(missing_docs)]
     pub common: crate::cli::CommonArgs,
 
-    /// Comch device PCIe address in the original. Here the channel is urom's shared-memory
-    /// transport on this machine, so it selects nothing; accepted for compatibility.
+    /// Comch device PCIe address in the original. Here the channel is urom's shared memory
+    /// (or UCX, see -c), so it selects nothing; accepted for compatibility.
     #[arg(short = 'd', long, value_name = "DEV ID")]
     pub device_id: Option<String>,
 
@@ -193,15 +197,19 @@ impl PendingServer {
         crate::cli::check_cpus(&args.cpus).map_err(ServerError::Cpu)?;
         let addr = SocketAddr::new(args.listen_address, args.server_listen_port);
         let tcp = bind_tcp(addr).map_err(|source| ServerError::Listen { addr, source })?;
-        let path = channel::socket_path(&args.channel.comch_channel_name);
+        let endpoint = args.channel.endpoint()?;
         if args.device_id.is_some() || args.representor_id.is_some() {
             info!(
                 device = args.device_id.as_deref().unwrap_or("-"),
                 representor = args.representor_id.as_deref().unwrap_or("-"),
-                "device and representor ids select nothing here: the channel is shared memory"
+                "device and representor ids select nothing here: the channel is {}",
+                match endpoint {
+                    Endpoint::Local(_) => "shared memory",
+                    Endpoint::Ucx(_) => "UCX",
+                }
             );
         }
-        let listener = ChannelListener::bind(&path)?;
+        let listener = ChannelListener::bind(&endpoint)?;
         Ok(Self {
             args,
             listener,
@@ -209,85 +217,43 @@ impl PendingServer {
         })
     }
 
-    /// The channel socket.
-    pub fn channel_path(&self) -> &std::path::Path {
-        self.listener.path()
+    /// Where the channel listens: what the orchestrator's `-c` must name.
+    pub fn channel_endpoint(&self) -> Endpoint {
+        self.listener.endpoint()
     }
 
     /// Waits for the orchestrator (until `stop`), starts the data-path threads and listens
     /// on TCP.
-    pub fn start(self, stop: &AtomicBool) -> Result<Server, ServerError> {
+    pub fn start(mut self, stop: &AtomicBool) -> Result<Server, ServerError> {
         let params = self.args.params();
+        let endpoint = self.listener.endpoint();
         info!(
-            channel = %self.listener.path().display(),
+            channel = %endpoint,
             "waiting for the orchestrator: gpu-offload-orchestrator -c {} -t {} --max-message-length {}; clients are accepted once it is connected",
-            self.args.channel.comch_channel_name,
+            match endpoint {
+                Endpoint::Local(_) => self.args.channel.comch_channel_name.clone(),
+                Endpoint::Ucx(_) => endpoint.to_string(),
+            },
             params.threads,
             params.max_message_length
         );
         let channel = self.listener.accept(&params, stop)?;
-        info!(threads = params.threads, "orchestrator connected");
+        info!(
+            threads = params.threads,
+            transport = channel.data.transport(),
+            "orchestrator connected"
+        );
         let draining = Arc::new(AtomicBool::new(false));
         let lost = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::with_capacity(self.args.cpus.len());
-        let (ready_tx, ready_rx) = mpsc::channel();
-        for (index, (cpu, conn)) in self.args.cpus.iter().zip(channel.data).enumerate() {
-            let incoming = Arc::new(ArrayQueue::new(MAX_WAITING_CLIENTS));
-            let wake = Arc::new(EventFd::new().map_err(|e| ServerError::Thread(e.into()))?);
-            let config = DataPathConfig {
-                index,
-                max_message_length: params.max_message_length as usize,
-                max_concurrent: params.max_concurrent as usize,
-                frame_capacity: params.frame_capacity(),
-                channel: conn,
-                incoming: Arc::clone(&incoming),
-                wake: Arc::clone(&wake),
-                draining: Arc::clone(&draining),
-                lost: Arc::clone(&lost),
-            };
-            let cpu = *cpu;
-            let ready = ready_tx.clone();
-            let join = std::thread::Builder::new()
-                .name(format!("data-path-{index}"))
-                .spawn(move || {
-                    if let Err(e) = urom_core::pin_current_thread(cpu) {
-                        let _ = ready.send(Err(ServerError::Pin(e)));
-                        return DataPathEnd::Drained;
-                    }
-                    match DataPath::new(config) {
-                        Ok(path) => {
-                            let _ = ready.send(Ok(()));
-                            path.run()
-                        }
-                        Err(e) => {
-                            let _ = ready.send(Err(ServerError::Thread(e)));
-                            DataPathEnd::Drained
-                        }
-                    }
-                })
-                .map_err(ServerError::Thread)?;
-            info!(thread = index, cpu, "data-path thread started");
-            threads.push(ThreadHandle {
-                incoming,
-                wake,
-                join,
-            });
-        }
-        drop(ready_tx);
-        let mut failure = None;
-        for _ in 0..threads.len() {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failure = failure.or(Some(e)),
-                Err(_) => {
-                    failure = failure.or(Some(ServerError::Thread(io::ErrorKind::Other.into())))
-                }
+        let threads = match channel.data {
+            DataConnections::Shm(conns) => {
+                spawn_threads(&self.args.cpus, conns, &params, &draining, &lost)
             }
-        }
-        if let Some(e) = failure {
-            stop_threads(&draining, threads);
-            return Err(e);
-        }
+            #[cfg(feature = "ucx")]
+            DataConnections::Ucx(conns) => {
+                spawn_threads(&self.args.cpus, conns, &params, &draining, &lost)
+            }
+        }?;
         let addr = SocketAddr::new(self.args.listen_address, self.args.server_listen_port);
         let listener = match listen_tcp(self.tcp) {
             Ok(listener) => listener,
@@ -308,6 +274,76 @@ impl PendingServer {
             _channel_socket: self.listener,
         })
     }
+}
+
+/// Starts one data-path thread per CPU of `cpus`, pinned to it, serving the data connection
+/// of the same index (of transport `T`, for which the thread is compiled); returns once each
+/// has started, or stops them all on the first failure.
+fn spawn_threads<T: Transport + Send + 'static>(
+    cpus: &[usize],
+    conns: Vec<T>,
+    params: &ChannelParams,
+    draining: &Arc<AtomicBool>,
+    lost: &Arc<AtomicBool>,
+) -> Result<Vec<ThreadHandle>, ServerError> {
+    let mut threads = Vec::with_capacity(cpus.len());
+    let (ready_tx, ready_rx) = mpsc::channel();
+    for (index, (cpu, conn)) in cpus.iter().zip(conns).enumerate() {
+        let incoming = Arc::new(ArrayQueue::new(MAX_WAITING_CLIENTS));
+        let wake = Arc::new(EventFd::new().map_err(|e| ServerError::Thread(e.into()))?);
+        let config = DataPathConfig {
+            index,
+            max_message_length: params.max_message_length as usize,
+            max_concurrent: params.max_concurrent as usize,
+            frame_capacity: params.frame_capacity(),
+            channel: conn,
+            incoming: Arc::clone(&incoming),
+            wake: Arc::clone(&wake),
+            draining: Arc::clone(draining),
+            lost: Arc::clone(lost),
+        };
+        let cpu = *cpu;
+        let ready = ready_tx.clone();
+        let join = std::thread::Builder::new()
+            .name(format!("data-path-{index}"))
+            .spawn(move || {
+                if let Err(e) = urom_core::pin_current_thread(cpu) {
+                    let _ = ready.send(Err(ServerError::Pin(e)));
+                    return DataPathEnd::Drained;
+                }
+                match DataPath::new(config) {
+                    Ok(path) => {
+                        let _ = ready.send(Ok(()));
+                        path.run()
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(ServerError::Thread(e)));
+                        DataPathEnd::Drained
+                    }
+                }
+            })
+            .map_err(ServerError::Thread)?;
+        info!(thread = index, cpu, "data-path thread started");
+        threads.push(ThreadHandle {
+            incoming,
+            wake,
+            join,
+        });
+    }
+    drop(ready_tx);
+    let mut failure = None;
+    for _ in 0..threads.len() {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(_) => failure = failure.or(Some(ServerError::Thread(io::ErrorKind::Other.into()))),
+        }
+    }
+    if let Some(e) = failure {
+        stop_threads(draining, threads);
+        return Err(e);
+    }
+    Ok(threads)
 }
 
 /// A TCP socket bound to `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` sets it), not
@@ -379,18 +415,35 @@ impl Server {
             }
             let accepting = self.accept_paused_until.is_none();
             let (listener_ready, control_ready) = {
-                let mut fds = [
-                    PollFd::new(self.control.fd(), PollFlags::POLLIN),
-                    PollFd::new(std::os::fd::AsFd::as_fd(&self.listener), PollFlags::POLLIN),
-                ];
-                let polled = if accepting {
-                    &mut fds[..]
-                } else {
-                    &mut fds[..1]
+                let listener = std::os::fd::AsFd::as_fd(&self.listener);
+                let mut fds: [PollFd<'_>; 3] =
+                    std::array::from_fn(|_| PollFd::new(listener, PollFlags::POLLIN));
+                let mut polled = usize::from(accepting);
+                // The control connection's descriptors; none means a message may be there
+                // already (no sleep), or that the connection has none to sleep on (look at it
+                // after the tick).
+                let (control_now, control_blind) = match self.control.sleep_fds() {
+                    None => (true, false),
+                    Some(control) => {
+                        for fd in control.into_iter().flatten() {
+                            fds[polled] = PollFd::new(fd, PollFlags::POLLIN);
+                            polled += 1;
+                        }
+                        (false, polled == usize::from(accepting))
+                    }
                 };
-                let _ = poll(polled, PollTimeout::from(wait.as_millis().max(1) as u16));
+                let timeout = if control_now {
+                    0
+                } else {
+                    wait.as_millis().max(1) as u16
+                };
+                let _ = poll(&mut fds[..polled], PollTimeout::from(timeout));
                 let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-                (accepting && ready(&fds[1]), ready(&fds[0]))
+                let control_fds = &fds[usize::from(accepting)..polled];
+                (
+                    accepting && ready(&fds[0]),
+                    control_now || control_blind || control_fds.iter().any(ready),
+                )
             };
             if control_ready {
                 match self.control.poll() {

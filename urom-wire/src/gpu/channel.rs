@@ -1,5 +1,6 @@
 //! The hellos that open the channel between our GPU offload server and orchestrator (the
-//! original application ran DOCA Comch there; ours runs a Unix socket and shared memory).
+//! original application ran DOCA Comch there; ours runs a Unix socket and shared memory on one
+//! machine, UCX across machines).
 //!
 //! Big-endian, like the rest of the GPU offload format:
 //!
@@ -7,30 +8,36 @@
 //! control hello   0 [8] magic "GPUOFFLD" | 8 u32 version (CHANNEL_VERSION)
 //!                 12 u32 threads | 16 u32 max_message_length | 20 u32 max_concurrent   = 24
 //! data hello      0 [8] magic "GPUOFDAT" | 8 u32 thread index | 12 u32 reserved (zero) = 16
+//! data listener   0 [8] magic "GPUOFLSN" | 8 u16 port | 10 [6] reserved (zero)         = 16
 //! ```
 //!
-//! Each side sends the control hello first on the control connection; the orchestrator then
-//! opens one data connection per thread, in thread order, each starting with a data hello.
+//! Each side sends the control hello first on the control connection. Over UCX the server then
+//! sends a data listener record: the port of the listener that takes the data connections (on
+//! the address the control connection reached). The orchestrator then opens one data
+//! connection per thread, in thread order, each starting with a data hello.
 //! `threads` is the server's `--cpu` count or the orchestrator's `-t`, `max_message_length`
 //! the programs' `--max-message-length` (payload bytes), `max_concurrent` their
 //! `--max-concurrent-messages`. Agreeing on them is the programs' business.
 
 use static_assertions::assert_eq_size;
-use zerocopy::big_endian::U32;
+use zerocopy::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::codec::{exact, magic, put_whole, reserved_zero, version};
+use crate::codec::{exact, magic, put_whole, reserved_bytes_zero, reserved_zero, version};
 use crate::{DecodeError, EncodeError};
 
 /// The first bytes of a control hello.
 pub const CHANNEL_HELLO_MAGIC: [u8; 8] = *b"GPUOFFLD";
 /// The first bytes of a data hello.
 pub const DATA_HELLO_MAGIC: [u8; 8] = *b"GPUOFDAT";
+/// The first bytes of a data listener record.
+pub const DATA_LISTENER_MAGIC: [u8; 8] = *b"GPUOFLSN";
 /// The version of this setup that this build speaks.
 pub const CHANNEL_VERSION: u32 = 1;
 
 const CHANNEL_HELLO: &str = "GPU offload channel hello";
 const DATA_HELLO: &str = "GPU offload data connection hello";
+const DATA_LISTENER: &str = "GPU offload data listener";
 
 /// The wire layout of the control hello.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -67,6 +74,22 @@ assert_eq_size!(DataHello, [u8; 16]);
 
 /// Length of [`DataHello`].
 pub const DATA_HELLO_LEN: usize = size_of::<DataHello>();
+
+/// The wire layout of the data listener record.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct DataListener {
+    /// [`DATA_LISTENER_MAGIC`].
+    pub magic: [u8; 8],
+    /// The port of the server's data listener.
+    pub port: U16,
+    /// Must be zero.
+    pub reserved: [u8; 6],
+}
+assert_eq_size!(DataListener, [u8; 16]);
+
+/// Length of [`DataListener`].
+pub const DATA_LISTENER_LEN: usize = size_of::<DataListener>();
 
 /// What a control hello says; its version is always [`CHANNEL_VERSION`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,6 +183,49 @@ impl DataHelloRepr {
     }
 
     /// Writes the hello at the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        put_whole(buf, &self.to_wire())
+    }
+}
+
+/// What a data listener record says: where the data connections go (over UCX).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DataListenerRepr {
+    /// The port of the server's data listener, on the address the control connection reached.
+    pub port: u16,
+}
+
+impl DataListenerRepr {
+    /// Reads a data listener record; `bytes` must hold exactly one.
+    pub fn parse(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let wire: &DataListener = exact(bytes)?;
+        magic(DATA_LISTENER, &wire.magic, &DATA_LISTENER_MAGIC)?;
+        reserved_bytes_zero("data_listener.reserved", &wire.reserved)?;
+        Ok(Self {
+            port: wire.port.get(),
+        })
+    }
+
+    /// The length of the record: [`DATA_LISTENER_LEN`].
+    pub const fn buffer_len(&self) -> usize {
+        DATA_LISTENER_LEN
+    }
+
+    /// The wire struct of this record.
+    pub fn to_wire(&self) -> DataListener {
+        DataListener {
+            magic: DATA_LISTENER_MAGIC,
+            port: U16::new(self.port),
+            reserved: [0; 6],
+        }
+    }
+
+    /// The record's bytes.
+    pub fn to_bytes(&self) -> [u8; DATA_LISTENER_LEN] {
+        zerocopy::transmute!(self.to_wire())
+    }
+
+    /// Writes the record at the start of `buf`; returns its length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         put_whole(buf, &self.to_wire())
     }
