@@ -617,8 +617,11 @@ pub unsafe fn set_native_domain<P: Plugin>(
         let iface = match version {
             // Version 1 ends after `addr_lookup`: read that much.
             1 => {
+                let field = iface
+                    .wrapping_byte_add(core::mem::offset_of!(NativeDomainIface, addr_lookup))
+                    .cast::<Option<super::NativeAddrLookupFn>>();
                 // SAFETY: a version-1 interface holds the version and `addr_lookup` (caller).
-                let addr_lookup = unsafe { (&raw const (*iface).addr_lookup).read() };
+                let addr_lookup = unsafe { field.read_unaligned() };
                 NativeDomainIface {
                     version,
                     addr_lookup,

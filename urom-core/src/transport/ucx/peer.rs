@@ -179,6 +179,8 @@ pub struct PeerWorker {
     address: Vec<u8>,
     peers: Vec<Peer>,
     keys: Vec<(sys::ucp_rkey_h, PeerId)>,
+    // Each slot boxed: UCX holds its address (the operation's user data) while it runs.
+    #[allow(clippy::vec_box)]
     slots: Vec<Box<Slot>>,
     free: Vec<usize>,
     ready: Box<ReadyList>,
@@ -383,9 +385,7 @@ impl PeerWorker {
     ) -> Result<SlotId, UcxError> {
         let ep = self.ep(peer)?;
         let index = self.take_slot(token, false, len);
-        if let Err(error) = self.rma(index, from, len, false, deadline) {
-            return Err(error);
-        }
+        self.rma(index, from, len, false, deadline)?;
         self.send_slot(ep, index, tag)
     }
 
@@ -920,7 +920,7 @@ impl MappedMemory {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                self.ptr.as_ptr().add(offset),
+                self.ptr.as_ptr().wrapping_add(offset),
                 bytes.len(),
             )
         };
@@ -933,7 +933,7 @@ impl MappedMemory {
         // SAFETY: in bounds (checked); as for `write`.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
+                self.ptr.as_ptr().wrapping_add(offset),
                 out.as_mut_ptr(),
                 out.len(),
             )
