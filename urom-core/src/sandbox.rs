@@ -8,7 +8,7 @@
 //! with domain id `dest` in the worker's domain, a receive matches UCX's way,
 //! `(sender_tag & mask) == (tag & mask)`. Bytes travel inline (in the command and the
 //! notification, up to what a message holds) or, in the buffer variant, from and to this host's
-//! memory, mapped with [`crate::host::HostMemory`] and added to the domain: the worker reaches
+//! memory, mapped with `host::HostMemory` (feature `ucx`) and added to the domain: the worker reaches
 //! them through the domain's keys with UCX remote memory access. Nothing here allocates.
 //!
 //! The byte format lives in [`urom_wire::sandbox`] and is re-exported here.

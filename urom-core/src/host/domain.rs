@@ -470,7 +470,7 @@ impl Domain<Idle> {
     }
 
     /// The address of the worker through which peers reach this host's buffers with remote
-    /// memory access (a UCP worker address: [`crate::host::HostMemory::address`]). The
+    /// memory access (a UCP worker address: `HostMemory::address`, feature `ucx`). The
     /// domain lists it for each of this host's members under
     /// [`crate::domain::HOST_MEMORY_NAME`]; plugins find it with
     /// [`crate::plugin::Domain::host_memory_address`]. Replaces an earlier one.
