@@ -20,7 +20,9 @@
 //! `DOCA_ERROR_INVALID_VALUE`, a failed UCX call `DOCA_ERROR_DRIVER` (a send or receive that
 //! UCX ends with an error is notified with `DOCA_ERROR_DRIVER` and UCX's status), a lookup's
 //! error is passed on (`DOCA_ERROR_NOT_FOUND` for an unknown domain id or an address in no
-//! buffer). Sends and receives complete from the plugin's progress.
+//! buffer). Sends and receives complete from the plugin's progress; while any is in flight the
+//! plugin reports work, so that its worker keeps polling rather than napping (a UCX message
+//! does not wake a napping worker): a posted receive keeps its worker's core busy.
 //!
 //! Without the `ucx` feature the plugin loads, has no address and answers every command
 //! `DOCA_ERROR_NOT_SUPPORTED`.

@@ -306,7 +306,9 @@ impl SandboxPeer {
             }
             self.worker.release(done.slot);
         }
-        Ok(worked)
+        // A message arriving does not wake a napping worker: while anything is in flight, say
+        // there is work, so that the worker keeps polling.
+        Ok(worked || self.worker.running() > 0)
     }
 }
 

@@ -183,6 +183,8 @@ pub struct PeerWorker {
     #[allow(clippy::vec_box)]
     slots: Vec<Box<Slot>>,
     free: Vec<usize>,
+    /// Operations started whose completion was not handed out yet.
+    active: usize,
     ready: Box<ReadyList>,
 }
 
@@ -210,6 +212,7 @@ impl PeerWorker {
             keys: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            active: 0,
             ready: Box::new(ReadyList(Default::default())),
         })
     }
@@ -303,6 +306,7 @@ impl PeerWorker {
             }
         };
         let ready: *const ReadyList = &*self.ready;
+        self.active += 1;
         let slot = &mut self.slots[index];
         slot.generation += 1;
         slot.state = SlotState::Running;
@@ -448,9 +452,10 @@ impl PeerWorker {
         match done {
             Ok(()) => Ok(()),
             Err((error, lost)) => {
+                self.active -= 1;
                 if lost {
                     slot.state = SlotState::Lost;
-                } else if slot.state == SlotState::Running {
+                } else {
                     slot.state = SlotState::Free;
                     self.free.push(index);
                 }
@@ -605,6 +610,7 @@ impl PeerWorker {
             self.worker.progress();
         }
         let index = self.ready.0.borrow_mut().pop_front()?;
+        self.active -= 1;
         let slot = &mut self.slots[index];
         if !slot.request.is_null() {
             // SAFETY: the request finished (its callback ran) and is freed once, here.
@@ -636,12 +642,9 @@ impl PeerWorker {
         })
     }
 
-    /// How many operations run.
+    /// How many operations were started and not yet handed out by [`PeerWorker::progress`].
     pub fn running(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.state == SlotState::Running)
-            .count()
+        self.active
     }
 }
 
