@@ -21,8 +21,10 @@
 //! UCX ends with an error is notified with `DOCA_ERROR_DRIVER` and UCX's status), a lookup's
 //! error is passed on (`DOCA_ERROR_NOT_FOUND` for an unknown domain id or an address in no
 //! buffer). Sends and receives complete from the plugin's progress; while any is in flight the
-//! plugin reports work, so that its worker keeps polling rather than napping (a UCX message
-//! does not wake a napping worker): a posted receive keeps its worker's core busy.
+//! plugin reports work for a while after the last command or completion, so that its worker
+//! keeps polling through an exchange rather than napping (a UCX message does not wake a
+//! napping worker); a receive that waits long lets it nap again (then it is seen within a
+//! nap, about a millisecond).
 //!
 //! Without the `ucx` feature the plugin loads, has no address and answers every command
 //! `DOCA_ERROR_NOT_SUPPORTED`.

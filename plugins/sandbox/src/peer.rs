@@ -15,6 +15,9 @@ use urom_core::wire::Status;
 const RMA_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most bytes an inline receive may ask for: the largest message a channel carries.
 const MAX_INLINE_RECV: u64 = 16 << 20;
+/// How many progress calls in a row without news still report work while operations are in
+/// flight (a UCX message does not wake a napping worker; a worker told of work keeps polling).
+const BUSY_POLLS: u32 = 1 << 14;
 
 /// An endpoint to a domain member, and the address it was made for.
 struct Endpoint {
@@ -56,6 +59,8 @@ pub(crate) struct SandboxPeer {
     free: Vec<usize>,
     /// Where notifications are packed (reused).
     notification: Vec<u8>,
+    /// Progress calls since the last command or completion.
+    quiet_polls: u32,
 }
 
 /// UCX failed: the plugin says `DOCA_ERROR_DRIVER`.
@@ -73,6 +78,7 @@ impl SandboxPeer {
             pending: Vec::new(),
             free: Vec::new(),
             notification: vec![0; NOTIFICATION_LEN],
+            quiet_polls: 0,
         })
     }
 
@@ -183,6 +189,7 @@ impl SandboxPeer {
         out: &mut Notifier<'_>,
     ) -> Result<(), Status> {
         let domain = out.domain();
+        self.quiet_polls = 0;
         match SandboxCommand::unpack(command.payload)? {
             // Importing an exported memory handle needs UCX 1.14 (`ucp_memh_pack` and the
             // `exported_memh_buffer` parameter); this build binds 1.13.
@@ -307,8 +314,17 @@ impl SandboxPeer {
             self.worker.release(done.slot);
         }
         // A message arriving does not wake a napping worker: while anything is in flight, say
-        // there is work, so that the worker keeps polling.
-        Ok(worked || self.worker.running() > 0)
+        // there is work for a while after the last news, so that the worker keeps polling
+        // through a message exchange but naps when a receive waits long.
+        if worked {
+            self.quiet_polls = 0;
+            return Ok(true);
+        }
+        if self.worker.running() > 0 && self.quiet_polls < BUSY_POLLS {
+            self.quiet_polls += 1;
+            return Ok(true);
+        }
+        Ok(false)
     }
 }
 
