@@ -106,6 +106,18 @@ const STRUCTS: &[(&str, &[&str])] = &[
         &["field_mask", "id", "flags", "cb", "arg"],
     ),
     ("ucp_am_recv_param_t", &["recv_attr", "reply_ep"]),
+    (
+        "ucp_mem_map_params_t",
+        &[
+            "field_mask",
+            "address",
+            "length",
+            "flags",
+            "prot",
+            "memory_type",
+        ],
+    ),
+    ("ucp_tag_recv_info_t", &["sender_tag", "length"]),
 ];
 
 /// Types bound by size only.
@@ -115,6 +127,7 @@ const TYPES: &[&str] = &[
     "ucp_err_handling_mode_t",
     "ucs_memory_type_t",
     "ucp_datatype_t",
+    "ucp_tag_t",
     "ucs_cpu_set_t",
     "socklen_t",
 ];
@@ -144,6 +157,9 @@ const CONSTANTS: &[&str] = &[
     "UCP_PARAM_FIELD_MT_WORKERS_SHARED",
     "UCP_PARAM_FIELD_NAME",
     "UCP_FEATURE_AM",
+    "UCP_FEATURE_TAG",
+    "UCP_FEATURE_RMA",
+    "UCP_FEATURE_AMO64",
     "UCP_FEATURE_WAKEUP",
     "UCP_WORKER_PARAM_FIELD_THREAD_MODE",
     "UCP_WORKER_PARAM_FIELD_NAME",
@@ -183,6 +199,15 @@ const CONSTANTS: &[&str] = &[
     "UCP_AM_RECV_ATTR_FLAG_DATA",
     "UCP_AM_RECV_ATTR_FLAG_RNDV",
     "UCP_DATATYPE_CONTIG",
+    "UCP_MEM_MAP_PARAM_FIELD_ADDRESS",
+    "UCP_MEM_MAP_PARAM_FIELD_LENGTH",
+    "UCP_MEM_MAP_PARAM_FIELD_FLAGS",
+    "UCP_MEM_MAP_PARAM_FIELD_PROT",
+    "UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE",
+    "UCP_MEM_MAP_PROT_LOCAL_READ",
+    "UCP_MEM_MAP_PROT_LOCAL_WRITE",
+    "UCP_MEM_MAP_PROT_REMOTE_READ",
+    "UCP_MEM_MAP_PROT_REMOTE_WRITE",
 ];
 
 fn main() {

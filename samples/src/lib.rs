@@ -3,7 +3,13 @@
 //! [`bootstrap`] is the multi-worker bootstrap: the main thread runs the service, four threads
 //! each start a worker (group = id % 2) with their own progress engine and send it a graph
 //! loopback, then the main thread lists the even and odd groups.
+//!
+//! [`ping_pong`] is the ping-pong: ranks, each a process with a worker running the sandbox
+//! plugin, pass a message worker to worker over UCX (feature `ucx`).
 #![deny(unsafe_code)]
+
+#[cfg(feature = "ucx")]
+pub mod ping_pong;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};

@@ -54,8 +54,14 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
     build(package, name)
 }
 
-/// The packages whose programs speak UCX when built with their `ucx` feature.
-const UCX_PACKAGES: [&str; 4] = ["urom-daemon", "urom-worker", "urom-samples", "urom-testkit"];
+/// The packages whose programs and plugins speak UCX when built with their `ucx` feature.
+const UCX_PACKAGES: [&str; 5] = [
+    "urom-daemon",
+    "urom-worker",
+    "urom-samples",
+    "urom-testkit",
+    "urom-plugin-sandbox",
+];
 
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
 /// process, and returns the path of `artifact` in the profile directory. With this crate's

@@ -8,7 +8,10 @@
 //! * listeners: create on a socket address, query the port, reject;
 //! * endpoints: create (from a socket address, a worker address or a connection request),
 //!   flush, close;
-//! * active messages: [`ucp_am_send_nbx`], [`ucp_am_recv_data_nbx`]; requests.
+//! * active messages: [`ucp_am_send_nbx`], [`ucp_am_recv_data_nbx`]; requests;
+//! * tagged messages: [`ucp_tag_send_nbx`], [`ucp_tag_recv_nbx`];
+//! * memory: [`ucp_mem_map`], remote keys ([`ucp_rkey_pack`], [`ucp_ep_rkey_unpack`]) and
+//!   remote memory access ([`ucp_get_nbx`], [`ucp_put_nbx`]).
 //!
 //! The library comes from pkg-config (`ucx >= 1.13`, Debian's `libucx-dev`). The build script
 //! compiles a small C program against the installed headers and turns what it prints into
@@ -71,7 +74,8 @@ opaque!(
     ucp_listener,
     ucp_conn_request,
     ucp_address,
-    ucp_mem
+    ucp_mem,
+    ucp_rkey
 );
 
 pub type ucp_context_h = *mut ucp_context;
@@ -82,6 +86,8 @@ pub type ucp_listener_h = *mut ucp_listener;
 pub type ucp_conn_request_h = *mut ucp_conn_request;
 pub type ucp_address_t = ucp_address;
 pub type ucp_mem_h = *mut ucp_mem;
+pub type ucp_rkey_h = *mut ucp_rkey;
+pub type ucp_tag_t = u64;
 
 /// `ucs_status_t`: a packed enum, one byte.
 pub type ucs_status_t = i8;
@@ -126,6 +132,9 @@ pub const UCP_PARAM_FIELD_FEATURES: u64 = 1 << 0;
 pub const UCP_PARAM_FIELD_MT_WORKERS_SHARED: u64 = 1 << 5;
 pub const UCP_PARAM_FIELD_NAME: u64 = 1 << 8;
 
+pub const UCP_FEATURE_TAG: u64 = 1 << 0;
+pub const UCP_FEATURE_RMA: u64 = 1 << 1;
+pub const UCP_FEATURE_AMO64: u64 = 1 << 3;
 pub const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
 pub const UCP_FEATURE_AM: u64 = 1 << 6;
 
@@ -181,6 +190,17 @@ pub const UCP_AM_RECV_ATTR_FLAG_RNDV: u64 = 1 << 17;
 
 pub const UCP_DATATYPE_CONTIG: ucp_datatype_t = 0;
 
+pub const UCP_MEM_MAP_PARAM_FIELD_ADDRESS: u64 = 1 << 0;
+pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 1 << 1;
+pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = 1 << 2;
+pub const UCP_MEM_MAP_PARAM_FIELD_PROT: u64 = 1 << 3;
+pub const UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE: u64 = 1 << 4;
+
+pub const UCP_MEM_MAP_PROT_LOCAL_READ: c_uint = 1 << 0;
+pub const UCP_MEM_MAP_PROT_LOCAL_WRITE: c_uint = 1 << 1;
+pub const UCP_MEM_MAP_PROT_REMOTE_READ: c_uint = 1 << 8;
+pub const UCP_MEM_MAP_PROT_REMOTE_WRITE: c_uint = 1 << 9;
+
 /// The UCP API version these bindings follow, passed to [`ucp_init_version`].
 pub const UCP_API_MAJOR: c_uint = 1;
 /// See [`UCP_API_MAJOR`].
@@ -202,6 +222,14 @@ pub type ucp_am_recv_data_nbx_callback_t = Option<
         request: *mut c_void,
         status: ucs_status_t,
         length: usize,
+        user_data: *mut c_void,
+    ),
+>;
+pub type ucp_tag_recv_nbx_callback_t = Option<
+    unsafe extern "C" fn(
+        request: *mut c_void,
+        status: ucs_status_t,
+        tag_info: *const ucp_tag_recv_info_t,
         user_data: *mut c_void,
     ),
 >;
@@ -315,12 +343,30 @@ pub struct ucp_listener_attr_t {
     pub sockaddr: libc::sockaddr_storage,
 }
 
+#[repr(C)]
+pub struct ucp_mem_map_params_t {
+    pub field_mask: u64,
+    pub address: *mut c_void,
+    pub length: usize,
+    pub flags: c_uint,
+    pub prot: c_uint,
+    pub memory_type: ucs_memory_type_t,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ucp_tag_recv_info_t {
+    pub sender_tag: ucp_tag_t,
+    pub length: usize,
+}
+
 /// The callback union of [`ucp_request_param_t`]: which member counts depends on the call.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union ucp_request_param_cb {
     pub send: ucp_send_nbx_callback_t,
     pub recv_am: ucp_am_recv_data_nbx_callback_t,
+    pub recv: ucp_tag_recv_nbx_callback_t,
 }
 
 /// The receive-information union of [`ucp_request_param_t`].
@@ -440,6 +486,59 @@ unsafe extern "C" {
         count: usize,
         param: *const ucp_request_param_t,
     ) -> ucs_status_ptr_t;
+
+    pub fn ucp_tag_send_nbx(
+        ep: ucp_ep_h,
+        buffer: *const c_void,
+        count: usize,
+        tag: ucp_tag_t,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+    pub fn ucp_tag_recv_nbx(
+        worker: ucp_worker_h,
+        buffer: *mut c_void,
+        count: usize,
+        tag: ucp_tag_t,
+        tag_mask: ucp_tag_t,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+
+    pub fn ucp_mem_map(
+        context: ucp_context_h,
+        params: *const ucp_mem_map_params_t,
+        memh_p: *mut ucp_mem_h,
+    ) -> ucs_status_t;
+    pub fn ucp_mem_unmap(context: ucp_context_h, memh: ucp_mem_h) -> ucs_status_t;
+    pub fn ucp_rkey_pack(
+        context: ucp_context_h,
+        memh: ucp_mem_h,
+        rkey_buffer_p: *mut *mut c_void,
+        size_p: *mut usize,
+    ) -> ucs_status_t;
+    pub fn ucp_rkey_buffer_release(rkey_buffer: *mut c_void);
+    pub fn ucp_ep_rkey_unpack(
+        ep: ucp_ep_h,
+        rkey_buffer: *const c_void,
+        rkey_p: *mut ucp_rkey_h,
+    ) -> ucs_status_t;
+    pub fn ucp_rkey_destroy(rkey: ucp_rkey_h);
+    pub fn ucp_put_nbx(
+        ep: ucp_ep_h,
+        buffer: *const c_void,
+        count: usize,
+        remote_addr: u64,
+        rkey: ucp_rkey_h,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+    pub fn ucp_get_nbx(
+        ep: ucp_ep_h,
+        buffer: *mut c_void,
+        count: usize,
+        remote_addr: u64,
+        rkey: ucp_rkey_h,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+    pub fn ucp_request_cancel(worker: ucp_worker_h, request: *mut c_void);
 
     pub fn ucp_request_check_status(request: *mut c_void) -> ucs_status_t;
     pub fn ucp_request_free(request: *mut c_void);

@@ -20,6 +20,11 @@ use zerocopy::IntoBytes;
 use crate::wire::domain::{Buffer, PluginAddress, RecordRepr, TableRepr};
 use crate::wire::{DecodeError, Status};
 
+/// The name under which a host lists, for each of its members, the address of its memory
+/// worker: the UCP worker through which peers reach that host's buffers with remote memory
+/// access (`urom_core::host::HostMemory`). No plugin can have it: a file name holds no `/`.
+pub const HOST_MEMORY_NAME: &str = "urom/host-memory";
+
 /// Why bytes are not a usable table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DomainTableError {
@@ -234,6 +239,22 @@ impl DomainTable {
             .ok_or(Status::NotFound)
     }
 
+    /// The address of the memory worker of member `domain_id`'s host (listed under
+    /// [`HOST_MEMORY_NAME`]): `NotFound` for an unknown id or a host that gave none.
+    pub fn host_memory_address(&self, domain_id: u64) -> Result<&[u8], Status> {
+        self.address(HOST_MEMORY_NAME, domain_id)
+    }
+
+    /// The member whose address for plugin `plugin` is `address`, if exactly one has it.
+    pub fn member_with_address(&self, plugin: &str, address: &[u8]) -> Option<u64> {
+        let mut found = self
+            .members
+            .keys()
+            .filter(|&&id| self.address(plugin, id) == Ok(address));
+        let first = *found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
     /// The segment of member `domain_id` that holds `va`: the index of the buffer of its host
     /// that holds it. `NotFound` for an unknown id or when no buffer holds `va`.
     pub fn segment(&self, domain_id: u64, va: u64) -> Result<i32, Status> {
@@ -407,6 +428,18 @@ pub(crate) mod tests {
         assert_eq!(table.memory_handle(30, 0), Err(Status::NotFound));
         assert_eq!(table.segment(99, 0x1000), Err(Status::NotFound));
         assert_eq!(table.memory_handle(99, 0), Err(Status::NotFound));
+
+        // Members are found by their plugin's address; hosts gave no memory worker here.
+        assert_eq!(
+            table.member_with_address("worker_sandbox", b"sandbox-twenty"),
+            Some(20)
+        );
+        assert_eq!(table.member_with_address("worker_sandbox", b"nobody"), None);
+        assert_eq!(
+            table.member_with_address("worker_graph", b"sandbox-10"),
+            None
+        );
+        assert_eq!(table.host_memory_address(10), Err(Status::NotFound));
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!   [`transport::Channel`], the one type the rest of urom holds; UCX across machines will
 //!   follow;
 //! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
-//!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] holds the graph
-//!   sample plugin's messages;
+//!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] and [`sandbox`]
+//!   hold the sample plugins' messages and host helpers;
 //! * [`domain`]: a domain's table (its members' plugin addresses and its hosts' buffers), as
 //!   workers answer plugins' domain lookups from it;
 //! * [`host`]: the progress engine and the typestate contexts `Service`, `Worker` and
@@ -21,7 +21,8 @@
 //!   single bits, at most 62 plugins), [`worker_command`] (the worker's command line) and
 //!   [`worker_env`] (the environment entries a host may give its worker).
 //!
-//! Unsafe code lives only in `abi`, `transport::shm` and `sys`; everything else is safe Rust.
+//! Unsafe code lives only in `abi`, `transport::shm`, `transport::ucx` and `sys`; everything
+//! else is safe Rust.
 #![deny(unsafe_code)]
 // Under loom only the ring and its atomics are built and tested.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
@@ -42,6 +43,8 @@ pub mod host;
 pub mod plugin;
 #[cfg(not(loom))]
 pub mod plugin_id;
+#[cfg(not(loom))]
+pub mod sandbox;
 mod sync;
 mod sys;
 #[cfg(not(loom))]

@@ -16,6 +16,8 @@
 //!   rendezvous, an allgather among hosts without MPI;
 //! * [`graph`]: the graph (loopback) plugin's 16-byte commands and notifications, the payload
 //!   of those data-path messages;
+//! * [`sandbox`]: the sandbox plugin's commands (memory map, tagged send and receive) and
+//!   notifications, the DOCA sample's structs byte for byte;
 //! * [`report`]: the records of the daemon's status report (daemon, plugin directories and
 //!   files, workers and their counters), read in pages over the control socket, and
 //!   [`link`]: the counters request and reply between the daemon and each of its workers;
@@ -61,6 +63,7 @@ pub mod link;
 pub mod list;
 pub mod oob;
 pub mod report;
+pub mod sandbox;
 pub mod shm;
 mod status;
 mod text;

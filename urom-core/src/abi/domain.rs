@@ -36,6 +36,8 @@ pub(crate) struct DomainSlot {
     table: Option<Arc<DomainTable>>,
     /// Tables replaced since: kept so that what plugins looked up in them stays valid.
     retired: Vec<Arc<DomainTable>>,
+    /// The plugin's own member in the current table, when its address names one.
+    self_id: Option<u64>,
 }
 
 impl DomainSlot {
@@ -44,6 +46,7 @@ impl DomainSlot {
             name: name.into(),
             table: None,
             retired: Vec::new(),
+            self_id: None,
         }
     }
 
@@ -51,11 +54,22 @@ impl DomainSlot {
         &self.name
     }
 
-    /// Answers lookups from `table` from now on.
-    pub(crate) fn set(&mut self, table: Arc<DomainTable>) {
+    /// Answers lookups from `table` from now on; `own_address` is what the plugin's `addr`
+    /// gives, which names its own member (none when it is empty or names none).
+    pub(crate) fn set(&mut self, table: Arc<DomainTable>, own_address: &[u8]) {
+        self.self_id = if own_address.is_empty() {
+            None
+        } else {
+            table.member_with_address(&self.name, own_address)
+        };
         if let Some(old) = self.table.replace(table) {
             self.retired.push(old);
         }
+    }
+
+    /// The plugin's own domain id in the current table.
+    pub(crate) fn self_id(&self) -> Option<u64> {
+        self.self_id
     }
 
     fn table(&self) -> Result<&DomainTable, Status> {
@@ -76,6 +90,8 @@ pub(crate) const LOOKUPS: DomainLookupsIface = DomainLookupsIface {
 pub(crate) const NATIVE_DOMAIN: NativeDomainIface = NativeDomainIface {
     version: NATIVE_DOMAIN_VERSION,
     addr_lookup: Some(native_addr_lookup),
+    self_lookup: Some(native_self_lookup),
+    host_memory_lookup: Some(native_host_memory_lookup),
 };
 
 /// The domain state behind `ctx`, or `None` for a null context.
@@ -217,9 +233,45 @@ unsafe extern "C" fn native_addr_lookup(
     len: *mut usize,
 ) -> DocaError {
     guard("native addr_lookup", || {
-        let found = look_up(ctx, !addr.is_null() && !len.is_null(), |slot, table| {
+        address_lookup(ctx, addr, len, |slot, table| {
             table.address(slot.name(), domain_id)
+        })
+    })
+}
+
+unsafe extern "C" fn native_host_memory_lookup(
+    ctx: *mut WorkerCtx,
+    domain_id: u64,
+    addr: *mut *const u8,
+    len: *mut usize,
+) -> DocaError {
+    guard("native host_memory_lookup", || {
+        address_lookup(ctx, addr, len, |_, table| {
+            table.host_memory_address(domain_id)
+        })
+    })
+}
+
+unsafe extern "C" fn native_self_lookup(ctx: *mut WorkerCtx, domain_id: *mut u64) -> DocaError {
+    guard("native self_lookup", || {
+        let found = look_up(ctx, !domain_id.is_null(), |slot, _| {
+            slot.self_id().ok_or(Status::NotFound)
         });
+        // SAFETY: the native ABI: `domain_id` is null or a writable u64.
+        unsafe { store(domain_id, *found.as_ref().unwrap_or(&0)) };
+        status_of(&found)
+    })
+}
+
+/// An address lookup with a length: `find` picks the address from the context's table.
+fn address_lookup<'a>(
+    ctx: *mut WorkerCtx,
+    addr: *mut *const u8,
+    len: *mut usize,
+    find: impl FnOnce(&'a DomainSlot, &'a DomainTable) -> Result<&'a [u8], Status>,
+) -> Status {
+    {
+        let found = look_up(ctx, !addr.is_null() && !len.is_null(), find);
         let (value, bytes) = found.as_ref().map_or((ptr::null(), 0), |address| {
             (address.as_ptr(), address.len())
         });
@@ -228,7 +280,7 @@ unsafe extern "C" fn native_addr_lookup(
         // SAFETY: the native ABI: `addr` is null or a writable pointer.
         unsafe { store(addr, value) };
         status_of(&found)
-    })
+    }
 }
 
 #[cfg(test)]
@@ -326,9 +378,10 @@ mod tests {
             ([Status::InvalidValue; 4], None, -1, None, None)
         );
         let mut ext = ext("worker_sandbox");
-        ext.domain.set(Arc::new(
-            DomainTable::parse(&crate::domain::tests::three_ranks()).unwrap(),
-        ));
+        ext.domain.set(
+            Arc::new(DomainTable::parse(&crate::domain::tests::three_ranks()).unwrap()),
+            b"",
+        );
         let ctx = ctx_of(&mut ext);
         let mut len = 5usize;
         let mut out: *mut c_void = ptr::NonNull::dangling().as_ptr();
@@ -388,7 +441,7 @@ mod tests {
         let mut graph_ext = ext("worker_graph");
         let mut other_ext = ext("worker_other");
         for ext in [&mut sandbox_ext, &mut graph_ext, &mut other_ext] {
-            ext.domain.set(Arc::clone(&table));
+            ext.domain.set(Arc::clone(&table), b"");
         }
         let (statuses, address, seg, memh, mkey) = lookups(ctx_of(&mut sandbox_ext), 10, 0x10ff, 0);
         assert_eq!(
@@ -436,12 +489,73 @@ mod tests {
 
         // A replaced table stays alive for what was looked up in it.
         let old = lookups(ctx_of(&mut sandbox_ext), 10, 0, 0).1;
-        sandbox_ext.domain.set(Arc::new(
-            DomainTable::parse(&crate::domain::tests::three_ranks()).unwrap(),
-        ));
+        sandbox_ext.domain.set(
+            Arc::new(DomainTable::parse(&crate::domain::tests::three_ranks()).unwrap()),
+            b"",
+        );
         assert_eq!(sandbox_ext.domain.retired.len(), 1);
         assert_eq!(old.as_deref(), Some(&b"sandbox-10"[..]));
         let new = lookups(ctx_of(&mut sandbox_ext), 20, 0x1000, 0);
         assert_eq!(new.0[0], Status::Success);
+    }
+
+    #[test]
+    fn native_lookups_name_the_plugins_own_member_and_its_hosts_memory() {
+        use crate::wire::domain::{MemberSpec, PluginAddress, RecordSpec};
+        let plugins = [
+            PluginAddress {
+                name: crate::domain::HOST_MEMORY_NAME,
+                address: b"host-0",
+            },
+            PluginAddress {
+                name: "worker_sandbox",
+                address: b"me",
+            },
+        ];
+        let members = [MemberSpec {
+            domain_id: 7,
+            plugins: &plugins,
+        }];
+        let bytes = crate::domain::tests::table(&[RecordSpec {
+            rank: 0,
+            members: &members,
+            buffers: &[],
+        }]);
+        let mut ext = ext("worker_sandbox");
+        let ctx = ctx_of(&mut ext);
+        let mut id = 99u64;
+        // SAFETY: a live context and a valid output.
+        let status = unsafe { native_self_lookup(ctx, &mut id) };
+        assert_eq!(Status::from_raw(status), Status::NotFound);
+
+        ext.domain
+            .set(Arc::new(DomainTable::parse(&bytes).unwrap()), b"me");
+        let ctx = ctx_of(&mut ext);
+        // SAFETY: as above.
+        let status = unsafe { native_self_lookup(ctx, &mut id) };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        assert_eq!(id, 7);
+        let (mut addr, mut len) = (ptr::null(), 0usize);
+        // SAFETY: a live context and valid outputs.
+        let status = unsafe { native_host_memory_lookup(ctx, 7, &mut addr, &mut len) };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        // SAFETY: the lookup returned `len` bytes.
+        assert_eq!(unsafe { core::slice::from_raw_parts(addr, len) }, b"host-0");
+        // SAFETY: as above.
+        let status = unsafe { native_host_memory_lookup(ctx, 8, &mut addr, &mut len) };
+        assert_eq!(Status::from_raw(status), Status::NotFound);
+        // SAFETY: a null output is refused.
+        let status = unsafe { native_self_lookup(ctx, ptr::null_mut()) };
+        assert_eq!(Status::from_raw(status), Status::InvalidValue);
+
+        // An address that names no member: no own id.
+        ext.domain.set(
+            Arc::new(DomainTable::parse(&bytes).unwrap()),
+            b"someone else",
+        );
+        let ctx = ctx_of(&mut ext);
+        // SAFETY: as above.
+        let status = unsafe { native_self_lookup(ctx, &mut id) };
+        assert_eq!(Status::from_raw(status), Status::NotFound);
     }
 }

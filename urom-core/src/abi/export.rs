@@ -93,6 +93,39 @@ impl<'a> Domain<'a> {
         unsafe { super::lent_bytes(addr, len as u64) }.ok_or(Status::Unexpected)
     }
 
+    /// The domain id of this plugin's own worker: the member whose address for this plugin is
+    /// the one this plugin gives. `NOT_FOUND` before a domain runs, or when this plugin gives
+    /// no address; `NOT_SUPPORTED` on a worker that cannot say.
+    pub fn own_id(&self) -> Result<u64, Status> {
+        let lookup = self
+            .native
+            .and_then(|native| native.self_lookup)
+            .ok_or(Status::NotSupported)?;
+        let mut id = 0u64;
+        // SAFETY: the native ABI: the worker's lookup, its context for this call, a valid
+        // output.
+        let status = unsafe { lookup(self.ctx, &mut id) };
+        Status::from_raw(status).into_result().map(|()| id)
+    }
+
+    /// The address of the memory worker of member `domain_id`'s host: the UCP worker through
+    /// which its buffers are reached with remote memory access. `NOT_FOUND` when that host
+    /// gave none; `NOT_SUPPORTED` on a worker that cannot say.
+    pub fn host_memory_address(&self, domain_id: u64) -> Result<&'a [u8], Status> {
+        let lookup = self
+            .native
+            .and_then(|native| native.host_memory_lookup)
+            .ok_or(Status::NotSupported)?;
+        let mut addr: *const u8 = ptr::null();
+        let mut len = 0usize;
+        // SAFETY: the native ABI: the worker's lookup, its context for this call, valid
+        // outputs.
+        let status = unsafe { lookup(self.ctx, domain_id, &mut addr, &mut len) };
+        Status::from_raw(status).into_result()?;
+        // SAFETY: a successful lookup returns `len` bytes valid at least for the call.
+        unsafe { super::lent_bytes(addr, len as u64) }.ok_or(Status::Unexpected)
+    }
+
     /// The index of the buffer of member `domain_id`'s host that holds `va`.
     pub fn segment(&self, domain_id: u64, va: u64) -> Result<i32, Status> {
         // SAFETY: the worker's context is valid for the call.
@@ -578,11 +611,28 @@ pub unsafe fn set_native_domain<P: Plugin>(
         if iface.is_null() {
             return Status::InvalidValue;
         }
-        // SAFETY: non-null and valid for reads (caller).
-        let iface = unsafe { *iface };
-        if iface.version != NATIVE_DOMAIN_VERSION {
-            return Status::NotSupported;
-        }
+        // SAFETY: non-null and valid for reads (caller); every version starts with the version
+        // word.
+        let version = unsafe { iface.cast::<u64>().read_unaligned() };
+        let iface = match version {
+            // Version 1 ends after `addr_lookup`: read that much.
+            1 => {
+                let field = iface
+                    .wrapping_byte_add(core::mem::offset_of!(NativeDomainIface, addr_lookup))
+                    .cast::<Option<super::NativeAddrLookupFn>>();
+                // SAFETY: a version-1 interface holds the version and `addr_lookup` (caller).
+                let addr_lookup = unsafe { field.read_unaligned() };
+                NativeDomainIface {
+                    version,
+                    addr_lookup,
+                    self_lookup: None,
+                    host_memory_lookup: None,
+                }
+            }
+            // SAFETY: a version-2 (or later, a superset) interface holds all of this struct.
+            v if v >= NATIVE_DOMAIN_VERSION => unsafe { *iface },
+            _ => return Status::NotSupported,
+        };
         instance.native_domain = Some(iface);
         Status::Success
     })

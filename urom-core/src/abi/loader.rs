@@ -350,11 +350,13 @@ impl LoadedPlugin {
     }
 
     /// Answers the plugin's domain lookups from `table` from now on. What the plugin looked up
-    /// in an earlier table stays valid until it closes.
+    /// in an earlier table stays valid until it closes. The member whose address for this
+    /// plugin is the one the plugin gives now is its own (its `self_lookup`).
     pub fn set_domain(&mut self, table: Arc<DomainTable>) {
+        let own = self.address().unwrap_or_default();
         // SAFETY: the context is live (INVARIANTS) and no call into the plugin is running: this
         // takes `&mut self`, and every call into the plugin does too.
-        unsafe { (*self.ctx).domain.set(table) };
+        unsafe { (*self.ctx).domain.set(table, &own) };
     }
 
     /// The plugin's endpoint address, read with the two-call protocol of `addr`.

@@ -358,8 +358,9 @@ pub type GetNativeIfaceFn = unsafe extern "C" fn(iface: *mut NativeIface) -> Doc
 
 /// The optional symbol through which a urom worker hands an SDK plugin [`NativeDomainIface`].
 pub const SET_NATIVE_DOMAIN_SYMBOL: &str = "urom_plugin_set_native_domain";
-/// The version of [`NativeDomainIface`] this build speaks.
-pub const NATIVE_DOMAIN_VERSION: u64 = 1;
+/// The version of [`NativeDomainIface`] this build speaks: 2 added `self_lookup` and
+/// `host_memory_lookup`; version 1 ends after `addr_lookup`.
+pub const NATIVE_DOMAIN_VERSION: u64 = 2;
 
 /// `addr_lookup` with the address's length: the plugin address of domain member `domain_id`
 /// and its length in bytes. Errors as [`AddrLookupFn`]'s.
@@ -370,9 +371,27 @@ pub type NativeAddrLookupFn = unsafe extern "C" fn(
     len: *mut usize,
 ) -> DocaError;
 
+/// `self_lookup`: the domain id of the plugin's own worker in the current table (the member
+/// whose address for this plugin is the one the plugin gave), written to `domain_id`.
+/// `DOCA_ERROR_NOT_FOUND` when there is no table or the plugin gave no address that names a
+/// member; `DOCA_ERROR_INVALID_VALUE` for a null argument.
+pub type NativeSelfLookupFn =
+    unsafe extern "C" fn(ctx: *mut WorkerCtx, domain_id: *mut u64) -> DocaError;
+
+/// `host_memory_lookup`: the address of the memory worker of member `domain_id`'s host (the
+/// UCP worker through which peers reach that host's buffers), and its length.
+/// `DOCA_ERROR_NOT_FOUND` for an unknown id or a host that gave none.
+pub type NativeHostMemoryLookupFn = unsafe extern "C" fn(
+    ctx: *mut WorkerCtx,
+    domain_id: u64,
+    addr: *mut *const u8,
+    len: *mut usize,
+) -> DocaError;
+
 /// What a urom worker offers SDK plugins beside the DOCA domain lookups: the address lookup
 /// with a length (DOCA's `addr_lookup` has none, as UCX addresses carry their own), so that
-/// the SDK can hand plugins the address as a byte slice.
+/// the SDK can hand plugins the address as a byte slice; and (version 2) which member the
+/// plugin's worker is and where its members' hosts' memory is reached.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct NativeDomainIface {
@@ -380,6 +399,10 @@ pub struct NativeDomainIface {
     pub version: u64,
     /// The address lookup with a length.
     pub addr_lookup: Option<NativeAddrLookupFn>,
+    /// Version 2: the worker's own domain id.
+    pub self_lookup: Option<NativeSelfLookupFn>,
+    /// Version 2: a member's host's memory worker address.
+    pub host_memory_lookup: Option<NativeHostMemoryLookupFn>,
 }
 
 /// `urom_plugin_set_native_domain`: called by a urom worker right after `open` succeeded, with
@@ -446,7 +469,7 @@ const _: () = {
     assert!(offset_of!(WorkerCtx, plugin_ctx) == 88);
     assert!(size_of::<ServicePluginInfo>() == 64);
     assert!(size_of::<NativeIface>() == 24);
-    assert!(size_of::<NativeDomainIface>() == 16);
+    assert!(size_of::<NativeDomainIface>() == 32);
     // The wire headers are these structs, little-endian.
     assert!(size_of::<WorkerCmd>() == crate::wire::data::CMD_HEADER_LEN);
     assert!(size_of::<WorkerNotify>() == crate::wire::data::NOTIFY_HEADER_LEN);

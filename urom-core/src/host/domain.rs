@@ -333,6 +333,8 @@ struct Config {
     members: Vec<Member>,
     buffer_count: Option<usize>,
     buffers: Vec<DomainBuffer>,
+    /// The address of this host's memory worker, listed for each of its members.
+    host_memory: Option<Vec<u8>>,
 }
 
 /// What an idle domain holds besides its settings: nothing.
@@ -381,6 +383,7 @@ impl Domain<Idle> {
                 members: Vec::new(),
                 buffer_count: None,
                 buffers: Vec::new(),
+                host_memory: None,
             }),
             data: Unstarted,
         }
@@ -464,6 +467,16 @@ impl Domain<Idle> {
             mkey: mkey.to_vec(),
         });
         Ok(self)
+    }
+
+    /// The address of the worker through which peers reach this host's buffers with remote
+    /// memory access (a UCP worker address: `HostMemory::address`, feature `ucx`). The
+    /// domain lists it for each of this host's members under
+    /// [`crate::domain::HOST_MEMORY_NAME`]; plugins find it with
+    /// [`crate::plugin::Domain::host_memory_address`]. Replaces an earlier one.
+    pub fn set_host_memory_address(mut self, address: &[u8]) -> Self {
+        self.config.host_memory = Some(address.to_vec());
+        self
     }
 
     /// The buffers added so far.
@@ -744,6 +757,7 @@ struct Exchange {
     rank: u32,
     workers: Vec<WorkerStart>,
     buffers: Vec<DomainBuffer>,
+    host_memory: Option<Vec<u8>>,
     step: Step,
     /// Why this rank cannot take part, once it knows; it still takes part in the allgathers
     /// to say so.
@@ -783,6 +797,7 @@ impl Exchange {
             rank,
             workers,
             buffers: config.buffers.clone(),
+            host_memory: config.host_memory.clone(),
             step: Step::Addresses,
             local_failure: None,
             table_bytes: Vec::new(),
@@ -888,6 +903,10 @@ impl Exchange {
                     .addresses
                     .iter()
                     .map(|(name, address)| PluginAddress { name, address })
+                    .chain(self.host_memory.as_deref().map(|address| PluginAddress {
+                        name: crate::domain::HOST_MEMORY_NAME,
+                        address,
+                    }))
                     .collect();
                 plugins.sort_by(|a, b| a.name.cmp(b.name));
                 plugins

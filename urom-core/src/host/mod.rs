@@ -49,6 +49,8 @@
 mod control;
 mod domain;
 mod engine;
+#[cfg(feature = "ucx")]
+mod memory;
 pub mod oob;
 mod service;
 mod service_file;
@@ -59,6 +61,8 @@ mod worker;
 pub use control::ControlError;
 pub use domain::{Domain, DomainBuffer, DomainConfigError, DomainStartError, DomainStartProgress};
 pub use engine::ProgressEngine;
+#[cfg(feature = "ucx")]
+pub use memory::HostMemory;
 pub use service::{
     GidCallback, Service, ServicePlugin, ServiceStartError, default_service_socket, writable_dir,
 };

@@ -5,7 +5,10 @@
 //! * `ucp`: the process-wide UCP context and the workers, endpoints and requests;
 //! * `state`: what UCX calls back into (receive slots, credits, closes, handshake messages);
 //! * `conn`: [`UcxConnection`] and its halves, [`UcxSender`] and [`UcxReceiver`];
-//! * `handshake`: [`UcxListener`], connecting, and [`UcxConnectError`].
+//! * `handshake`: [`UcxListener`], connecting, and [`UcxConnectError`];
+//! * `peer`: beside the transport, [`PeerWorker`] (tagged messages between plugins' workers
+//!   and remote access to their hosts' memory) and [`HostMemoryWorker`] with [`MappedMemory`]
+//!   (the host's memory that peers reach); see below.
 //!
 //! # Context
 //!
@@ -126,11 +129,28 @@
 //! Connections and listeners the application still holds at exit are the application's to
 //! drop first.
 
+//! # Peer workers and host memory
+//!
+//! Plugins that talk worker to worker (the sandbox plugin's tagged sends and receives) and
+//! hosts whose memory workers reach use a second process-wide context, with tag matching,
+//! remote memory access, 64-bit atomics and wake-up. A [`PeerWorker`] runs each tagged send or
+//! receive in an operation slot it owns (a buffer reused from one operation to the next) and
+//! hands completions out of its progress; remote memory access waits for completion until a
+//! deadline. [`MappedMemory`] is host memory mapped with `ucp_mem_map`, with its packed remote
+//! key; its [`HostMemoryWorker`] must be progressed by the host (its progress engine does it)
+//! for peers' access to complete over TCP, where UCX emulates RMA with active messages. UCX
+//! 1.13 cannot export memory handles, so a mapped buffer has none to give.
+
 mod conn;
 mod handshake;
+mod peer;
 mod state;
 mod ucp;
 
 pub use conn::{UcxConnection, UcxReceiver, UcxSender};
 pub use handshake::{MAX_SLOT_BYTES, UcxConnectError, UcxListener};
+pub use peer::{
+    Completion, HostMemoryWorker, MappedMemory, OperationKind, OutOfBounds, PeerId, PeerWorker,
+    RemoteKeyId, RemoteMemory, SlotId, UcxError,
+};
 pub use ucp::set_config_defaults;

@@ -15,6 +15,9 @@ use super::UcxConnectError;
 static DEFAULTS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 /// The process-wide context, created on first use.
 static CONTEXT: OnceLock<Result<Context, sys::ucs_status_t>> = OnceLock::new();
+/// The process-wide context for tagged messages and remote memory access (plugins' peer
+/// workers, hosts' memory), created on first use.
+static PEER_CONTEXT: OnceLock<Result<Context, sys::ucs_status_t>> = OnceLock::new();
 
 /// Sets defaults for the process-wide UCX context, applied when it is created (on the first
 /// connection or listener) to each `UCX_<NAME>` variable that the environment does not set.
@@ -27,7 +30,7 @@ static CONTEXT: OnceLock<Result<Context, sys::ucs_status_t>> = OnceLock::new();
 /// UCX warns about `UCX_*` variables it does not know; `UCX_WARN_UNUSED_ENV_VARS=n` in the
 /// environment silences that (it cannot be set here: UCX reads it when the library loads).
 pub fn set_config_defaults(settings: &[(&str, &str)]) -> bool {
-    if CONTEXT.get().is_some() {
+    if CONTEXT.get().is_some() || PEER_CONTEXT.get().is_some() {
         return false;
     }
     let mut defaults = DEFAULTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -35,7 +38,7 @@ pub fn set_config_defaults(settings: &[(&str, &str)]) -> bool {
         defaults.retain(|(n, _)| n != name);
         defaults.push(((*name).to_owned(), (*value).to_owned()));
     }
-    CONTEXT.get().is_none()
+    CONTEXT.get().is_none() && PEER_CONTEXT.get().is_none()
 }
 
 /// The UCP context every connection and listener of this process shares.
@@ -51,7 +54,8 @@ unsafe impl Sync for Context {}
 /// The process-wide context, created on first use with the active-message and wake-up
 /// features; `UCX_*` variables from the environment choose transports and devices.
 fn context() -> Result<sys::ucp_context_h, UcxConnectError> {
-    let made = CONTEXT.get_or_init(|| create_context().map(Context));
+    let made = CONTEXT
+        .get_or_init(|| create_context(sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP).map(Context));
     match made {
         Ok(context) => Ok(context.0),
         Err(status) => Err(UcxConnectError::Ucx {
@@ -61,7 +65,25 @@ fn context() -> Result<sys::ucp_context_h, UcxConnectError> {
     }
 }
 
-fn create_context() -> Result<sys::ucp_context_h, sys::ucs_status_t> {
+/// The process-wide context of peer workers and host memory: tag matching, remote memory
+/// access, 64-bit atomics and wake-up, as the DOCA sandbox plugin asks for.
+pub(super) fn peer_context() -> Result<sys::ucp_context_h, sys::ucs_status_t> {
+    let made = PEER_CONTEXT.get_or_init(|| {
+        create_context(
+            sys::UCP_FEATURE_TAG
+                | sys::UCP_FEATURE_RMA
+                | sys::UCP_FEATURE_AMO64
+                | sys::UCP_FEATURE_WAKEUP,
+        )
+        .map(Context)
+    });
+    match made {
+        Ok(context) => Ok(context.0),
+        Err(status) => Err(*status),
+    }
+}
+
+fn create_context(features: u64) -> Result<sys::ucp_context_h, sys::ucs_status_t> {
     let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
     // SAFETY: NULL prefix and file mean "UCX_ from the environment"; `config` is a valid place
     // for the result.
@@ -83,7 +105,7 @@ fn create_context() -> Result<sys::ucp_context_h, sys::ucs_status_t> {
         field_mask: sys::UCP_PARAM_FIELD_FEATURES
             | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED
             | sys::UCP_PARAM_FIELD_NAME,
-        features: sys::UCP_FEATURE_AM | sys::UCP_FEATURE_WAKEUP,
+        features,
         request_size: 0,
         request_init: None,
         request_cleanup: None,
@@ -155,6 +177,15 @@ impl Worker {
     /// A worker of the process-wide context, named `name` in UCX's logs.
     pub(super) fn new(name: &CStr) -> Result<Self, UcxConnectError> {
         let context = context()?;
+        Self::in_context(context, name).map_err(|(op, status)| UcxConnectError::Ucx { op, status })
+    }
+
+    /// A worker of `context` (a live process-wide context), named `name`; the failed call and
+    /// its status on failure.
+    pub(super) fn in_context(
+        context: sys::ucp_context_h,
+        name: &CStr,
+    ) -> Result<Self, (&'static str, sys::ucs_status_t)> {
         // SAFETY: all-zero is a valid `ucp_worker_params_t` (integers, NULL pointers, an empty
         // CPU set); only the fields named in `field_mask` are read.
         let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
@@ -166,18 +197,12 @@ impl Worker {
         // SAFETY: `context` is the live process-wide context; `params` is initialised and
         // `name` outlives the call (UCX copies it); `raw` is a valid place for the result.
         let status = unsafe { sys::ucp_worker_create(context, &params, &mut raw) };
-        check(status).map_err(|status| UcxConnectError::Ucx {
-            op: "ucp_worker_create",
-            status,
-        })?;
+        check(status).map_err(|status| ("ucp_worker_create", status))?;
         let mut efd: RawFd = -1;
         // SAFETY: `raw` is the live worker just created; `efd` is a valid place for the result.
         let status = unsafe { sys::ucp_worker_get_efd(raw, &mut efd) };
         let worker = Self { raw, efd };
-        check(status).map_err(|status| UcxConnectError::Ucx {
-            op: "ucp_worker_get_efd",
-            status,
-        })?;
+        check(status).map_err(|status| ("ucp_worker_get_efd", status))?;
         Ok(worker)
     }
 

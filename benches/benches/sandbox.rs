@@ -1,0 +1,234 @@
+//! The sandbox plugin's tag round trip between two workers, beside `ucx_perftest`'s `tag_lat`
+//! with the same `UCX_TLS` (TCP over loopback), in alternating rounds; prints each round and
+//! the median of the per-round ratios.
+//!
+//! Ours, timed by the host: one host (this process, pinned to core 0) holds two workers of one
+//! daemon in one domain (domain ids 0 and 1). A round trip: the host asks worker 0 to send a
+//! 64-byte PING to worker 1 (and to receive the PONG); worker 1's receive completes at the
+//! host, which asks worker 1 to send the PONG back; worker 0's receive completes at the host.
+//! So it holds two UCX tagged messages and four host <-> worker crossings (shared memory).
+//! `ucx_perftest -t tag_lat` is one UCX tagged message each way between two processes;
+//! its one-way p50 is doubled.
+//!
+//! `benches/run-sandbox-bench.sh [ROUNDS]`, or `UROM_BENCH_ROUNDS=N cargo bench -p
+//! urom-benches --features ucx --bench sandbox`.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use urom_benches::{HOST_CORE, PEER_CORE, median};
+use urom_core::host::oob::{RendezvousAddr, SocketOob};
+use urom_core::host::{CompletedTask, Domain, Idle, ProgressEngine, Running, Service, Worker};
+use urom_core::sandbox::{self, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result};
+use urom_testkit::daemon::{plugin_dir, start_daemon_command};
+use urom_testkit::{TempDir, binary};
+
+/// Round trips per round; the round's figure is their median.
+const ROUND_TRIPS: usize = 2000;
+/// `ucx_perftest` iterations per round.
+const PERFTEST_ITERATIONS: u64 = 20_000;
+/// The message.
+const MESSAGE: [u8; 64] = [0x5a; 64];
+const PING: u64 = 0x1234;
+const PONG: u64 = 0x5678;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+static PONGS: AtomicUsize = AtomicUsize::new(0);
+static PINGS: AtomicUsize = AtomicUsize::new(0);
+
+fn on_pong(task: &CompletedTask<'_>) {
+    let result = tag_recv_result(task).expect("worker 0 received the PONG");
+    assert_eq!(result.ucs_status, 0);
+    PONGS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn on_ping(task: &CompletedTask<'_>) {
+    let result = tag_recv_result(task).expect("worker 1 received the PING");
+    assert_eq!(result.ucs_status, 0);
+    PINGS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn on_sent(task: &CompletedTask<'_>) {
+    let result = tag_send_result(task).expect("a send completed");
+    assert_eq!(result.ucs_status, 0);
+}
+
+fn ucx_env(command: &mut Command) -> &mut Command {
+    command
+        .env("UCX_TLS", "tcp")
+        .env("UCX_NET_DEVICES", "lo")
+        .env("UCX_WARN_UNUSED_ENV_VARS", "n")
+}
+
+fn main() {
+    let rounds = std::env::var("UROM_BENCH_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    let perftest = Command::new("ucx_perftest")
+        .arg("-h")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !perftest {
+        println!("ucx_perftest is not installed (apt-get install ucx-utils): no baseline");
+    }
+    let dir = TempDir::new("urom-sandbox-bench");
+    let plugins = plugin_dir(&dir, &[("urom-plugin-sandbox", "worker_sandbox")]);
+    let mut command = Command::new(binary("urom-daemon", "urom-daemon"));
+    ucx_env(&mut command);
+    let daemon = start_daemon_command(
+        command,
+        plugins.to_str().unwrap(),
+        &["--log-level", "30", "--sdk-log-level", "30"],
+        true,
+    );
+    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    let service = Service::<Idle>::new()
+        .set_socket(&daemon.socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap_or_else(|e| panic!("the service did not start: {e}"));
+    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
+    let host = SandboxHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let workers: Vec<Worker<Running>> = (0..2)
+        .map(|_| {
+            Worker::new()
+                .set_service(&service)
+                .set_plugins(host.id())
+                .set_max_inflight_tasks(16)
+                .start(&mut engine)
+                .map_err(|(_, e)| e)
+                .unwrap()
+                .wait_running(&mut engine, TIMEOUT)
+                .unwrap_or_else(|p| panic!("a worker did not run: {p:?}"))
+        })
+        .collect();
+    let oob = SocketOob::join(
+        &RendezvousAddr::Unix(dir.path().join("rendezvous.sock")),
+        1,
+        0,
+        TIMEOUT,
+    )
+    .unwrap();
+    let domain = Domain::new()
+        .set_oob(oob)
+        .set_workers(&[0, 1], &[&workers[0], &workers[1]])
+        .unwrap()
+        .start(&mut engine)
+        .unwrap()
+        .wait_running(&mut engine, TIMEOUT)
+        .unwrap_or_else(|p| panic!("the domain did not run: {p:?}"));
+
+    let mut rows = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let ours = round_trip_ns(&mut engine, &host, &workers);
+        let ucx = if perftest {
+            perftest_latency_ns(20_000 + round as u16)
+        } else {
+            f64::NAN
+        };
+        println!(
+            "round {round}: sandbox tag round trip {:8.1} us   ucx_perftest tag_lat (p50 one way x2) \
+             {:8.1} us   ours/ucx {:5.2}",
+            ours / 1000.0,
+            ucx / 1000.0,
+            ours / ucx
+        );
+        rows.push([ours, ucx, ours / ucx]);
+    }
+    drop(domain);
+    let column = |i: usize| median(&mut rows.iter().map(|row| row[i]).collect::<Vec<_>>());
+    println!();
+    println!(
+        "sandbox tag round trip between two workers, UCX over TCP (lo), 64 bytes, {rounds} \
+         alternating rounds, medians\n  ours {:8.1} us   ucx_perftest tag_lat x2 {:8.1} us   \
+         ours/ucx {:5.2}",
+        column(0) / 1000.0,
+        column(1) / 1000.0,
+        column(2)
+    );
+}
+
+/// The median of [`ROUND_TRIPS`] PING-PONG round trips between the two workers, in
+/// nanoseconds.
+fn round_trip_ns(
+    engine: &mut ProgressEngine,
+    host: &SandboxHost,
+    workers: &[Worker<Running>],
+) -> f64 {
+    let (a, b) = (&workers[0], &workers[1]);
+    let recv = RecvInto::Inline {
+        capacity: MESSAGE.len() as u64,
+    };
+    let wait = |engine: &mut ProgressEngine, counter: &AtomicUsize, before: usize| {
+        let deadline = Instant::now() + TIMEOUT;
+        while counter.load(Ordering::Relaxed) == before {
+            engine.progress();
+            assert!(Instant::now() < deadline, "a message did not arrive");
+        }
+    };
+    host.tag_recv(b, 0, 0, recv, PING, u64::MAX, on_ping)
+        .expect("worker 1's first receive");
+    let mut times = Vec::with_capacity(ROUND_TRIPS);
+    for i in 0..ROUND_TRIPS {
+        let (pings, pongs) = (PINGS.load(Ordering::Relaxed), PONGS.load(Ordering::Relaxed));
+        let start = Instant::now();
+        host.tag_recv(a, 0, 0, recv, PONG, u64::MAX, on_pong)
+            .expect("worker 0's receive");
+        host.tag_send(a, 0, 0, 1, SendFrom::Inline(&MESSAGE), PING, on_sent)
+            .expect("worker 0's send");
+        wait(engine, &PINGS, pings);
+        host.tag_send(b, 0, 0, 0, SendFrom::Inline(&MESSAGE), PONG, on_sent)
+            .expect("worker 1's send");
+        if i + 1 < ROUND_TRIPS {
+            host.tag_recv(b, 0, 0, recv, PING, u64::MAX, on_ping)
+                .expect("worker 1's next receive");
+        }
+        wait(engine, &PONGS, pongs);
+        times.push(start.elapsed().as_secs_f64() * 1e9);
+    }
+    // Let the last sends' notifications come in.
+    let settle = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < settle {
+        engine.progress();
+    }
+    median(&mut times)
+}
+
+/// `ucx_perftest -t tag_lat` over 127.0.0.1 (server on core 1, client on core 0): the p50
+/// one-way latency, doubled, in nanoseconds.
+fn perftest_latency_ns(port: u16) -> f64 {
+    let mut server = ucx_env(&mut Command::new("ucx_perftest"))
+        .args(["-c", &PEER_CORE.to_string(), "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the ucx_perftest server");
+    std::thread::sleep(Duration::from_millis(300));
+    let output = ucx_env(&mut Command::new("ucx_perftest"))
+        .arg("127.0.0.1")
+        .args(["-p", &port.to_string(), "-t", "tag_lat", "-s", "64"])
+        .args(["-n", &PERFTEST_ITERATIONS.to_string()])
+        .args(["-c", &HOST_CORE.to_string()])
+        .output()
+        .expect("running the ucx_perftest client");
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&output.stdout);
+    // Final: iterations, latency p50 / avg / overall (us, one way), ...
+    let fields: Vec<f64> = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("Final:"))
+        .map(|line| {
+            line.split_whitespace()
+                .skip(1)
+                .filter_map(|field| field.parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| panic!("ucx_perftest tag_lat printed no result:\n{text}"));
+    2.0 * fields[1] * 1000.0
+}

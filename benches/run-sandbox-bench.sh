@@ -1,0 +1,11 @@
+#!/bin/bash
+# Sandbox plugin benchmark: the tag round trip between two workers (PING from worker 0 to
+# worker 1, PONG back, each step started by the host), beside ucx_perftest's tag_lat with the
+# same UCX_TLS (tcp over lo), in alternating rounds (ROUNDS, default 3), each round with its
+# own baseline; prints every round and the medians, with the ratio ours/ucx.
+# Needs libucx-dev (and ucx-utils for the baseline).
+#
+# usage: benches/run-sandbox-bench.sh [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UROM_BENCH_ROUNDS=${1:-3} cargo bench -p urom-benches --features ucx --bench sandbox

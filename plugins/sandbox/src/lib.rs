@@ -1,0 +1,95 @@
+//! The sandbox plugin: the DOCA UROM sample that offloads UCX tagged send and receive to
+//! workers, the engine of the ping-pong sample. Written with the urom plugin SDK.
+//!
+//! Built as `libworker_sandbox.so`; installed in a plugin directory as `worker_sandbox.so`, the
+//! daemon reports it as `worker_sandbox`. Its messages (`urom_core::sandbox`, bytes in
+//! `urom_wire::sandbox`) are the DOCA sample's:
+//!
+//! * `TAG_SEND` sends bytes to the worker with domain id `dest`, found by the domain's
+//!   `addr_lookup` (this plugin's `addr` is its UCP worker's address); one endpoint per domain
+//!   id, kept while the id's address stays the same;
+//! * `TAG_RECV` receives a message whose tag matches under a mask, UCX's way;
+//! * bytes travel inline (in the command and the notification) or, when `memh_id` is not 0,
+//!   from and to the host's memory: the plugin looks up its own member's segment holding the
+//!   address (both ends of the range), its remote key and its host's memory worker, and copies
+//!   with UCX RMA (`ucp_get_nbx` before a send, `ucp_put_nbx` and a flush after a receive);
+//! * `MEM_MAP` (importing an exported memory handle) needs UCX 1.14: this build binds UCX 1.13
+//!   and answers `DOCA_ERROR_NOT_SUPPORTED`.
+//!
+//! Errors as DOCA's plugin maps them: a command of the wrong length or an unknown type is
+//! `DOCA_ERROR_INVALID_VALUE`, a failed UCX call `DOCA_ERROR_DRIVER` (a send or receive that
+//! UCX ends with an error is notified with `DOCA_ERROR_DRIVER` and UCX's status), a lookup's
+//! error is passed on (`DOCA_ERROR_NOT_FOUND` for an unknown domain id or an address in no
+//! buffer). Sends and receives complete from the plugin's progress; while any is in flight the
+//! plugin reports work for a while after the last command or completion, so that its worker
+//! keeps polling through an exchange rather than napping (a UCX message does not wake a
+//! napping worker); a receive that waits long lets it nap again (then it is seen within a
+//! nap, about a millisecond).
+//!
+//! Without the `ucx` feature the plugin loads, has no address and answers every command
+//! `DOCA_ERROR_NOT_SUPPORTED`.
+#![deny(unsafe_code)]
+
+use urom_core::plugin::{Command, Notifier, Plugin};
+use urom_core::sandbox::{NAME, VERSION};
+use urom_core::wire::Status;
+
+#[cfg(feature = "ucx")]
+mod peer;
+
+/// The name the daemon reports the plugin under.
+pub const PLUGIN_NAME: &str = NAME;
+
+/// The plugin's per-worker state.
+pub struct Sandbox {
+    #[cfg(feature = "ucx")]
+    peer: peer::SandboxPeer,
+}
+
+impl Plugin for Sandbox {
+    const VERSION: u64 = VERSION;
+
+    fn open() -> Result<Self, Status> {
+        Ok(Self {
+            #[cfg(feature = "ucx")]
+            peer: peer::SandboxPeer::open()?,
+        })
+    }
+
+    fn address(&self) -> &[u8] {
+        #[cfg(feature = "ucx")]
+        {
+            self.peer.address()
+        }
+        #[cfg(not(feature = "ucx"))]
+        {
+            &[]
+        }
+    }
+
+    fn command(&mut self, command: &Command<'_>, out: &mut Notifier<'_>) -> Result<(), Status> {
+        #[cfg(feature = "ucx")]
+        {
+            self.peer.command(command, out)
+        }
+        #[cfg(not(feature = "ucx"))]
+        {
+            let _ = (command, out);
+            Err(Status::NotSupported)
+        }
+    }
+
+    fn progress(&mut self, out: &mut Notifier<'_>) -> Result<bool, Status> {
+        #[cfg(feature = "ucx")]
+        {
+            self.peer.progress(out)
+        }
+        #[cfg(not(feature = "ucx"))]
+        {
+            let _ = out;
+            Ok(false)
+        }
+    }
+}
+
+urom_core::export_plugin!(Sandbox);

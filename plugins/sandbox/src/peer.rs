@@ -1,0 +1,334 @@
+//! The plugin's UCX side: a peer worker, endpoints by domain id, the hosts' memory, and the
+//! sends and receives in flight.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use urom_core::plugin::{Command, Domain, Notifier};
+use urom_core::sandbox::{NOTIFICATION_LEN, SandboxCommand, SandboxNotification};
+use urom_core::transport::ucx::{
+    OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory, UcxError,
+};
+use urom_core::wire::Status;
+
+/// How long remote memory access to a host may take (the host must progress its engine).
+const RMA_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most bytes an inline receive may ask for: the largest message a channel carries.
+const MAX_INLINE_RECV: u64 = 16 << 20;
+/// How many progress calls in a row without news still report work while operations are in
+/// flight (a UCX message does not wake a napping worker; a worker told of work keeps polling).
+const BUSY_POLLS: u32 = 1 << 14;
+
+/// An endpoint to a domain member, and the address it was made for.
+struct Endpoint {
+    address: Vec<u8>,
+    peer: PeerId,
+}
+
+/// An endpoint to a host's memory worker, and the keys unpacked on it.
+struct Host {
+    address: Vec<u8>,
+    peer: PeerId,
+    keys: Vec<(Vec<u8>, RemoteKeyId)>,
+}
+
+/// What a finished operation answers.
+#[derive(Clone, Copy)]
+enum Waiting {
+    Send,
+    RecvInline,
+    RecvMemory(RemoteMemory),
+}
+
+/// A command whose operation runs.
+struct Pending {
+    dest_id: u64,
+    plugin: u64,
+    urom_context: u64,
+    context: u64,
+    waiting: Waiting,
+}
+
+/// The sandbox plugin's state with UCX.
+pub(crate) struct SandboxPeer {
+    worker: PeerWorker,
+    endpoints: HashMap<u64, Endpoint>,
+    hosts: Vec<Host>,
+    /// By token; `free` lists the empty entries.
+    pending: Vec<Option<Pending>>,
+    free: Vec<usize>,
+    /// Where notifications are packed (reused).
+    notification: Vec<u8>,
+    /// Progress calls since the last command or completion.
+    quiet_polls: u32,
+}
+
+/// UCX failed: the plugin says `DOCA_ERROR_DRIVER`.
+fn driver(error: UcxError) -> Status {
+    let _ = error;
+    Status::Driver
+}
+
+impl SandboxPeer {
+    pub(crate) fn open() -> Result<Self, Status> {
+        Ok(Self {
+            worker: PeerWorker::new().map_err(driver)?,
+            endpoints: HashMap::new(),
+            hosts: Vec::new(),
+            pending: Vec::new(),
+            free: Vec::new(),
+            notification: vec![0; NOTIFICATION_LEN],
+            quiet_polls: 0,
+        })
+    }
+
+    pub(crate) fn address(&self) -> &[u8] {
+        self.worker.address()
+    }
+
+    /// The endpoint to member `dest`, made on first use and again when its address changed.
+    fn endpoint(&mut self, domain: &Domain<'_>, dest: u64) -> Result<PeerId, Status> {
+        let address = domain.address(dest)?;
+        if let Some(endpoint) = self.endpoints.get(&dest)
+            && endpoint.address == address
+            && self.worker.peer_failure(endpoint.peer).is_none()
+        {
+            return Ok(endpoint.peer);
+        }
+        let peer = self.worker.connect(address).map_err(driver)?;
+        self.endpoints.insert(
+            dest,
+            Endpoint {
+                address: address.to_vec(),
+                peer,
+            },
+        );
+        Ok(peer)
+    }
+
+    /// The `len` bytes at `va` in this worker's host's memory: a buffer of the domain holds
+    /// both ends; reached through its remote key and the host's memory worker.
+    fn host_memory(
+        &mut self,
+        domain: &Domain<'_>,
+        va: u64,
+        len: u64,
+    ) -> Result<RemoteMemory, Status> {
+        let own = domain.own_id()?;
+        let seg = domain.segment(own, va)?;
+        if len > 0 {
+            let last = va.checked_add(len - 1).ok_or(Status::InvalidValue)?;
+            if domain.segment(own, last) != Ok(seg) {
+                return Err(Status::InvalidValue);
+            }
+        }
+        let rkey = domain.remote_key(own, seg)?;
+        let address = domain.host_memory_address(own)?;
+        let at = match self
+            .hosts
+            .iter()
+            .position(|h| h.address == address && self.worker.peer_failure(h.peer).is_none())
+        {
+            Some(at) => at,
+            None => {
+                let peer = self.worker.connect(address).map_err(driver)?;
+                self.hosts.push(Host {
+                    address: address.to_vec(),
+                    peer,
+                    keys: Vec::new(),
+                });
+                self.hosts.len() - 1
+            }
+        };
+        let host = &mut self.hosts[at];
+        let key = match host.keys.iter().find(|(packed, _)| packed == rkey) {
+            Some(&(_, key)) => key,
+            None => {
+                let key = self.worker.unpack_key(host.peer, rkey).map_err(driver)?;
+                host.keys.push((rkey.to_vec(), key));
+                key
+            }
+        };
+        Ok(RemoteMemory {
+            peer: host.peer,
+            key,
+            address: va,
+        })
+    }
+
+    fn pend(&mut self, command: &Command<'_>, context: u64, waiting: Waiting) -> u64 {
+        let pending = Pending {
+            dest_id: command.dest_id,
+            plugin: command.plugin,
+            urom_context: command.urom_context,
+            context,
+            waiting,
+        };
+        match self.free.pop() {
+            Some(at) => {
+                self.pending[at] = Some(pending);
+                at as u64
+            }
+            None => {
+                self.pending.push(Some(pending));
+                (self.pending.len() - 1) as u64
+            }
+        }
+    }
+
+    fn unpend(&mut self, token: u64) -> Option<Pending> {
+        let at = usize::try_from(token).ok()?;
+        let pending = self.pending.get_mut(at)?.take()?;
+        self.free.push(at);
+        Some(pending)
+    }
+
+    pub(crate) fn command(
+        &mut self,
+        command: &Command<'_>,
+        out: &mut Notifier<'_>,
+    ) -> Result<(), Status> {
+        let domain = out.domain();
+        self.quiet_polls = 0;
+        match SandboxCommand::unpack(command.payload)? {
+            // Importing an exported memory handle needs UCX 1.14 (`ucp_memh_pack` and the
+            // `exported_memh_buffer` parameter); this build binds 1.13.
+            SandboxCommand::MemMap { .. } => Err(Status::NotSupported),
+            SandboxCommand::TagSend {
+                context,
+                dest,
+                buffer,
+                count,
+                tag,
+                memh_id,
+                data,
+            } => {
+                let peer = self.endpoint(&domain, dest)?;
+                let from = if memh_id == 0 {
+                    None
+                } else {
+                    let len = usize::try_from(count).map_err(|_| Status::InvalidValue)?;
+                    Some((self.host_memory(&domain, buffer, count)?, len))
+                };
+                let token = self.pend(command, context, Waiting::Send);
+                let started = match from {
+                    None => self.worker.tag_send(peer, tag, data, token),
+                    Some((from, len)) => {
+                        let deadline = Instant::now() + RMA_TIMEOUT;
+                        self.worker
+                            .tag_send_from(peer, tag, from, len, token, deadline)
+                    }
+                };
+                started.map(drop).map_err(|error| {
+                    self.unpend(token);
+                    driver(error)
+                })
+            }
+            SandboxCommand::TagRecv {
+                context,
+                buffer,
+                count,
+                tag,
+                tag_mask,
+                memh_id,
+            } => {
+                let waiting = if memh_id == 0 {
+                    if count > MAX_INLINE_RECV {
+                        return Err(Status::InvalidValue);
+                    }
+                    Waiting::RecvInline
+                } else {
+                    Waiting::RecvMemory(self.host_memory(&domain, buffer, count)?)
+                };
+                let capacity = usize::try_from(count).map_err(|_| Status::InvalidValue)?;
+                let token = self.pend(command, context, waiting);
+                self.worker.tag_recv(tag, tag_mask, capacity, token);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn progress(&mut self, out: &mut Notifier<'_>) -> Result<bool, Status> {
+        let mut worked = false;
+        while let Some(done) = self.worker.progress() {
+            worked = true;
+            let Some(pending) = self.unpend(done.token) else {
+                self.worker.release(done.slot);
+                continue;
+            };
+            let mut result = done.result;
+            let notification = match (pending.waiting, done.kind) {
+                (Waiting::Send, _) | (_, OperationKind::Send) => SandboxNotification::TagSend {
+                    context: pending.context,
+                    status: ucs_status(result),
+                },
+                (Waiting::RecvInline, OperationKind::Receive { sender_tag, .. }) => {
+                    SandboxNotification::TagRecv {
+                        context: pending.context,
+                        buffer: NOTIFICATION_LEN as u64,
+                        count: 0,
+                        sender_tag,
+                        status: ucs_status(result),
+                        data: if result.is_ok() {
+                            self.worker.slot(done.slot)
+                        } else {
+                            &[]
+                        },
+                    }
+                }
+                (Waiting::RecvMemory(to), OperationKind::Receive { sender_tag, len }) => {
+                    if result.is_ok() {
+                        let deadline = Instant::now() + RMA_TIMEOUT;
+                        result = self.worker.put(done.slot, to, len, deadline);
+                    }
+                    SandboxNotification::TagRecv {
+                        context: pending.context,
+                        buffer: 0,
+                        count: if result.is_ok() { len as u64 } else { 0 },
+                        sender_tag,
+                        status: ucs_status(result),
+                        data: &[],
+                    }
+                }
+            };
+            let len = notification.buffer_len();
+            if self.notification.len() < len {
+                self.notification.resize(len, 0);
+            }
+            let packed = notification.pack(&mut self.notification);
+            let status = if result.is_ok() {
+                Status::Success
+            } else {
+                Status::Driver
+            };
+            if let Ok(n) = packed {
+                // A host that is gone cannot be told; the others go on.
+                let _ = out.notify(
+                    pending.dest_id,
+                    pending.plugin,
+                    pending.urom_context,
+                    status,
+                    &self.notification[..n],
+                );
+            }
+            self.worker.release(done.slot);
+        }
+        // A message arriving does not wake a napping worker: while anything is in flight, say
+        // there is work for a while after the last news, so that the worker keeps polling
+        // through a message exchange but naps when a receive waits long.
+        if worked {
+            self.quiet_polls = 0;
+            return Ok(true);
+        }
+        if self.worker.running() > 0 && self.quiet_polls < BUSY_POLLS {
+            self.quiet_polls += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+/// UCX's status of an operation, as the notification carries it.
+fn ucs_status(result: Result<(), UcxError>) -> i32 {
+    result.err().map_or(0, |error| i32::from(error.status))
+}

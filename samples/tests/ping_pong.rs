@@ -1,0 +1,417 @@
+//! The ping-pong sample and the sandbox plugin against real daemons and workers over UCX (TCP
+//! on the loopback device): 2 and 4 ranks as processes on one machine, two ranks on two
+//! "machines" (network namespaces, each with its own daemon), and sends and receives through
+//! the hosts' memory.
+#![cfg(feature = "ucx")]
+
+use std::cell::RefCell;
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use urom_core::host::oob::{RendezvousAddr, SocketOob};
+use urom_core::host::{
+    CompletedTask, Domain, DomainStartProgress, HostMemory, Idle, ProgressEngine, Running, Service,
+    Worker,
+};
+use urom_core::sandbox::{
+    self, MemMapParams, Received, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result,
+};
+use urom_core::wire::Status;
+use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
+use urom_testkit::host::run_worker;
+use urom_testkit::netns::Network;
+use urom_testkit::{ChildGuard, TempDir, binary};
+
+/// How long anything may take before the test fails (never a measure of speed).
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The UCX settings of every process here: TCP (peer error handling and wake-up need it).
+const UCX_ENV: [(&str, &str); 2] = [("UCX_TLS", "tcp,self"), ("UCX_WARN_UNUSED_ENV_VARS", "n")];
+
+/// A daemon offering the sandbox plugin, started by `command` (so that it can run in a network
+/// namespace) with UCX on `device`.
+fn sandbox_daemon(mut command: Command, device: &str) -> (TempDir, Daemon) {
+    let plugins = TempDir::new("urom-sandbox-plugins");
+    let dir = plugin_dir(&plugins, &[("urom-plugin-sandbox", "worker_sandbox")]);
+    command.envs(UCX_ENV).env("UCX_NET_DEVICES", device);
+    let daemon = start_daemon_command(command, dir.to_str().unwrap(), &[], true);
+    (plugins, daemon)
+}
+
+fn local_daemon() -> (TempDir, Daemon) {
+    sandbox_daemon(Command::new(binary("urom-daemon", "urom-daemon")), "lo")
+}
+
+/// Waits for `child` (its output piped) at most `TIMEOUT * 2`, reading its output meanwhile;
+/// killed when it takes longer. Its status (`None`: killed), standard output and error.
+fn finish(mut child: ChildGuard) -> (Option<std::process::ExitStatus>, String, String) {
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = read(child.0.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.0.stderr.take().map(|p| Box::new(p) as _));
+    let status = child.wait_timeout(TIMEOUT * 2);
+    // Killed (if still running) and reaped here, which closes the pipes.
+    drop(child);
+    (status, stdout.join().unwrap(), stderr.join().unwrap())
+}
+
+fn ping_pong(daemon: &Daemon, extra: &[&str]) -> (String, String, bool) {
+    let mut command = Command::new(binary("urom-samples", "urom-ping-pong"));
+    command
+        .envs(UCX_ENV)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["--timeout", "30"])
+        .args(extra);
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting urom-ping-pong");
+    let (status, stdout, stderr) = finish(ChildGuard(child));
+    (stdout, stderr, status.is_some_and(|s| s.success()))
+}
+
+fn count(haystack: &str, line: &str) -> usize {
+    haystack.lines().filter(|l| *l == line).count()
+}
+
+#[test]
+fn two_and_four_ranks_ping_pong_through_their_workers() {
+    let (_plugins, daemon) = local_daemon();
+
+    let (stdout, stderr, ok) = ping_pong(&daemon, &[]);
+    assert!(ok, "{stdout}\n{stderr}\n{}", daemon.log());
+    assert_eq!(
+        count(&stdout, "Server completed PING recv: hello world"),
+        1,
+        "{stdout}"
+    );
+    assert_eq!(
+        count(&stdout, "Client received PONG recv: hello world"),
+        1,
+        "{stdout}"
+    );
+
+    let message = "round the ring of four";
+    let (stdout, stderr, ok) = ping_pong(&daemon, &["--ranks", "4", "-m", message]);
+    assert!(ok, "{stdout}\n{stderr}\n{}", daemon.log());
+    assert_eq!(
+        count(&stdout, &format!("Server completed PING recv: {message}")),
+        1,
+        "{stdout}"
+    );
+    assert_eq!(
+        count(&stdout, &format!("Client received PONG recv: {message}")),
+        3,
+        "{stdout}"
+    );
+
+    // A message of 100 characters is refused before anything starts.
+    let long = "x".repeat(100);
+    let (stdout, stderr, ok) = ping_pong(&daemon, &["--message", &long]);
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("at most 99"), "{stderr}");
+    // The MPI seam says what is missing.
+    let (_, stderr, ok) = ping_pong(&daemon, &["--oob", "mpi"]);
+    assert!(!ok);
+    assert!(stderr.contains("no MPI collective"), "{stderr}");
+}
+
+#[test]
+fn two_ranks_on_two_machines_each_with_its_own_daemon() {
+    let network = match Network::create("pingpong", 2) {
+        Ok(network) => network,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let program = binary("urom-samples", "urom-ping-pong");
+    let daemon_bin = binary("urom-daemon", "urom-daemon");
+    let daemons: Vec<(TempDir, Daemon)> = (0..2)
+        .map(|i| sandbox_daemon(network.command(i, &daemon_bin), &network.device(i, 1 - i)))
+        .collect();
+    let hub = network.hub_address(1);
+    let port = network.run_in(0, || {
+        std::net::TcpListener::bind((hub, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    });
+    let rendezvous = format!("{hub}:{port}");
+    let ranks: Vec<ChildGuard> = (0..2)
+        .map(|rank| {
+            let mut command = network.command(rank, &program);
+            command
+                .envs(UCX_ENV)
+                .env("UCX_NET_DEVICES", network.device(rank, 1 - rank))
+                .arg("--socket")
+                .arg(&daemons[rank].1.socket)
+                .args(["--ranks", "2", "--rank", &rank.to_string()])
+                .args(["--rendezvous", &rendezvous, "--timeout", "30"])
+                .args(["-m", "across machines"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            ChildGuard(command.spawn().expect("starting a rank"))
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for rank in ranks {
+        let (status, stdout, stderr) = finish(rank);
+        let text = format!("{stdout}{stderr}");
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "a rank failed or hung ({status:?}): {text}\n{}\n{}",
+            daemons[0].1.log(),
+            daemons[1].1.log()
+        );
+        outputs.push(text);
+    }
+    assert!(
+        outputs[0].contains("Server completed PING recv: across machines"),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        outputs[1].contains("Client received PONG recv: across machines"),
+        "{}",
+        outputs[1]
+    );
+    // The daemons and their workers go before the namespaces.
+    drop(daemons);
+    drop(network);
+}
+
+/// What a rank's callbacks recorded: (cookie, outcome).
+type Record = (u64, Result<Recorded, Status>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Recorded {
+    Sent(i32),
+    Inline(Vec<u8>, u64),
+    Memory(u64, u64),
+    Other,
+}
+
+std::thread_local! {
+    static RECORDS: RefCell<Vec<Record>> = const { RefCell::new(Vec::new()) };
+}
+
+fn cookie_of(task: &CompletedTask<'_>) -> u64 {
+    u64::from_le_bytes(task.user_data[..8].try_into().unwrap())
+}
+
+fn on_send(task: &CompletedTask<'_>) {
+    let outcome = tag_send_result(task).map(|r| Recorded::Sent(r.ucs_status));
+    RECORDS.with(|r| r.borrow_mut().push((cookie_of(task), outcome)));
+}
+
+fn on_recv(task: &CompletedTask<'_>) {
+    let outcome = tag_recv_result(task).map(|r| match r.data {
+        Received::Inline(bytes) => Recorded::Inline(bytes.to_vec(), r.sender_tag),
+        Received::Memory { len } => Recorded::Memory(len, r.sender_tag),
+    });
+    RECORDS.with(|r| r.borrow_mut().push((cookie_of(task), outcome)));
+}
+
+fn on_other(task: &CompletedTask<'_>) {
+    let outcome = task.status.into_result().map(|()| Recorded::Other);
+    RECORDS.with(|r| r.borrow_mut().push((cookie_of(task), outcome)));
+}
+
+/// Progresses until the task `cookie` completed; its outcome.
+fn wait(engine: &mut ProgressEngine, cookie: u64) -> Result<Recorded, Status> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        engine.progress();
+        let found = RECORDS.with(|r| {
+            let mut r = r.borrow_mut();
+            let at = r.iter().position(|(c, _)| *c == cookie)?;
+            Some(r.swap_remove(at).1)
+        });
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "task {cookie} did not complete");
+    }
+}
+
+/// A rank with a worker running the sandbox plugin, in a domain whose one buffer is `memory`'s
+/// `len` bytes.
+struct Rank {
+    engine: ProgressEngine,
+    worker: Worker<Running>,
+    sandbox: SandboxHost,
+    _service: Service<Running>,
+}
+
+fn rank_in_domain(
+    socket: &std::path::Path,
+    rendezvous: &RendezvousAddr,
+    rank: u32,
+    buffer_len: usize,
+) -> (
+    Rank,
+    HostMemory,
+    urom_core::transport::ucx::MappedMemory,
+    Domain<Running>,
+) {
+    let service = Service::<Idle>::new()
+        .set_socket(socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
+    let sandbox = SandboxHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let worker = run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&service)
+            .set_id(100 + u64::from(rank))
+            .set_plugins(sandbox.id()),
+    );
+    let memory = HostMemory::new(&mut engine).expect("a host memory worker");
+    let buffer = memory.map(buffer_len).expect("mapped memory");
+    let oob = SocketOob::join(rendezvous, 2, rank, TIMEOUT).unwrap();
+    let domain = Domain::new()
+        .set_oob(oob)
+        .set_host_memory_address(memory.address())
+        .set_workers(&[u64::from(rank)], &[&worker])
+        .unwrap()
+        .set_buffers_count(1)
+        .unwrap()
+        .add_buffer(buffer.va(), buffer.len() as u64, &[], buffer.rkey())
+        .unwrap()
+        .start(&mut engine)
+        .unwrap();
+    let domain = match domain.wait_running(&mut engine, TIMEOUT) {
+        Ok(domain) => domain,
+        Err(DomainStartProgress::Failed(_, e)) => panic!("rank {rank}: {e}"),
+        Err(DomainStartProgress::Starting(_)) => panic!("rank {rank}: the domain did not start"),
+    };
+    let rank = Rank {
+        engine,
+        worker,
+        sandbox,
+        _service: service,
+    };
+    (rank, memory, buffer, domain)
+}
+
+#[test]
+fn bytes_only_the_senders_memory_held_reach_the_receiver() {
+    urom_core::transport::ucx::set_config_defaults(&[("TLS", "tcp,self"), ("NET_DEVICES", "lo")]);
+    let (_plugins, daemon) = local_daemon();
+    let dir = TempDir::new("urom-sandbox-memory");
+    let rendezvous = RendezvousAddr::Unix(dir.path().join("rendezvous.sock"));
+    // Bytes made up here, written only into rank 0's mapped memory.
+    let secret: Vec<u8> = (0..300u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ std::process::id() as u8)
+        .collect();
+    let (done_tx, done_rx) = mpsc::channel::<Vec<u8>>();
+    let socket = daemon.socket.clone();
+    let rdv = rendezvous.clone();
+    let secret_in = secret.clone();
+    let sender = std::thread::spawn(move || {
+        let (mut me, _memory, mut buffer, domain) = rank_in_domain(&socket, &rdv, 0, 4096);
+        buffer.write(1000, &secret_in).unwrap();
+        // UCX 1.13 has no exported memory handles: the lookup says so.
+        assert_eq!(
+            domain.table().memory_handle(0, 0),
+            Err(Status::NotSupported)
+        );
+        let va = buffer.va() + 1000;
+        // The whole secret to rank 1's memory, then its first 40 bytes inline.
+        for (cookie, len) in [(1, secret_in.len() as u64), (2, 40)] {
+            let from = SendFrom::Memory { va, len };
+            me.sandbox
+                .tag_send(&me.worker, cookie, 7, 1, from, 0x40 + cookie, on_send)
+                .unwrap();
+            assert_eq!(wait(&mut me.engine, cookie), Ok(Recorded::Sent(0)));
+        }
+        // A range past the buffer's end is refused, as is memory nobody added.
+        let past = SendFrom::Memory {
+            va: buffer.va() + 4000,
+            len: 200,
+        };
+        me.sandbox
+            .tag_send(&me.worker, 3, 7, 1, past, 0x43, on_send)
+            .unwrap();
+        assert_eq!(wait(&mut me.engine, 3), Err(Status::InvalidValue));
+        let nowhere = SendFrom::Memory { va: 0x10, len: 1 };
+        me.sandbox
+            .tag_send(&me.worker, 4, 7, 1, nowhere, 0x44, on_send)
+            .unwrap();
+        assert_eq!(wait(&mut me.engine, 4), Err(Status::NotFound));
+        // MEM_MAP needs exported memory handles (UCX 1.14).
+        me.sandbox
+            .mem_map(&me.worker, 5, 7, MemMapParams::default(), b"memh", on_other)
+            .unwrap();
+        assert_eq!(wait(&mut me.engine, 5), Err(Status::NotSupported));
+        // A command of the wrong length.
+        me.worker
+            .submit(me.sandbox.id(), |task| {
+                task.user_data_mut()[..8].copy_from_slice(&6u64.to_le_bytes());
+                task.set_callback(on_other);
+                task.payload_mut()[..10].fill(1);
+                10
+            })
+            .unwrap();
+        assert_eq!(wait(&mut me.engine, 6), Err(Status::InvalidValue));
+        // A destination that is no member.
+        me.sandbox
+            .tag_send(&me.worker, 7, 7, 99, SendFrom::Inline(b"x"), 1, on_send)
+            .unwrap();
+        assert_eq!(wait(&mut me.engine, 7), Err(Status::NotFound));
+        // Keep the memory worker progressing until the receiver is done with it.
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            me.engine.progress();
+            if let Ok(received) = done_rx.try_recv() {
+                return received;
+            }
+            assert!(Instant::now() < deadline, "the receiver did not finish");
+        }
+    });
+    let (mut me, _memory, buffer, _domain) = rank_in_domain(&daemon.socket, &rendezvous, 1, 4096);
+    let into = RecvInto::Memory {
+        va: buffer.va() + 8,
+        len: 512,
+    };
+    me.sandbox
+        .tag_recv(&me.worker, 11, 9, into, 0x41, 0xffff, on_recv)
+        .unwrap();
+    assert_eq!(wait(&mut me.engine, 11), Ok(Recorded::Memory(300, 0x41)));
+    let mut landed = vec![0u8; 300];
+    buffer.read(8, &mut landed).unwrap();
+    assert_eq!(landed, secret, "the bytes in the receiver's memory");
+    me.sandbox
+        .tag_recv(
+            &me.worker,
+            12,
+            9,
+            RecvInto::Inline { capacity: 100 },
+            0x42,
+            0xffff,
+            on_recv,
+        )
+        .unwrap();
+    assert_eq!(
+        wait(&mut me.engine, 12),
+        Ok(Recorded::Inline(secret[..40].to_vec(), 0x42))
+    );
+    done_tx.send(landed).unwrap();
+    assert_eq!(sender.join().expect("the sending rank"), secret);
+}

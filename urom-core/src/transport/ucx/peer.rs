@@ -1,0 +1,960 @@
+//! UCP for worker-to-worker messages and host memory: [`PeerWorker`], a worker that plugins use
+//! to send tagged messages to their peers and to reach their hosts' memory, and
+//! [`HostMemoryWorker`] with [`MappedMemory`], the host's side of that memory.
+//!
+//! Both use a process-wide context of their own (tag matching, remote memory access, 64-bit
+//! atomics, wake-up: what the DOCA sandbox plugin asks for), apart from the transport's
+//! active-message context; `UCX_*` variables configure it the same way.
+//!
+//! # Operations and their buffers
+//!
+//! A tagged send or receive runs asynchronously in an *operation slot* of the worker: a buffer
+//! the worker owns, so that nothing the caller holds must outlive the operation. A send copies
+//! its bytes into the slot (or fetches them from a peer's memory); a receive lands in it. Slots
+//! are reused: once every slot has grown to the largest message, nothing is allocated per
+//! operation. Completions come out of [`PeerWorker::progress`] in the order UCX finished them,
+//! each naming the caller's token and its slot, whose bytes stay readable until
+//! [`PeerWorker::release`].
+//!
+//! Remote memory access ([`PeerWorker::get`] into a slot, [`PeerWorker::put`] from one) waits
+//! for completion, progressing the worker, at most until a deadline. Over transports without
+//! hardware RMA (TCP), UCX emulates it with active messages, so the memory's owner must
+//! progress its worker meanwhile: a host does so from its progress engine. An operation that
+//! times out may still write its slot later, so that slot is never reused.
+//!
+//! # Memory on the host
+//!
+//! [`MappedMemory`] is zeroed memory this module allocates and maps with `ucp_mem_map`, with
+//! its packed remote key (`ucp_rkey_pack`) for a domain's `add_buffer`. A peer may read and
+//! write it at any time through its key, so the host reaches it only by copying in and out
+//! ([`MappedMemory::write`], [`MappedMemory::read`]), never through a reference. UCX 1.13
+//! cannot export memory handles (`ucp_memh_pack` is 1.14), so there is no memory handle to
+//! give: a buffer is added with an empty one, whose lookups answer `DOCA_ERROR_NOT_SUPPORTED`.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::fmt;
+use std::os::fd::BorrowedFd;
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use ucx_sys as sys;
+
+use super::ucp::{Armed, Worker, check, peer_context, request_param};
+
+/// A UCX call that failed, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UcxError {
+    /// The UCX function (or step) that failed.
+    pub op: &'static str,
+    /// Its status.
+    pub status: i8,
+}
+
+impl UcxError {
+    fn new(op: &'static str, status: sys::ucs_status_t) -> Self {
+        Self { op, status }
+    }
+}
+
+impl fmt::Display for UcxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failed: {} ({})",
+            self.op,
+            sys::status_text(self.status),
+            self.status
+        )
+    }
+}
+
+impl std::error::Error for UcxError {}
+
+/// An endpoint of a [`PeerWorker`], by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerId(usize);
+
+/// A remote key a [`PeerWorker`] unpacked for one of its peers, by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteKeyId(usize);
+
+/// An operation slot of a [`PeerWorker`]: its index and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotId {
+    index: usize,
+    generation: u64,
+}
+
+/// Memory of a peer: where, through which endpoint and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteMemory {
+    /// The endpoint to the memory's owner.
+    pub peer: PeerId,
+    /// Its key, unpacked on that endpoint.
+    pub key: RemoteKeyId,
+    /// The address in the owner's memory.
+    pub address: u64,
+}
+
+/// What a finished operation was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperationKind {
+    /// A tagged send.
+    Send,
+    /// A tagged receive: the tag it matched and how many bytes arrived.
+    Receive {
+        /// The sender's tag.
+        sender_tag: u64,
+        /// Bytes received (in the slot).
+        len: usize,
+    },
+}
+
+/// A finished tagged send or receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The token the operation was started with.
+    pub token: u64,
+    /// Its slot: [`PeerWorker::slot`] reads it, [`PeerWorker::release`] gives it back.
+    pub slot: SlotId,
+    /// What it was.
+    pub kind: OperationKind,
+    /// `Ok`, or the UCX error it ended with.
+    pub result: Result<(), UcxError>,
+}
+
+/// Where a slot stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    /// On the free list.
+    Free,
+    /// An operation runs in it; UCX's callback finishes it.
+    Running,
+    /// UCX finished it; it waits in the ready list.
+    Finished,
+    /// Handed out as a completion, not yet released.
+    Taken,
+    /// An operation timed out in it and may still write it: never reused.
+    Lost,
+}
+
+/// One operation slot. Boxed, so that its address (UCX's user data) never moves.
+struct Slot {
+    index: usize,
+    generation: u64,
+    state: SlotState,
+    token: u64,
+    receive: bool,
+    /// The request UCX returned (or passed to the callback), freed once harvested.
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    sender_tag: u64,
+    len: usize,
+    buffer: Vec<u8>,
+    /// Set by the callback: the worker's list of finished slots.
+    ready: *const ReadyList,
+}
+
+/// Slots UCX finished, by index, in order; filled by the callbacks during progress.
+struct ReadyList(std::cell::RefCell<std::collections::VecDeque<usize>>);
+
+/// One endpoint and what its error handler writes.
+struct Peer {
+    ep: sys::ucp_ep_h,
+    /// INVARIANTS: boxed so that its address, UCX's error-handler argument, never moves while
+    /// the endpoint lives.
+    failed: Box<Cell<Option<sys::ucs_status_t>>>,
+}
+
+/// A worker that reaches peer workers with tagged messages and their memory with remote
+/// memory access. See the module docs.
+///
+/// INVARIANTS: every endpoint in `peers` and key in `keys` belongs to `worker`; slots whose
+/// operations may still run (`Running`, `Lost`) keep their buffers until the worker is
+/// destroyed. `worker` is the first field, so it is destroyed (after `drop` released the keys
+/// and closed the endpoints) before the slots and the ready list its callbacks write.
+pub struct PeerWorker {
+    worker: Worker,
+    address: Vec<u8>,
+    peers: Vec<Peer>,
+    keys: Vec<(sys::ucp_rkey_h, PeerId)>,
+    // Each slot boxed: UCX holds its address (the operation's user data) while it runs.
+    #[allow(clippy::vec_box)]
+    slots: Vec<Box<Slot>>,
+    free: Vec<usize>,
+    /// Operations started whose completion was not handed out yet.
+    active: usize,
+    ready: Box<ReadyList>,
+}
+
+impl fmt::Debug for PeerWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerWorker")
+            .field("peers", &self.peers.len())
+            .field("keys", &self.keys.len())
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+impl PeerWorker {
+    /// A worker of the process-wide peer context.
+    pub fn new() -> Result<Self, UcxError> {
+        let context = peer_context().map_err(|status| UcxError::new("ucp_init", status))?;
+        let worker = Worker::in_context(context, c"urom-peer")
+            .map_err(|(op, status)| UcxError::new(op, status))?;
+        let address = worker_address(&worker)?;
+        Ok(Self {
+            worker,
+            address,
+            peers: Vec::new(),
+            keys: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            active: 0,
+            ready: Box::new(ReadyList(Default::default())),
+        })
+    }
+
+    /// This worker's UCP address, for peers to connect to.
+    pub fn address(&self) -> &[u8] {
+        &self.address
+    }
+
+    /// The descriptor that wakes a sleeper once [`PeerWorker::arm`] said it may sleep.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.worker.efd()
+    }
+
+    /// Prepares to sleep on [`PeerWorker::wake_fd`]: `false` when events wait (progress
+    /// instead).
+    pub fn arm(&self) -> bool {
+        matches!(self.worker.arm(), Armed::Yes)
+    }
+
+    /// An endpoint to the worker at `address` (a UCP worker address).
+    pub fn connect(&mut self, address: &[u8]) -> Result<PeerId, UcxError> {
+        let failed: Box<Cell<Option<sys::ucs_status_t>>> = Box::new(Cell::new(None));
+        let arg = (&raw const *failed).cast_mut().cast::<c_void>();
+        // SAFETY: `arg` points to the boxed cell, which lives (at the same address) as long as
+        // the endpoint: both sit in one `Peer`, and `drop` closes endpoints before dropping
+        // them. `on_peer_error` only writes that cell.
+        let ep = unsafe {
+            super::ucp::create_ep(
+                &self.worker,
+                super::ucp::Remote::Worker(address),
+                on_peer_error,
+                arg,
+            )
+        }
+        .map_err(|status| UcxError::new("ucp_ep_create", status))?;
+        self.peers.push(Peer { ep, failed });
+        Ok(PeerId(self.peers.len() - 1))
+    }
+
+    /// Why the endpoint `peer` failed, if it did.
+    pub fn peer_failure(&self, peer: PeerId) -> Option<UcxError> {
+        let status = self.peers.get(peer.0)?.failed.get()?;
+        Some(UcxError::new("the peer's endpoint", status))
+    }
+
+    fn ep(&self, peer: PeerId) -> Result<sys::ucp_ep_h, UcxError> {
+        let peer = self.peers.get(peer.0).ok_or(UcxError::new(
+            "an unknown endpoint",
+            sys::UCS_ERR_NOT_CONNECTED,
+        ))?;
+        match peer.failed.get() {
+            Some(status) => Err(UcxError::new("the peer's endpoint", status)),
+            None => Ok(peer.ep),
+        }
+    }
+
+    /// Unpacks `packed` (a remote key packed by the owner of `peer`'s worker) for `peer`.
+    pub fn unpack_key(&mut self, peer: PeerId, packed: &[u8]) -> Result<RemoteKeyId, UcxError> {
+        let ep = self.ep(peer)?;
+        let mut rkey: sys::ucp_rkey_h = std::ptr::null_mut();
+        // SAFETY: `ep` is a live endpoint of this worker; `packed` is readable for the call
+        // (UCX reads the key's own length from it and copies what it keeps); `rkey` is a valid
+        // place for the result. A buffer that is not a packed key is refused with a status.
+        let status = unsafe { sys::ucp_ep_rkey_unpack(ep, packed.as_ptr().cast(), &mut rkey) };
+        check(status).map_err(|status| UcxError::new("ucp_ep_rkey_unpack", status))?;
+        self.keys.push((rkey, peer));
+        Ok(RemoteKeyId(self.keys.len() - 1))
+    }
+
+    /// A free slot with room for `len` bytes, its state set to `Running`.
+    fn take_slot(&mut self, token: u64, receive: bool, len: usize) -> usize {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                let index = self.slots.len();
+                self.slots.push(Box::new(Slot {
+                    index,
+                    generation: 0,
+                    state: SlotState::Free,
+                    token: 0,
+                    receive: false,
+                    request: std::ptr::null_mut(),
+                    status: sys::UCS_OK,
+                    sender_tag: 0,
+                    len: 0,
+                    buffer: Vec::new(),
+                    ready: std::ptr::null(),
+                }));
+                index
+            }
+        };
+        let ready: *const ReadyList = &*self.ready;
+        self.active += 1;
+        let slot = &mut self.slots[index];
+        slot.generation += 1;
+        slot.state = SlotState::Running;
+        slot.token = token;
+        slot.receive = receive;
+        slot.request = std::ptr::null_mut();
+        slot.status = sys::UCS_INPROGRESS;
+        slot.sender_tag = 0;
+        slot.len = len;
+        slot.ready = ready;
+        if slot.buffer.len() < len {
+            slot.buffer.resize(len, 0);
+        }
+        index
+    }
+
+    /// The request parameters of an operation in `index`, its callback always called.
+    fn op_param(&mut self, index: usize, receive: bool) -> sys::ucp_request_param_t {
+        let user_data = (&raw mut *self.slots[index]).cast::<c_void>();
+        let mut param = request_param(
+            sys::UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+            if receive { None } else { Some(on_send_done) },
+            user_data,
+        );
+        if receive {
+            param.op_attr_mask |=
+                sys::UCP_OP_ATTR_FIELD_CALLBACK | sys::UCP_OP_ATTR_FIELD_USER_DATA;
+            param.cb = sys::ucp_request_param_cb {
+                recv: Some(on_recv_done),
+            };
+        }
+        param
+    }
+
+    /// Records what starting an operation in slot `index` returned.
+    fn started(&mut self, index: usize, started: sys::ucs_status_ptr_t) {
+        let slot = &mut self.slots[index];
+        let status = match sys::status_ptr(started) {
+            sys::StatusPtr::Request(request) => {
+                // The callback may have run already, with the same request.
+                slot.request = request;
+                return;
+            }
+            sys::StatusPtr::Failed(status) => status,
+            // Not with `NO_IMM_CMPL`, but harmless: done.
+            sys::StatusPtr::Done => sys::UCS_OK,
+        };
+        if slot.state == SlotState::Running {
+            slot.status = status;
+            slot.state = SlotState::Finished;
+            self.ready.0.borrow_mut().push_back(index);
+        }
+    }
+
+    /// Sends `data` to `peer` with `tag`; completes (with `token`) from
+    /// [`PeerWorker::progress`]. The bytes are copied first.
+    pub fn tag_send(
+        &mut self,
+        peer: PeerId,
+        tag: u64,
+        data: &[u8],
+        token: u64,
+    ) -> Result<SlotId, UcxError> {
+        let ep = self.ep(peer)?;
+        let index = self.take_slot(token, false, data.len());
+        self.slots[index].buffer[..data.len()].copy_from_slice(data);
+        self.send_slot(ep, index, tag)
+    }
+
+    /// Sends the `len` bytes at `from` (a peer's memory) to `peer` with `tag`: fetches them into
+    /// a slot (waiting at most until `deadline`), then sends as [`PeerWorker::tag_send`].
+    pub fn tag_send_from(
+        &mut self,
+        peer: PeerId,
+        tag: u64,
+        from: RemoteMemory,
+        len: usize,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<SlotId, UcxError> {
+        let ep = self.ep(peer)?;
+        let index = self.take_slot(token, false, len);
+        self.rma(index, from, len, false, deadline)?;
+        self.send_slot(ep, index, tag)
+    }
+
+    fn send_slot(&mut self, ep: sys::ucp_ep_h, index: usize, tag: u64) -> Result<SlotId, UcxError> {
+        let param = self.op_param(index, false);
+        let slot = &self.slots[index];
+        let (buffer, len) = (slot.buffer.as_ptr(), slot.len);
+        // SAFETY: `ep` is a live endpoint of this worker; the slot's buffer holds `len` bytes
+        // and stays allocated and unchanged until the operation finishes (a `Running` slot is
+        // not touched, and is freed only after the worker is destroyed); `param`'s user data is
+        // the boxed slot, which `on_send_done` finishes.
+        let started = unsafe { sys::ucp_tag_send_nbx(ep, buffer.cast(), len, tag, &param) };
+        self.started(index, started);
+        Ok(self.slot_id(index))
+    }
+
+    /// Receives a message whose tag matches `tag` under `mask` (`(sender & mask) == (tag &
+    /// mask)`), of at most `capacity` bytes; completes (with `token`) from
+    /// [`PeerWorker::progress`].
+    pub fn tag_recv(&mut self, tag: u64, mask: u64, capacity: usize, token: u64) -> SlotId {
+        let index = self.take_slot(token, true, capacity);
+        let param = self.op_param(index, true);
+        let buffer = self.slots[index].buffer.as_mut_ptr();
+        // SAFETY: the worker is live; the slot's buffer has room for `capacity` bytes and stays
+        // allocated and untouched until the operation finishes (as for sends); `param`'s user
+        // data is the boxed slot, which `on_recv_done` finishes.
+        let started = unsafe {
+            sys::ucp_tag_recv_nbx(
+                self.worker.raw(),
+                buffer.cast(),
+                capacity,
+                tag,
+                mask,
+                &param,
+            )
+        };
+        self.started(index, started);
+        self.slot_id(index)
+    }
+
+    fn slot_id(&self, index: usize) -> SlotId {
+        SlotId {
+            index,
+            generation: self.slots[index].generation,
+        }
+    }
+
+    /// Copies between slot `index` and `remote` (`put`: from the slot), waiting for completion
+    /// at most until `deadline`. On a timeout the slot is lost (UCX may still write it).
+    fn rma(
+        &mut self,
+        index: usize,
+        remote: RemoteMemory,
+        len: usize,
+        put: bool,
+        deadline: Instant,
+    ) -> Result<(), UcxError> {
+        let done = self.rma_inner(index, remote, len, put, deadline);
+        let slot = &mut self.slots[index];
+        match done {
+            Ok(()) => Ok(()),
+            Err((error, lost)) => {
+                self.active -= 1;
+                if lost {
+                    slot.state = SlotState::Lost;
+                } else {
+                    slot.state = SlotState::Free;
+                    self.free.push(index);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn rma_inner(
+        &mut self,
+        index: usize,
+        remote: RemoteMemory,
+        len: usize,
+        put: bool,
+        deadline: Instant,
+    ) -> Result<(), (UcxError, bool)> {
+        let ep = self.ep(remote.peer).map_err(|e| (e, false))?;
+        let rkey = match self.keys.get(remote.key.0) {
+            Some(&(rkey, owner)) if owner == remote.peer => rkey,
+            _ => {
+                let error =
+                    UcxError::new("a remote key of another endpoint", sys::UCS_ERR_NO_MESSAGE);
+                return Err((error, false));
+            }
+        };
+        let param = request_param(0, None, std::ptr::null_mut());
+        let slot = &mut self.slots[index];
+        if slot.buffer.len() < len {
+            slot.buffer.resize(len, 0);
+        }
+        let buffer = slot.buffer.as_mut_ptr();
+        let (op, started) = if put {
+            // SAFETY: `ep` and `rkey` are live and belong together (checked above); the slot
+            // holds `len` readable bytes that stay allocated until the put finishes (waited for
+            // below; on a timeout the slot is lost, never reused or freed before the worker).
+            let started = unsafe {
+                sys::ucp_put_nbx(
+                    ep,
+                    buffer.cast_const().cast(),
+                    len,
+                    remote.address,
+                    rkey,
+                    &param,
+                )
+            };
+            ("ucp_put_nbx", started)
+        } else {
+            // SAFETY: as for the put; the slot has room for `len` bytes to be written.
+            let started =
+                unsafe { sys::ucp_get_nbx(ep, buffer.cast(), len, remote.address, rkey, &param) };
+            ("ucp_get_nbx", started)
+        };
+        self.wait(op, started, deadline)?;
+        if put {
+            // The put completed locally; the flush makes it complete at the target.
+            // SAFETY: `ep` is a live endpoint of this worker.
+            let flushing = unsafe { sys::ucp_ep_flush_nbx(ep, &param) };
+            self.wait("ucp_ep_flush_nbx", flushing, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `started` until `deadline`; on a timeout, `(error, true)`: the request may still
+    /// run.
+    fn wait(
+        &self,
+        op: &'static str,
+        started: sys::ucs_status_ptr_t,
+        deadline: Instant,
+    ) -> Result<(), (UcxError, bool)> {
+        let request = match sys::status_ptr(started) {
+            sys::StatusPtr::Done => return Ok(()),
+            sys::StatusPtr::Failed(status) => return Err((UcxError::new(op, status), false)),
+            sys::StatusPtr::Request(request) => request,
+        };
+        loop {
+            self.worker.progress();
+            // SAFETY: `request` is a live request of this worker, not yet freed.
+            let status = unsafe { sys::ucp_request_check_status(request) };
+            if status != sys::UCS_INPROGRESS {
+                // SAFETY: finished, freed once.
+                unsafe { sys::ucp_request_free(request) };
+                return check(status).map_err(|status| (UcxError::new(op, status), false));
+            }
+            if Instant::now() >= deadline {
+                // SAFETY: a live request, released once: UCX frees it when it completes.
+                unsafe { sys::ucp_request_free(request) };
+                return Err((UcxError::new(op, sys::UCS_ERR_TIMED_OUT), true));
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Copies the first `len` bytes of slot `slot` to `to` (a peer's memory), waiting for the
+    /// copy to complete there at most until `deadline`.
+    pub fn put(
+        &mut self,
+        slot: SlotId,
+        to: RemoteMemory,
+        len: usize,
+        deadline: Instant,
+    ) -> Result<(), UcxError> {
+        let index = self.check_taken(slot)?;
+        let len = len.min(self.slots[index].buffer.len());
+        match self.rma_inner(index, to, len, true, deadline) {
+            Ok(()) => Ok(()),
+            Err((error, lost)) => {
+                if lost {
+                    self.slots[index].state = SlotState::Lost;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn check_taken(&self, slot: SlotId) -> Result<usize, UcxError> {
+        match self.slots.get(slot.index) {
+            Some(s) if s.generation == slot.generation && s.state == SlotState::Taken => {
+                Ok(slot.index)
+            }
+            _ => Err(UcxError::new(
+                "a released operation slot",
+                sys::UCS_ERR_NO_MESSAGE,
+            )),
+        }
+    }
+
+    /// The bytes of a finished operation's slot: what a receive got, what a send sent; empty
+    /// once released.
+    pub fn slot(&self, slot: SlotId) -> &[u8] {
+        match self.check_taken(slot) {
+            Ok(index) => {
+                let s = &self.slots[index];
+                &s.buffer[..s.len.min(s.buffer.len())]
+            }
+            Err(_) => &[],
+        }
+    }
+
+    /// Gives a finished operation's slot back for reuse.
+    pub fn release(&mut self, slot: SlotId) {
+        if let Ok(index) = self.check_taken(slot) {
+            self.slots[index].state = SlotState::Free;
+            self.free.push(index);
+        }
+    }
+
+    /// Progresses the worker and returns the next finished operation, if any. Its slot stays
+    /// readable until released.
+    pub fn progress(&mut self) -> Option<Completion> {
+        if self.ready.0.borrow().is_empty() {
+            self.worker.progress();
+        }
+        let index = self.ready.0.borrow_mut().pop_front()?;
+        self.active -= 1;
+        let slot = &mut self.slots[index];
+        if !slot.request.is_null() {
+            // SAFETY: the request finished (its callback ran) and is freed once, here.
+            unsafe { sys::ucp_request_free(slot.request) };
+            slot.request = std::ptr::null_mut();
+        }
+        slot.state = SlotState::Taken;
+        let kind = if slot.receive {
+            OperationKind::Receive {
+                sender_tag: slot.sender_tag,
+                len: slot.len,
+            }
+        } else {
+            OperationKind::Send
+        };
+        let op = if slot.receive {
+            "ucp_tag_recv_nbx"
+        } else {
+            "ucp_tag_send_nbx"
+        };
+        Some(Completion {
+            token: slot.token,
+            slot: SlotId {
+                index,
+                generation: slot.generation,
+            },
+            kind,
+            result: check(slot.status).map_err(|status| UcxError::new(op, status)),
+        })
+    }
+
+    /// How many operations were started and not yet handed out by [`PeerWorker::progress`].
+    pub fn running(&self) -> usize {
+        self.active
+    }
+}
+
+impl Drop for PeerWorker {
+    fn drop(&mut self) {
+        for (rkey, _) in self.keys.drain(..) {
+            // SAFETY: unpacked on an endpoint of this worker, destroyed once, before the
+            // endpoints close.
+            unsafe { sys::ucp_rkey_destroy(rkey) };
+        }
+        for peer in &self.peers {
+            // SAFETY: a live endpoint of this worker, closed once; its error-handler argument
+            // lives until the worker is destroyed below (the peers drop after that).
+            unsafe { super::ucp::close_ep_now(peer.ep) };
+        }
+        // Running operations end with the worker, which is dropped first of the fields (before
+        // the slots' buffers and the ready list its callbacks write).
+        self.worker.progress_all();
+    }
+}
+
+/// UCX's endpoint error handler: notes the failure for the endpoint's owner.
+///
+/// # Safety
+/// `arg` is the endpoint's boxed cell (see [`PeerWorker::connect`]).
+unsafe extern "C" fn on_peer_error(
+    arg: *mut c_void,
+    _ep: sys::ucp_ep_h,
+    status: sys::ucs_status_t,
+) {
+    // SAFETY: `arg` is the live boxed cell of the endpoint (caller); UCX calls this from the
+    // owner's progress, on the owner's thread.
+    let failed = unsafe { &*arg.cast::<Cell<Option<sys::ucs_status_t>>>() };
+    failed.set(Some(status));
+}
+
+/// Finishes slot `user_data` with `status`.
+///
+/// # Safety
+/// `user_data` is a live boxed [`Slot`] of a worker on this thread, whose operation this is.
+unsafe fn finish<'a>(
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    user_data: *mut c_void,
+) -> &'a mut Slot {
+    // SAFETY: (caller) the slot lives and nothing else borrows it during UCX's progress.
+    let slot = unsafe { &mut *user_data.cast::<Slot>() };
+    slot.request = request;
+    slot.status = status;
+    slot.state = SlotState::Finished;
+    // SAFETY: `ready` points to the worker's boxed list, which outlives its slots' operations.
+    let ready = unsafe { &*slot.ready };
+    ready.0.borrow_mut().push_back(slot.index);
+    slot
+}
+
+unsafe extern "C" fn on_send_done(
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: UCX passes the user data of `PeerWorker::op_param`: a live boxed slot.
+    unsafe { finish(request, status, user_data) };
+}
+
+unsafe extern "C" fn on_recv_done(
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    info: *const sys::ucp_tag_recv_info_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: UCX passes the user data of `PeerWorker::op_param`: a live boxed slot.
+    let slot = unsafe { finish(request, status, user_data) };
+    if !info.is_null() {
+        // SAFETY: non-null: UCX's receive information, valid for the callback.
+        let info = unsafe { *info };
+        slot.sender_tag = info.sender_tag;
+        slot.len = info.length.min(slot.len);
+    } else {
+        slot.len = 0;
+    }
+}
+
+/// The address of `worker`.
+fn worker_address(worker: &Worker) -> Result<Vec<u8>, UcxError> {
+    worker.address().map_err(|e| match e {
+        super::UcxConnectError::Ucx { op, status } => UcxError::new(op, status),
+        _ => UcxError::new("ucp_worker_query", sys::UCS_ERR_NO_MESSAGE),
+    })
+}
+
+/// The host's worker for its mapped memory: peers' remote memory access to it needs its
+/// progress over transports that emulate RMA (TCP). See the module docs.
+pub struct HostMemoryWorker {
+    worker: Worker,
+    address: Vec<u8>,
+}
+
+impl fmt::Debug for HostMemoryWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostMemoryWorker").finish_non_exhaustive()
+    }
+}
+
+impl HostMemoryWorker {
+    /// A worker of the process-wide peer context.
+    pub fn new() -> Result<Self, UcxError> {
+        let context = peer_context().map_err(|status| UcxError::new("ucp_init", status))?;
+        let worker = Worker::in_context(context, c"urom-host-memory")
+            .map_err(|(op, status)| UcxError::new(op, status))?;
+        let address = worker_address(&worker)?;
+        Ok(Self { worker, address })
+    }
+
+    /// The worker's UCP address: peers reach the host's mapped memory through it.
+    pub fn address(&self) -> &[u8] {
+        &self.address
+    }
+
+    /// One round of progress; how many events it handled.
+    pub fn progress(&self) -> u32 {
+        self.worker.progress()
+    }
+
+    /// The descriptor that wakes a sleeper once [`HostMemoryWorker::arm`] said it may sleep.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.worker.efd()
+    }
+
+    /// Prepares to sleep on [`HostMemoryWorker::wake_fd`]: `false` when events wait.
+    pub fn arm(&self) -> bool {
+        matches!(self.worker.arm(), Armed::Yes)
+    }
+}
+
+/// Zeroed host memory mapped for remote access, with its packed remote key. See the module
+/// docs.
+///
+/// INVARIANTS: `ptr` is a `len`-byte allocation of `layout` made here, registered as `memh`
+/// with the peer context until `drop` unmaps it (before freeing it).
+pub struct MappedMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    memh: sys::ucp_mem_h,
+    rkey: Vec<u8>,
+}
+
+impl fmt::Debug for MappedMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedMemory")
+            .field("va", &format_args!("{:#x}", self.va()))
+            .field("len", &self.len)
+            .field("rkey_len", &self.rkey.len())
+            .finish()
+    }
+}
+
+/// Why a copy into or out of [`MappedMemory`] was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfBounds {
+    /// Where the copy started.
+    pub offset: usize,
+    /// How long it was.
+    pub len: usize,
+    /// The memory's length.
+    pub size: usize,
+}
+
+impl fmt::Display for OutOfBounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} bytes at offset {} do not fit {} bytes of mapped memory",
+            self.len, self.offset, self.size
+        )
+    }
+}
+
+impl std::error::Error for OutOfBounds {}
+
+// SAFETY: the memory is owned (a raw allocation nothing else refers to) and the memory handle
+// belongs to the thread-safe peer context (`mt_workers_shared`); every access copies.
+unsafe impl Send for MappedMemory {}
+
+const PAGE: usize = 4096;
+
+impl MappedMemory {
+    /// `len` (at least 1) zeroed bytes, mapped for local and remote reading and writing.
+    pub fn new(len: usize) -> Result<Self, UcxError> {
+        let context = peer_context().map_err(|status| UcxError::new("ucp_init", status))?;
+        let layout = std::alloc::Layout::from_size_align(len.max(1), PAGE)
+            .map_err(|_| UcxError::new("allocating memory to map", sys::UCS_ERR_NO_RESOURCE))?;
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(UcxError::new(
+            "allocating memory to map",
+            sys::UCS_ERR_NO_RESOURCE,
+        ))?;
+        // SAFETY: all-zero is a valid `ucp_mem_map_params_t`; only the named fields are read.
+        let mut params: sys::ucp_mem_map_params_t = unsafe { std::mem::zeroed() };
+        params.field_mask = sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+            | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+            | sys::UCP_MEM_MAP_PARAM_FIELD_PROT;
+        params.address = raw.cast();
+        params.length = layout.size();
+        params.prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
+            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+            | sys::UCP_MEM_MAP_PROT_REMOTE_READ
+            | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+        let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
+        // SAFETY: the context is live; `params` names memory allocated above, which stays
+        // allocated until unmapped; `memh` is a valid place for the result.
+        let status = unsafe { sys::ucp_mem_map(context, &params, &mut memh) };
+        if let Err(status) = check(status) {
+            // SAFETY: allocated above with `layout`, not mapped, freed once.
+            unsafe { std::alloc::dealloc(raw, layout) };
+            return Err(UcxError::new("ucp_mem_map", status));
+        }
+        let mut mapped = Self {
+            ptr,
+            len: layout.size(),
+            memh,
+            rkey: Vec::new(),
+        };
+        let mut packed: *mut c_void = std::ptr::null_mut();
+        let mut packed_len = 0usize;
+        // SAFETY: the context is live and `memh` is its mapping; both outputs are valid.
+        let status = unsafe { sys::ucp_rkey_pack(context, memh, &mut packed, &mut packed_len) };
+        check(status).map_err(|status| UcxError::new("ucp_rkey_pack", status))?;
+        if !packed.is_null() {
+            // SAFETY: UCX packed `packed_len` readable bytes at `packed`, valid until released.
+            let bytes = unsafe { std::slice::from_raw_parts(packed.cast::<u8>(), packed_len) };
+            mapped.rkey = bytes.to_vec();
+            // SAFETY: packed by ucp_rkey_pack, released once.
+            unsafe { sys::ucp_rkey_buffer_release(packed) };
+        }
+        Ok(mapped)
+    }
+
+    /// Its address in this process (the `va` of a domain buffer).
+    pub fn va(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its packed remote key (`ucp_rkey_pack`), for a domain's `add_buffer`.
+    pub fn rkey(&self) -> &[u8] {
+        &self.rkey
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copies `bytes` in at `offset`.
+    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<(), OutOfBounds> {
+        self.check(offset, bytes.len())?;
+        // SAFETY: in bounds (checked); the memory is ours and only ever copied to and from, so
+        // no reference to it exists; `bytes` cannot overlap it (no reference to it exists).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().wrapping_add(offset),
+                bytes.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes out from `offset`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutOfBounds> {
+        self.check(offset, out.len())?;
+        // SAFETY: in bounds (checked); as for `write`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().wrapping_add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+}
+
+impl Drop for MappedMemory {
+    fn drop(&mut self) {
+        if let Ok(context) = peer_context() {
+            // SAFETY: `memh` is this context's mapping, unmapped once.
+            let _ = unsafe { sys::ucp_mem_unmap(context, self.memh) };
+        }
+        let layout = std::alloc::Layout::from_size_align(self.len, PAGE)
+            .expect("the layout it was allocated with");
+        // SAFETY: allocated in `new` with this layout (size `len`, page-aligned), unmapped above,
+        // freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+    }
+}
