@@ -66,7 +66,7 @@ const UCX_PACKAGES: [&str; 5] = [
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
 /// process, and returns the path of `artifact` in the profile directory. With this crate's
 /// `ucx` feature, the daemon, the worker and the samples are built with theirs; with its `mpi`
-/// feature, this crate's programs are built with it.
+/// feature, this crate's programs and the samples are built with it.
 fn build(package: &str, artifact: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     let profile_dir = profile_dir();
@@ -95,8 +95,8 @@ fn build(package: &str, artifact: &str) -> PathBuf {
         if cfg!(feature = "ucx") && UCX_PACKAGES.contains(&package) {
             command.args(["--features", "ucx"]);
         }
-        // And those of the mpi feature, the rank program built with MPI.
-        if cfg!(feature = "mpi") && package == "urom-testkit" {
+        // And those of the mpi feature, the rank programs built with MPI.
+        if cfg!(feature = "mpi") && matches!(package, "urom-testkit" | "urom-samples") {
             command.args(["--features", "mpi"]);
         }
         let status = command

@@ -13,7 +13,11 @@
 //!   documented error;
 //! * `domain.c`: a domain of two ranks (two processes, an out-of-band allgather of the program's
 //!   own over a socket pair) runs, and each rank's worker finds the other's through the domain
-//!   lookups (daemon offering the C domain-lookups plugin too).
+//!   lookups (daemon offering the C domain-lookups plugin too);
+//! * `ping_pong.c` (with this crate's `ucx` feature, which builds the daemon, its workers and
+//!   the sandbox plugin with UCX; skipped with a note otherwise): DOCA's ping-pong flow between
+//!   two forked ranks through `doca_urom_service_*`, `doca_urom_worker_*` command tasks carrying
+//!   the sandbox plugin's bytes, and `doca_urom_domain_*`.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -30,6 +34,11 @@ fn libraries() -> PathBuf {
 
 /// Compiles `tests/c/<name>.c` into a program linked with both libraries.
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, &[])
+}
+
+/// [`compile`] with extra compiler flags.
+fn compile_with(name: &str, flags: &[String]) -> PathBuf {
     let libs = libraries();
     let root = workspace_root();
     let source = root
@@ -44,6 +53,7 @@ fn compile(name: &str) -> PathBuf {
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
         .arg("-DDOCA_ALLOW_EXPERIMENTAL_API")
         .arg(format!("-I{}", root.join("urom-capi/include").display()))
+        .args(flags)
         .arg("-o")
         .arg(&partial)
         .arg(&source)
@@ -154,6 +164,57 @@ fn a_domain_of_two_ranks_runs_through_the_c_api() {
         assert!(
             stdout.contains(&format!("rank {rank}: the domain of 2 ranks ran")),
             "{stdout}"
+        );
+    }
+}
+
+/// The sandbox plugin's ping-pong between two ranks, as DOCA's sample runs it, from C.
+#[test]
+fn the_ping_pong_runs_through_the_c_api() {
+    if !cfg!(feature = "ucx") {
+        println!(
+            "skipped: the sandbox plugin talks over UCX; run with `--features urom-capi-urom/ucx` \
+             (needs libucx-dev)"
+        );
+        return;
+    }
+    let cflags = Command::new("pkg-config")
+        .args(["--cflags", "ucx"])
+        .output()
+        .expect("running pkg-config for UCX's headers");
+    assert!(cflags.status.success(), "pkg-config finds no ucx");
+    let flags: Vec<String> = String::from_utf8_lossy(&cflags.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let program = compile_with("ping_pong", &flags);
+    let plugins = TempDir::new("urom-capi-plugins");
+    let dir = plugin_dir(&plugins, &[("urom-plugin-sandbox", "worker_sandbox")]);
+    let mut command = Command::new(binary("urom-daemon", "urom-daemon"));
+    // The workers' UCX over TCP on the loopback device (peer error handling needs TCP).
+    command.envs([
+        ("UCX_TLS", "tcp,self"),
+        ("UCX_NET_DEVICES", "lo"),
+        ("UCX_WARN_UNUSED_ENV_VARS", "n"),
+    ]);
+    let daemon = urom_testkit::daemon::start_daemon_command(
+        command,
+        dir.to_str().expect("a UTF-8 path"),
+        &[],
+        true,
+    );
+    let dir = TempDir::new("urom-capi-ping-pong");
+    let output = run(&program, &daemon, &dir);
+    assert_ran(&output, &daemon, "ping-pong ok");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for line in [
+        "Server completed PING recv: hello from C",
+        "Client received PONG recv: hello from C",
+    ] {
+        assert_eq!(
+            stdout.lines().filter(|l| *l == line).count(),
+            1,
+            "{line}\n{stdout}"
         );
     }
 }
