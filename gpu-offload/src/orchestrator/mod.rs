@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use tracing::{error, info, warn};
 use urom_core::transport::Channel;
-use urom_core::transport::{FrameSendError, Transport};
+use urom_core::transport::{
+    Armed, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, Transport,
+};
 use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelParams, ControlEvent};
@@ -236,6 +238,8 @@ fn send_waiting(conn: &mut Channel, frame: &[u8], thread: usize) -> bool {
         match conn.send(frame) {
             Ok(()) => return true,
             Err(FrameSendError::Full) => {
+                // The server must be awake to make room.
+                conn.split().0.flush_wakes();
                 if let Err(e) = conn.wait_send(Duration::from_millis(50)) {
                     info!(thread, "cannot answer: {e}");
                     return false;
@@ -247,6 +251,41 @@ fn send_waiting(conn: &mut Channel, frame: &[u8], thread: usize) -> bool {
             }
         }
     }
+}
+
+/// Sleeps until the server's next frame, its end, or `timeout`.
+///
+/// Arms the receiving half and sleeps on its wake-up descriptors without the short first nap
+/// of [`Transport::wait_recv`]: the server flushes its wake-ups after its frames
+/// ([`FrameSender::flush_wakes`]), so none is missed, and a timer shorter than the kernel's
+/// tick costs more than a wake-up on a virtual machine.
+fn sleep_for_frames(conn: &mut Channel, timeout: Duration) -> Result<(), FrameRecvError> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let rx = conn.split().1;
+    match rx.arm()? {
+        Armed::Ready => return Ok(()),
+        Armed::Unsupported => return rx.wait_recv(timeout).map(drop),
+        Armed::Armed { .. } => {}
+    }
+    let hung_up = {
+        let [Some(event), socket] = rx.wake_fds() else {
+            return rx.wait_recv(timeout).map(drop);
+        };
+        let mut fds = [
+            PollFd::new(event, PollFlags::POLLIN),
+            PollFd::new(socket.unwrap_or(event), PollFlags::POLLIN),
+        ];
+        let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
+        // The socket carries nothing after the setup: readable or hung up, the peer is gone.
+        poll(&mut fds, PollTimeout::from(ms)).is_ok()
+            && socket.is_some()
+            && fds[1].revents().is_some_and(|events| !events.is_empty())
+    };
+    rx.disarm();
+    if hung_up {
+        rx.check_peer()?;
+    }
+    Ok(())
 }
 
 /// Finds the GPU when the choice asks for one; `None` means the CPU processor.

@@ -19,10 +19,13 @@
 //!    write buffer;
 //! 4. write each client's pending responses with one `write`.
 //!
-//! With nothing in flight and nothing to do the thread sleeps in `epoll_wait`; with requests in
-//! flight it polls, yielding its CPU between polls (`sched_yield`) so that a processor thread
-//! pinned to the same CPU runs at once (a sleeping hand-off through the transport's wake-up
-//! costs several times more per batch). Nothing in the loop allocates.
+//! The data connection's sends do not wake the processor one by one: after step 2 the thread
+//! wakes it once for all the frames of the turn, with a system call only if it sleeps
+//! (`flush_wakes`). With nothing to do the thread sleeps in `epoll_wait`, on its clients'
+//! sockets and, while answers are due, on the data connection's wake-up descriptor too
+//! (edge-triggered, so it is never read): the processor wakes it once after each burst of
+//! answers, and only if it sleeps. A thread that waits never spins, so a CPU it shares with
+//! its processor thread or with clients is theirs meanwhile. Nothing in the loop allocates.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -36,7 +39,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
 use urom_core::transport::Channel;
-use urom_core::transport::{FrameSendError, Transport};
+use urom_core::transport::{Armed, FrameReceiver, FrameSendError, FrameSender, Transport};
 use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, message_length, peek_msg_id};
 
@@ -44,16 +47,24 @@ use crate::limits::MIN_READ_BUFFER;
 
 /// The epoll token of the thread's wake-up eventfd.
 const WAKE_TOKEN: u64 = u64::MAX;
+/// The epoll token of the data connection's wake-up descriptor.
+const RING_TOKEN: u64 = u64::MAX - 1;
+/// The epoll token of the data connection's socket, which hangs up when the orchestrator dies.
+const PEER_TOKEN: u64 = u64::MAX - 2;
 /// How long a draining thread waits for the orchestrator's answers before closing clients.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// How long a stopping thread waits for its clients to close after their last answers.
 const LINGER: Duration = Duration::from_secs(1);
 /// How long an idle thread sleeps in `epoll_wait` before looking at its flags again.
 const IDLE_WAIT: u16 = 50;
-/// How often the sockets are looked at while a thread only awaits answers.
+/// How long a thread polls for answers before it sleeps until the processor wakes it.
+const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(200);
+/// How often the sockets are looked at while a thread polls for answers.
 const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
 /// Reads that a closing client's unread bytes get, at most, before its socket is closed.
 const DRAIN_READS: usize = 4;
+/// Frames forwarded, at most, before the processor is woken while this thread stays busy.
+const FLUSH_EVERY: usize = 8;
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 
@@ -193,6 +204,10 @@ pub(crate) struct DataPath {
     pending: Vec<u32>,
     dirty: Vec<u32>,
     served: u64,
+    /// The data connection's socket hung up: the orchestrator may be gone.
+    peer_hung_up: bool,
+    /// Frames forwarded since the processor was last woken (`flush_wakes`).
+    unflushed: usize,
 }
 
 impl DataPath {
@@ -203,13 +218,29 @@ impl DataPath {
             config.wake.as_fd(),
             EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
         )?;
+        let mut channel = config.channel;
+        let (tx, rx) = channel.split();
+        // One wake-up per turn, after all its frames (`flush_wakes`).
+        tx.defer_wakes(true);
+        // Edge-triggered: every wake-up is an edge, so the descriptor is never read.
+        for (fd, token) in rx.wake_fds().into_iter().zip([RING_TOKEN, PEER_TOKEN]) {
+            if let Some(fd) = fd {
+                epoll.add(
+                    fd,
+                    EpollEvent::new(
+                        EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET,
+                        token,
+                    ),
+                )?;
+            }
+        }
         Ok(Self {
             index: config.index,
             max_len: config.max_message_length,
             max_message: CLIENT_HEADER_LEN + config.max_message_length,
             max_concurrent: config.max_concurrent,
             frame_capacity: config.frame_capacity,
-            channel: config.channel,
+            channel,
             incoming: config.incoming,
             wake: config.wake,
             draining: config.draining,
@@ -223,6 +254,8 @@ impl DataPath {
             pending: Vec::with_capacity(64),
             dirty: Vec::with_capacity(64),
             served: 0,
+            peer_hung_up: false,
+            unflushed: 0,
         })
     }
 
@@ -231,7 +264,8 @@ impl DataPath {
     pub(crate) fn run(mut self) -> DataPathEnd {
         let mut drain_since: Option<Instant> = None;
         let mut progress = true;
-        let mut last_poll = Instant::now();
+        let mut last_progress = Instant::now();
+        let mut last_poll = last_progress;
         let end = loop {
             if self.draining.load(Ordering::Relaxed) {
                 let since = *drain_since.get_or_insert_with(Instant::now);
@@ -247,22 +281,46 @@ impl DataPath {
                     break DataPathEnd::Drained;
                 }
             }
-            // While only answers are awaited, look at the sockets now and then, not on every
-            // turn: each look is a system call.
-            let awaiting_only = !progress && self.inflight.len > 0;
-            progress = if awaiting_only && last_poll.elapsed() < POLL_WHILE_AWAITING {
-                false
+            if self.unflushed > 0 && (!progress || self.unflushed >= FLUSH_EVERY) {
+                // The frames forwarded since the last wake-up cost the processor one, and only
+                // if it sleeps: when this thread has nothing more to forward, or now and then
+                // while it stays busy.
+                self.channel.split().0.flush_wakes();
+                self.unflushed = 0;
+            }
+            let now = Instant::now();
+            if progress {
+                last_progress = now;
+            }
+            // Answers due a short while: poll, looking at the sockets now and then (each look
+            // is a system call) and yielding the CPU between polls, so that a processor thread
+            // on this CPU runs at once and one on another CPU answers without a wake-up.
+            // Longer: sleep until the processor's wake-up.
+            let polling =
+                !progress && self.inflight.len > 0 && now - last_progress < POLL_BEFORE_SLEEP;
+            progress = if polling {
+                if now - last_poll >= POLL_WHILE_AWAITING {
+                    last_poll = now;
+                    self.poll_events(EpollTimeout::ZERO)
+                } else {
+                    false
+                }
             } else {
-                let timeout = if progress || self.inflight.len > 0 || drain_since.is_some() {
+                let timeout = if progress {
                     EpollTimeout::ZERO
+                } else if self.inflight.len > 0 {
+                    self.await_answers()
+                } else if drain_since.is_some() {
+                    // Only clients' unwritten answers are left: look again soon.
+                    EpollTimeout::from(1u8)
                 } else {
                     EpollTimeout::from(IDLE_WAIT)
                 };
-                last_poll = Instant::now();
+                last_poll = now;
                 self.poll_events(timeout)
             };
-            if drain_since.is_none() {
-                progress |= self.read_clients();
+            if drain_since.is_none() && self.read_clients() {
+                progress = true;
             }
             match self.take_responses() {
                 Ok(took) => progress |= took,
@@ -277,8 +335,7 @@ impl DataPath {
                 }
             }
             progress |= self.flush();
-            if !progress && self.inflight.len > 0 {
-                // Answers are due: poll, but let a processor thread sharing this CPU run.
+            if polling && !progress {
                 std::thread::yield_now();
             }
         };
@@ -289,6 +346,21 @@ impl DataPath {
             "data-path thread stopped"
         );
         end
+    }
+
+    /// How long to sleep in `epoll_wait` while answers are due: arms the data connection so
+    /// that the orchestrator's next frame wakes this thread.
+    fn await_answers(&mut self) -> EpollTimeout {
+        match self.channel.split().1.arm() {
+            // The processor flushes its wake-ups after its frames (`flush_wakes`), so even a
+            // fresh arming misses none: sleep long.
+            Ok(Armed::Armed { .. }) => EpollTimeout::from(IDLE_WAIT),
+            Ok(Armed::Ready) | Err(_) => EpollTimeout::ZERO,
+            Ok(Armed::Unsupported) => {
+                std::thread::yield_now();
+                EpollTimeout::ZERO
+            }
+        }
     }
 
     /// Takes epoll's events; returns whether any arrived.
@@ -308,6 +380,13 @@ impl DataPath {
             if token == WAKE_TOKEN {
                 let _ = self.wake.read();
                 self.adopt_new_clients();
+                continue;
+            }
+            if token == RING_TOKEN {
+                continue;
+            }
+            if token == PEER_TOKEN {
+                self.peer_hung_up = true;
                 continue;
             }
             let slot = token as u32;
@@ -491,6 +570,7 @@ impl DataPath {
                     }
                 }
                 self.inflight.push((slot, generation, count as u32));
+                self.unflushed += 1;
                 client.awaiting += count;
                 client.rstart = end;
                 moved = true;
@@ -566,6 +646,16 @@ impl DataPath {
         loop {
             let frame = match self.channel.recv() {
                 Ok(Some(frame)) => frame,
+                Ok(None) if self.peer_hung_up => match self.channel.check_peer() {
+                    Ok(()) => return Ok(took),
+                    Err(e) => {
+                        error!(
+                            thread = self.index,
+                            "data connection to the orchestrator lost: {e}"
+                        );
+                        return Err(());
+                    }
+                },
                 Ok(None) => return Ok(took),
                 Err(e) => {
                     error!(
