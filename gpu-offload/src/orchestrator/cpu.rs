@@ -71,6 +71,13 @@ pub fn serve(
 ) -> ProcessorEnd {
     let mut out = vec![0u8; conn.max_msg_size().as_u32() as usize].into_boxed_slice();
     conn.split().0.defer_wakes(true);
+    let sleeper = match super::Sleeper::new(&mut conn) {
+        Ok(sleeper) => sleeper,
+        Err(e) => {
+            error!(thread = index, "cannot wait on the data connection: {e}");
+            return ProcessorEnd::ServerGone;
+        }
+    };
     let mut served = 0u64;
     let mut last_work = Instant::now();
     let end = 'serve: loop {
@@ -107,9 +114,15 @@ pub fn serve(
             last_work = Instant::now();
         } else if last_work.elapsed() < poll {
             std::thread::yield_now();
-        } else if let Err(e) = super::sleep_for_frames(&mut conn, WAIT) {
-            info!(thread = index, "data connection closed: {e}");
-            break ProcessorEnd::ServerGone;
+        } else {
+            let slept = match &sleeper {
+                Some(sleeper) => sleeper.sleep(&mut conn, WAIT),
+                None => conn.wait_recv(WAIT).map(drop),
+            };
+            if let Err(e) = slept {
+                info!(thread = index, "data connection closed: {e}");
+                break ProcessorEnd::ServerGone;
+            }
         }
     };
     info!(thread = index, frames = served, "processor thread stopped");

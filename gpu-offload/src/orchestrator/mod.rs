@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use tracing::{error, info, warn};
 use urom_core::transport::Channel;
 use urom_core::transport::{
@@ -253,39 +254,54 @@ fn send_waiting(conn: &mut Channel, frame: &[u8], thread: usize) -> bool {
     }
 }
 
-/// Sleeps until the server's next frame, its end, or `timeout`.
+/// Sleeps until the server's next frame, its end, or a timeout, on the data connection's
+/// wake-up descriptors.
 ///
-/// Arms the receiving half and sleeps on its wake-up descriptors without the short first nap
-/// of [`Transport::wait_recv`]: the server flushes its wake-ups after its frames
-/// ([`FrameSender::flush_wakes`]), so none is missed, and a timer shorter than the kernel's
-/// tick costs more than a wake-up on a virtual machine.
-fn sleep_for_frames(conn: &mut Channel, timeout: Duration) -> Result<(), FrameRecvError> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let rx = conn.split().1;
-    match rx.arm()? {
-        Armed::Ready => return Ok(()),
-        Armed::Unsupported => return rx.wait_recv(timeout).map(drop),
-        Armed::Armed { .. } => {}
-    }
-    let hung_up = {
+/// Unlike [`Transport::wait_recv`], it takes no short first nap: the server flushes its
+/// wake-ups after its frames ([`FrameSender::flush_wakes`]), so none is missed, and a timer
+/// shorter than the kernel's tick costs more than a wake-up on a virtual machine. The
+/// descriptors sit in an epoll set, edge-triggered, so a wake-up is never read back.
+struct Sleeper {
+    epoll: Epoll,
+}
+
+/// The epoll tokens of the data connection's wake-up eventfd and socket.
+const EVENT_TOKEN: u64 = 0;
+const SOCKET_TOKEN: u64 = 1;
+
+impl Sleeper {
+    /// `None` when the connection has no wake-up descriptors (then use `wait_recv`).
+    fn new(conn: &mut Channel) -> std::io::Result<Option<Self>> {
+        let rx = conn.split().1;
         let [Some(event), socket] = rx.wake_fds() else {
-            return rx.wait_recv(timeout).map(drop);
+            return Ok(None);
         };
-        let mut fds = [
-            PollFd::new(event, PollFlags::POLLIN),
-            PollFd::new(socket.unwrap_or(event), PollFlags::POLLIN),
-        ];
-        let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
-        // The socket carries nothing after the setup: readable or hung up, the peer is gone.
-        poll(&mut fds, PollTimeout::from(ms)).is_ok()
-            && socket.is_some()
-            && fds[1].revents().is_some_and(|events| !events.is_empty())
-    };
-    rx.disarm();
-    if hung_up {
-        rx.check_peer()?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+        epoll.add(event, EpollEvent::new(flags, EVENT_TOKEN))?;
+        if let Some(socket) = socket {
+            epoll.add(socket, EpollEvent::new(flags, SOCKET_TOKEN))?;
+        }
+        Ok(Some(Self { epoll }))
     }
-    Ok(())
+
+    /// Sleeps until the next frame, the server's end, or `timeout`.
+    fn sleep(&self, conn: &mut Channel, timeout: Duration) -> Result<(), FrameRecvError> {
+        let rx = conn.split().1;
+        match rx.arm()? {
+            Armed::Ready => return Ok(()),
+            Armed::Unsupported => return rx.wait_recv(timeout).map(drop),
+            Armed::Armed { .. } => {}
+        }
+        let mut events = [EpollEvent::empty(); 2];
+        let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
+        let n = self.epoll.wait(&mut events, ms).unwrap_or(0);
+        // The socket carries nothing after the setup: readable or hung up, the peer is gone.
+        if events[..n].iter().any(|e| e.data() == SOCKET_TOKEN) {
+            rx.check_peer()?;
+        }
+        Ok(())
+    }
 }
 
 /// Finds the GPU when the choice asks for one; `None` means the CPU processor.
