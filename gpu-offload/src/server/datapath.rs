@@ -65,6 +65,13 @@ const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
 const DRAIN_READS: usize = 4;
 /// Frames forwarded, at most, before the processor is woken while this thread stays busy.
 const FLUSH_EVERY: usize = 8;
+/// Clients handed over by other threads that may wait for a thread at once.
+const MOVED_CLIENTS: usize = 64;
+/// Frames answered to a client between two looks at the CPU its packets arrive on.
+const LOOK_EVERY: u32 = 16;
+/// Looks in a row that must find a client's packets on another thread's CPU before the
+/// client moves there.
+const AWAY_LOOKS: u8 = 2;
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 
@@ -75,12 +82,37 @@ pub(crate) struct DataPathConfig {
     pub max_concurrent: usize,
     pub frame_capacity: usize,
     pub channel: Channel,
-    pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
-    pub wake: Arc<EventFd>,
+    /// Every data-path thread's mailbox, in thread order; this thread's is at `index`.
+    pub mailboxes: Arc<[Mailbox]>,
     pub draining: Arc<AtomicBool>,
     /// Set by a thread whose data connection broke; the thread then waits for `draining`
     /// before it closes its clients, so that the server has stopped listening by then.
     pub lost: Arc<AtomicBool>,
+}
+
+/// How clients reach a data-path thread: from the acceptor, and from another data-path thread
+/// that hands over a client whose packets arrive on this thread's CPU.
+pub(crate) struct Mailbox {
+    /// The CPU the thread is pinned to.
+    cpu: usize,
+    /// Clients accepted for the thread.
+    pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
+    /// Clients handed over by other threads, buffers and all.
+    moved: ArrayQueue<Client>,
+    /// Written after a push to either queue.
+    pub wake: Arc<EventFd>,
+}
+
+impl Mailbox {
+    /// The mailbox of a thread pinned to `cpu`, with room for `waiting` accepted clients.
+    pub(crate) fn new(cpu: usize, waiting: usize) -> io::Result<Self> {
+        Ok(Self {
+            cpu,
+            incoming: Arc::new(ArrayQueue::new(waiting)),
+            moved: ArrayQueue::new(MOVED_CLIENTS),
+            wake: Arc::new(EventFd::new()?),
+        })
+    }
 }
 
 /// How a data-path thread ended.
@@ -93,7 +125,7 @@ pub(crate) enum DataPathEnd {
 }
 
 /// One TCP client.
-struct Client {
+pub(crate) struct Client {
     stream: TcpStream,
     peer: SocketAddr,
     rbuf: Box<[u8]>,
@@ -113,6 +145,10 @@ struct Client {
     eof: bool,
     in_pending: bool,
     in_dirty: bool,
+    /// Frames answered since the thread last asked where the client's packets arrive.
+    answered: u32,
+    /// Looks in a row that found the client's packets arriving on another thread's CPU.
+    away: u8,
 }
 
 impl Client {
@@ -191,8 +227,7 @@ pub(crate) struct DataPath {
     max_concurrent: usize,
     frame_capacity: usize,
     channel: Channel,
-    incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
-    wake: Arc<EventFd>,
+    mailboxes: Arc<[Mailbox]>,
     draining: Arc<AtomicBool>,
     lost: Arc<AtomicBool>,
     epoll: Epoll,
@@ -215,7 +250,7 @@ impl DataPath {
     pub(crate) fn new(config: DataPathConfig) -> io::Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(
-            config.wake.as_fd(),
+            config.mailboxes[config.index].wake.as_fd(),
             EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
         )?;
         let mut channel = config.channel;
@@ -241,8 +276,7 @@ impl DataPath {
             max_concurrent: config.max_concurrent,
             frame_capacity: config.frame_capacity,
             channel,
-            incoming: config.incoming,
-            wake: config.wake,
+            mailboxes: config.mailboxes,
             draining: config.draining,
             lost: config.lost,
             epoll,
@@ -378,7 +412,7 @@ impl DataPath {
             let event = self.events[i];
             let token = event.data();
             if token == WAKE_TOKEN {
-                let _ = self.wake.read();
+                let _ = self.mailboxes[self.index].wake.read();
                 self.adopt_new_clients();
                 continue;
             }
@@ -419,9 +453,104 @@ impl DataPath {
 
     /// Takes the clients the acceptor assigned to this thread.
     fn adopt_new_clients(&mut self) {
-        while let Some((stream, peer)) = self.incoming.pop() {
+        let mailboxes = Arc::clone(&self.mailboxes);
+        let mailbox = &mailboxes[self.index];
+        while let Some((stream, peer)) = mailbox.incoming.pop() {
             if let Err(e) = self.adopt(stream, peer) {
                 warn!(thread = self.index, %peer, "cannot serve client: {e}");
+            }
+        }
+        while let Some(client) = mailbox.moved.pop() {
+            let peer = client.peer;
+            if let Err(e) = self.take_in(client) {
+                warn!(thread = self.index, %peer, "cannot serve client handed over: {e}");
+            }
+        }
+    }
+
+    /// Serves `client` from now on: registers it with this thread's epoll in a free slot and
+    /// reads it at once (its packets may have arrived before registration).
+    fn take_in(&mut self, mut client: Client) -> io::Result<()> {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.clients.push(None);
+                self.generations.push(0);
+                (self.clients.len() - 1) as u32
+            }
+        };
+        let flags = EpollFlags::EPOLLIN
+            | EpollFlags::EPOLLOUT
+            | EpollFlags::EPOLLRDHUP
+            | EpollFlags::EPOLLET;
+        if let Err(errno) = self.epoll.add(
+            client.stream.as_fd(),
+            EpollEvent::new(flags, u64::from(slot)),
+        ) {
+            self.free.push(slot);
+            return Err(errno.into());
+        }
+        client.readable = true;
+        client.in_pending = true;
+        client.in_dirty = false;
+        client.answered = 0;
+        client.away = 0;
+        self.clients[slot as usize] = Some(client);
+        self.pending.push(slot);
+        Ok(())
+    }
+
+    /// The thread whose CPU `client`'s packets arrive on, when that is another thread's and
+    /// has been so for [`AWAY_LOOKS`] looks in a row. Looks only every [`LOOK_EVERY`] answered
+    /// frames (each look is a system call), and only at a client with nothing in flight,
+    /// buffered or unwritten, which can move to another thread as it is.
+    fn destination(&mut self, slot: u32) -> Option<usize> {
+        let client = self.clients.get_mut(slot as usize)?.as_mut()?;
+        if client.answered < LOOK_EVERY
+            || client.awaiting > 0
+            || client.rstart < client.rend
+            || client.unwritten() > 0
+            || client.eof
+            || client.hup
+        {
+            return None;
+        }
+        client.answered = 0;
+        let cpu = urom_core::socket_incoming_cpu(client.stream.as_fd());
+        let to = cpu.and_then(|cpu| self.mailboxes.iter().position(|m| m.cpu == cpu));
+        match to {
+            Some(to) if to != self.index => {
+                client.away += 1;
+                (client.away >= AWAY_LOOKS).then_some(to)
+            }
+            _ => {
+                client.away = 0;
+                None
+            }
+        }
+    }
+
+    /// Hands client `slot` over to thread `to`, which then serves it from its CPU; keeps it
+    /// when `to`'s mailbox is full.
+    fn hand_over(&mut self, slot: u32, to: usize) {
+        let Some(client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.epoll.delete(client.stream.as_fd());
+        self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
+        self.pending.retain(|&s| s != slot);
+        self.dirty.retain(|&s| s != slot);
+        self.free.push(slot);
+        let peer = client.peer;
+        match self.mailboxes[to].moved.push(client) {
+            Ok(()) => {
+                let _ = self.mailboxes[to].wake.write(1);
+                debug!(thread = self.index, %peer, to, "client handed over to the thread on its CPU");
+            }
+            Err(client) => {
+                if let Err(e) = self.take_in(client) {
+                    warn!(thread = self.index, %peer, "cannot serve client: {e}");
+                }
             }
         }
     }
@@ -466,6 +595,8 @@ impl DataPath {
             eof: false,
             in_pending: true,
             in_dirty: false,
+            answered: 0,
+            away: 0,
         });
         self.pending.push(slot);
         debug!(thread = self.index, %peer, "client connected");
@@ -693,6 +824,7 @@ impl DataPath {
             client.wbuf[client.wend..client.wend + frame.len()].copy_from_slice(frame);
             client.wend += frame.len();
             self.served += u64::from(count);
+            client.answered += 1;
             if !client.in_dirty {
                 client.in_dirty = true;
                 self.dirty.push(slot);
@@ -735,6 +867,7 @@ impl DataPath {
                     }
                 }
             }
+            let mut written = false;
             if client.unwritten() == 0 {
                 client.wstart = 0;
                 client.wend = 0;
@@ -744,12 +877,17 @@ impl DataPath {
                     client.in_pending = true;
                     self.pending.push(slot);
                 }
+                written = true;
             }
             // Still unwritten: the socket is full, and epoll's EPOLLOUT edge puts the client
             // back on the list.
             client.in_dirty = false;
             if close {
                 self.close(slot, true);
+            } else if written && !self.draining.load(Ordering::Relaxed) {
+                if let Some(to) = self.destination(slot) {
+                    self.hand_over(slot, to);
+                }
             }
         }
         wrote
@@ -799,11 +937,18 @@ impl DataPath {
             let _ = client.stream.set_nonblocking(true);
             lingering.push(client.stream);
         }
-        // Clients assigned but not yet adopted get a clean close too.
-        while let Some((stream, _)) = self.incoming.pop() {
+        // Clients assigned or handed over but not yet adopted get a clean close too (one
+        // handed over had nothing unwritten).
+        let mailbox = &self.mailboxes[self.index];
+        while let Some((stream, _)) = mailbox.incoming.pop() {
             let _ = stream.shutdown(Shutdown::Write);
             let _ = stream.set_nonblocking(true);
             lingering.push(stream);
+        }
+        while let Some(client) = mailbox.moved.pop() {
+            let _ = client.stream.shutdown(Shutdown::Write);
+            let _ = client.stream.set_nonblocking(true);
+            lingering.push(client.stream);
         }
         let deadline = Instant::now() + LINGER;
         let mut scratch = [0u8; 4096];

@@ -32,7 +32,7 @@ use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelListener, ChannelParams, ControlEvent};
 use crate::limits::MAX_WAITING_CLIENTS;
-use datapath::{DataPath, DataPathConfig, DataPathEnd};
+use datapath::{DataPath, DataPathConfig, DataPathEnd, Mailbox};
 
 /// How long the server waits for the orchestrator's `shutdown_complete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
@@ -231,17 +231,23 @@ impl PendingServer {
         let lost = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::with_capacity(self.args.cpus.len());
         let (ready_tx, ready_rx) = mpsc::channel();
+        let mailboxes = self
+            .args
+            .cpus
+            .iter()
+            .map(|&cpu| Mailbox::new(cpu, MAX_WAITING_CLIENTS))
+            .collect::<io::Result<Arc<[Mailbox]>>>()
+            .map_err(ServerError::Thread)?;
         for (index, (cpu, conn)) in self.args.cpus.iter().zip(channel.data).enumerate() {
-            let incoming = Arc::new(ArrayQueue::new(MAX_WAITING_CLIENTS));
-            let wake = Arc::new(EventFd::new().map_err(|e| ServerError::Thread(e.into()))?);
+            let incoming = Arc::clone(&mailboxes[index].incoming);
+            let wake = Arc::clone(&mailboxes[index].wake);
             let config = DataPathConfig {
                 index,
                 max_message_length: params.max_message_length as usize,
                 max_concurrent: params.max_concurrent as usize,
                 frame_capacity: params.frame_capacity(),
                 channel: conn,
-                incoming: Arc::clone(&incoming),
-                wake: Arc::clone(&wake),
+                mailboxes: Arc::clone(&mailboxes),
                 draining: Arc::clone(&draining),
                 lost: Arc::clone(&lost),
             };
