@@ -25,7 +25,12 @@
 //! sockets and, while answers are due, on the data connection's wake-up descriptor too
 //! (edge-triggered, so it is never read): the processor wakes it once after each burst of
 //! answers, and only if it sleeps. A thread that waits never spins, so a CPU it shares with
-//! its processor thread or with clients is theirs meanwhile. Nothing in the loop allocates.
+//! its processor thread or with clients is theirs meanwhile.
+//!
+//! A client whose packets arrive on the CPU of another data-path thread (`SO_INCOMING_CPU`,
+//! looked at every [`LOOK_EVERY`] answered frames) is handed over to that thread, with its
+//! buffers, once it has nothing in flight, buffered or unwritten: a thread and its clients on
+//! one CPU wake each other without inter-processor interrupts. Nothing in the loop allocates.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
