@@ -68,8 +68,6 @@ const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(200);
 const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
 /// Reads that a closing client's unread bytes get, at most, before its socket is closed.
 const DRAIN_READS: usize = 4;
-/// Frames forwarded, at most, before the processor is woken while this thread stays busy.
-const FLUSH_EVERY: usize = 8;
 /// Clients handed over by other threads that may wait for a thread at once.
 const MOVED_CLIENTS: usize = 64;
 /// Frames answered to a client between two looks at the CPU its packets arrive on.
@@ -320,10 +318,9 @@ impl DataPath {
                     break DataPathEnd::Drained;
                 }
             }
-            if self.unflushed > 0 && (!progress || self.unflushed >= FLUSH_EVERY) {
-                // The frames forwarded since the last wake-up cost the processor one, and only
-                // if it sleeps: when this thread has nothing more to forward, or now and then
-                // while it stays busy.
+            if self.unflushed > 0 {
+                // The frames forwarded in the last turn cost the processor one wake-up, and
+                // only if it sleeps.
                 self.channel.split().0.flush_wakes();
                 self.unflushed = 0;
             }
