@@ -21,11 +21,12 @@
 //!
 //! The data connection's sends do not wake the processor one by one: after step 2 the thread
 //! wakes it once for all the frames of the turn, with a system call only if it sleeps
-//! (`flush_wakes`). With nothing to do the thread sleeps in `epoll_wait`, on its clients'
-//! sockets and, while answers are due, on the data connection's wake-up descriptor too
-//! (edge-triggered, so it is never read): the processor wakes it once after each burst of
-//! answers, and only if it sleeps. A thread that waits never spins, so a CPU it shares with
-//! its processor thread or with clients is theirs meanwhile.
+//! (`flush_wakes`). With answers due and nothing else to do, the thread polls for a short while
+//! ([`POLL_BEFORE_SLEEP`]), yielding its CPU between polls, so that a processor thread on its
+//! CPU runs at once and one on another CPU answers without a wake-up. Then, or with nothing in
+//! flight at once, it sleeps in `epoll_wait` on its clients' sockets and the data connection's
+//! wake-up descriptor (edge-triggered, so it is never read); the processor wakes it once after
+//! each burst of answers, and only if it sleeps.
 //!
 //! A client whose packets arrive on the CPU of another data-path thread (`SO_INCOMING_CPU`,
 //! looked at every [`LOOK_EVERY`] answered frames) is handed over to that thread, with its
