@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use urom_core::transport::{FrameRecvError, Transport};
+use urom_core::transport::{FrameRecvError, FrameSender, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 /// How long a processor thread waits for a request before looking at its stop flag.
@@ -57,9 +57,11 @@ pub enum ProcessorEnd {
 /// Serves one data connection until `stop` is set or the server goes away. Allocates nothing
 /// per message: responses are built in one buffer made before the loop.
 ///
-/// After each frame the thread keeps polling for `poll`, yielding its CPU between polls, then
-/// sleeps until the server wakes it: a busy server's next frame is taken without a wake-up, an
-/// idle one costs nothing. The loop is compiled for the connection's transport `T`.
+/// The thread answers every frame there is, then wakes the server once for the lot (a system
+/// call only if the server sleeps). With nothing left it keeps polling for `poll`, yielding
+/// its CPU between polls, then sleeps until the server's next frames wake it: a CPU this
+/// thread shares with others is theirs while it waits. The loop is compiled for the
+/// connection's transport `T`.
 pub fn serve<T: Transport>(
     mut conn: T,
     index: usize,
@@ -68,22 +70,21 @@ pub fn serve<T: Transport>(
     stop: &AtomicBool,
 ) -> ProcessorEnd {
     let mut out = vec![0u8; conn.max_msg_size().as_u32() as usize].into_boxed_slice();
+    conn.split().0.defer_wakes(true);
+    let sleeper = match super::Sleeper::new(&mut conn) {
+        Ok(sleeper) => sleeper,
+        Err(e) => {
+            error!(thread = index, "cannot wait on the data connection: {e}");
+            return ProcessorEnd::ServerGone;
+        }
+    };
     let mut served = 0u64;
     let mut last_work = Instant::now();
-    let mut worked = false;
     let end = 'serve: loop {
         if stop.load(Ordering::Relaxed) {
             break ProcessorEnd::Stopped;
         }
-        if worked {
-            last_work = Instant::now();
-        } else if last_work.elapsed() < poll {
-            std::thread::yield_now();
-        } else if let Err(e) = conn.wait_recv(WAIT) {
-            info!(thread = index, "data connection closed: {e}");
-            break ProcessorEnd::ServerGone;
-        }
-        worked = false;
+        let mut worked = false;
         loop {
             let len = match conn.recv() {
                 Ok(Some(requests)) => reverse_frame(requests, &mut out, max_len).unwrap_or_else(|| {
@@ -107,6 +108,21 @@ pub fn serve<T: Transport>(
             }
             served += 1;
             worked = true;
+        }
+        if worked {
+            conn.split().0.flush_wakes();
+            last_work = Instant::now();
+        } else if last_work.elapsed() < poll {
+            std::thread::yield_now();
+        } else {
+            let slept = match &sleeper {
+                Some(sleeper) => sleeper.sleep(&mut conn, WAIT),
+                None => conn.wait_recv(WAIT).map(drop),
+            };
+            if let Err(e) = slept {
+                info!(thread = index, "data connection closed: {e}");
+                break ProcessorEnd::ServerGone;
+            }
         }
     };
     info!(thread = index, frames = served, "processor thread stopped");

@@ -36,7 +36,7 @@ use cudarc::driver::{
     CudaContext, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
 use tracing::{error, info, warn};
-use urom_core::transport::Transport;
+use urom_core::transport::{FrameSender, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 use crate::channel::ChannelParams;
@@ -463,6 +463,8 @@ fn feed<T: Transport>(
                 if !super::send_waiting(&mut conn, &out[..out_len], index) {
                     break 'feed;
                 }
+                // The server sleeps long once armed: wake it for sure.
+                conn.split().0.flush_wakes();
                 frames.pop_front();
                 gathered = 0;
                 out_len = 0;
@@ -522,6 +524,7 @@ fn feed<T: Transport>(
             if !super::send_waiting(&mut conn, &[], index) {
                 break 'feed;
             }
+            conn.split().0.flush_wakes();
         }
         if !progress {
             if head == tail && staged_at == staged_len {

@@ -24,8 +24,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use tracing::{error, info, warn};
-use urom_core::transport::{FrameSendError, Transport};
+use urom_core::transport::{
+    Armed, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, Transport,
+};
 use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{self, ChannelError, ChannelParams, ControlEvent, DataConnections};
@@ -237,6 +240,8 @@ fn send_waiting<T: Transport>(conn: &mut T, frame: &[u8], thread: usize) -> bool
         match conn.send(frame) {
             Ok(()) => return true,
             Err(FrameSendError::Full) => {
+                // The server must be awake to make room.
+                conn.split().0.flush_wakes();
                 if let Err(e) = conn.wait_send(Duration::from_millis(50)) {
                     info!(thread, "cannot answer: {e}");
                     return false;
@@ -247,6 +252,56 @@ fn send_waiting<T: Transport>(conn: &mut T, frame: &[u8], thread: usize) -> bool
                 return false;
             }
         }
+    }
+}
+
+/// Sleeps until the server's next frame, its end, or a timeout, on the data connection's
+/// wake-up descriptors.
+///
+/// Unlike [`Transport::wait_recv`], it takes no short first nap: the server flushes its
+/// wake-ups after its frames ([`FrameSender::flush_wakes`]), so none is missed, and a timer
+/// shorter than the kernel's tick costs more than a wake-up on a virtual machine. The
+/// descriptors sit in an epoll set, edge-triggered, so a wake-up is never read back.
+struct Sleeper {
+    epoll: Epoll,
+}
+
+/// The epoll tokens of the data connection's wake-up eventfd and socket.
+const EVENT_TOKEN: u64 = 0;
+const SOCKET_TOKEN: u64 = 1;
+
+impl Sleeper {
+    /// `None` when the connection has no wake-up descriptors (then use `wait_recv`).
+    fn new<T: Transport>(conn: &mut T) -> std::io::Result<Option<Self>> {
+        let rx = conn.split().1;
+        let [Some(event), socket] = rx.wake_fds() else {
+            return Ok(None);
+        };
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+        epoll.add(event, EpollEvent::new(flags, EVENT_TOKEN))?;
+        if let Some(socket) = socket {
+            epoll.add(socket, EpollEvent::new(flags, SOCKET_TOKEN))?;
+        }
+        Ok(Some(Self { epoll }))
+    }
+
+    /// Sleeps until the next frame, the server's end, or `timeout`.
+    fn sleep<T: Transport>(&self, conn: &mut T, timeout: Duration) -> Result<(), FrameRecvError> {
+        let rx = conn.split().1;
+        match rx.arm()? {
+            Armed::Ready => return Ok(()),
+            Armed::Unsupported => return rx.wait_recv(timeout).map(drop),
+            Armed::Armed { .. } => {}
+        }
+        let mut events = [EpollEvent::empty(); 2];
+        let ms = timeout.as_millis().min(u128::from(u16::MAX)) as u16;
+        let n = self.epoll.wait(&mut events, ms).unwrap_or(0);
+        // The socket carries nothing after the setup: readable or hung up, the peer is gone.
+        if events[..n].iter().any(|e| e.data() == SOCKET_TOKEN) {
+            rx.check_peer()?;
+        }
+        Ok(())
     }
 }
 

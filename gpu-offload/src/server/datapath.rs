@@ -19,10 +19,19 @@
 //!    write buffer;
 //! 4. write each client's pending responses with one `write`.
 //!
-//! With nothing in flight and nothing to do the thread sleeps in `epoll_wait`; with requests in
-//! flight it polls, yielding its CPU between polls (`sched_yield`) so that a processor thread
-//! pinned to the same CPU runs at once (a sleeping hand-off through the transport's wake-up
-//! costs several times more per batch). Nothing in the loop allocates.
+//! The data connection's sends do not wake the processor one by one: after step 2 the thread
+//! wakes it once for all the frames of the turn, with a system call only if it sleeps
+//! (`flush_wakes`). With answers due and nothing else to do, the thread polls for a short while
+//! ([`POLL_BEFORE_SLEEP`]), yielding its CPU between polls, so that a processor thread on its
+//! CPU runs at once and one on another CPU answers without a wake-up. Then, or with nothing in
+//! flight at once, it sleeps in `epoll_wait` on its clients' sockets and the data connection's
+//! wake-up descriptor (edge-triggered, so it is never read); the processor wakes it once after
+//! each burst of answers, and only if it sleeps.
+//!
+//! A client whose packets arrive on the CPU of another data-path thread (`SO_INCOMING_CPU`,
+//! looked at every [`LOOK_EVERY`] answered frames) is handed over to that thread, with its
+//! buffers, once it has nothing in flight, buffered or unwritten: a thread and its clients on
+//! one CPU wake each other without inter-processor interrupts. Nothing in the loop allocates.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -35,7 +44,7 @@ use crossbeam_queue::ArrayQueue;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
-use urom_core::transport::{FrameSendError, Transport};
+use urom_core::transport::{Armed, FrameReceiver, FrameSendError, FrameSender, Transport};
 use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, message_length, peek_msg_id};
 
@@ -43,16 +52,29 @@ use crate::limits::MIN_READ_BUFFER;
 
 /// The epoll token of the thread's wake-up eventfd.
 const WAKE_TOKEN: u64 = u64::MAX;
+/// The epoll token of the data connection's wake-up descriptor.
+const RING_TOKEN: u64 = u64::MAX - 1;
+/// The epoll token of the data connection's socket, which hangs up when the orchestrator dies.
+const PEER_TOKEN: u64 = u64::MAX - 2;
 /// How long a draining thread waits for the orchestrator's answers before closing clients.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// How long a stopping thread waits for its clients to close after their last answers.
 const LINGER: Duration = Duration::from_secs(1);
 /// How long an idle thread sleeps in `epoll_wait` before looking at its flags again.
 const IDLE_WAIT: u16 = 50;
-/// How often the sockets are looked at while a thread only awaits answers.
+/// How long a thread polls for answers before it sleeps until the processor wakes it.
+const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(200);
+/// How often the sockets are looked at while a thread polls for answers.
 const POLL_WHILE_AWAITING: Duration = Duration::from_micros(20);
 /// Reads that a closing client's unread bytes get, at most, before its socket is closed.
 const DRAIN_READS: usize = 4;
+/// Clients handed over by other threads that may wait for a thread at once.
+const MOVED_CLIENTS: usize = 64;
+/// Frames answered to a client between two looks at the CPU its packets arrive on.
+const LOOK_EVERY: u32 = 16;
+/// Looks in a row that must find a client's packets on another thread's CPU before the
+/// client moves there.
+const AWAY_LOOKS: u8 = 2;
 /// Events taken from epoll per turn.
 const EVENTS: usize = 256;
 
@@ -65,12 +87,37 @@ pub(crate) struct DataPathConfig<T> {
     pub max_concurrent: usize,
     pub frame_capacity: usize,
     pub channel: T,
-    pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
-    pub wake: Arc<EventFd>,
+    /// Every data-path thread's mailbox, in thread order; this thread's is at `index`.
+    pub mailboxes: Arc<[Mailbox]>,
     pub draining: Arc<AtomicBool>,
     /// Set by a thread whose data connection broke; the thread then waits for `draining`
     /// before it closes its clients, so that the server has stopped listening by then.
     pub lost: Arc<AtomicBool>,
+}
+
+/// How clients reach a data-path thread: from the acceptor, and from another data-path thread
+/// that hands over a client whose packets arrive on this thread's CPU.
+pub(crate) struct Mailbox {
+    /// The CPU the thread is pinned to.
+    cpu: usize,
+    /// Clients accepted for the thread.
+    pub incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
+    /// Clients handed over by other threads, buffers and all.
+    moved: ArrayQueue<Client>,
+    /// Written after a push to either queue.
+    pub wake: Arc<EventFd>,
+}
+
+impl Mailbox {
+    /// The mailbox of a thread pinned to `cpu`, with room for `waiting` accepted clients.
+    pub(crate) fn new(cpu: usize, waiting: usize) -> io::Result<Self> {
+        Ok(Self {
+            cpu,
+            incoming: Arc::new(ArrayQueue::new(waiting)),
+            moved: ArrayQueue::new(MOVED_CLIENTS),
+            wake: Arc::new(EventFd::new()?),
+        })
+    }
 }
 
 /// How a data-path thread ended.
@@ -83,7 +130,7 @@ pub(crate) enum DataPathEnd {
 }
 
 /// One TCP client.
-struct Client {
+pub(crate) struct Client {
     stream: TcpStream,
     peer: SocketAddr,
     rbuf: Box<[u8]>,
@@ -103,6 +150,10 @@ struct Client {
     eof: bool,
     in_pending: bool,
     in_dirty: bool,
+    /// Frames answered since the thread last asked where the client's packets arrive.
+    answered: u32,
+    /// Looks in a row that found the client's packets arriving on another thread's CPU.
+    away: u8,
 }
 
 impl Client {
@@ -181,8 +232,7 @@ pub(crate) struct DataPath<T> {
     max_concurrent: usize,
     frame_capacity: usize,
     channel: T,
-    incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
-    wake: Arc<EventFd>,
+    mailboxes: Arc<[Mailbox]>,
     draining: Arc<AtomicBool>,
     lost: Arc<AtomicBool>,
     epoll: Epoll,
@@ -194,6 +244,10 @@ pub(crate) struct DataPath<T> {
     pending: Vec<u32>,
     dirty: Vec<u32>,
     served: u64,
+    /// The data connection's socket hung up: the orchestrator may be gone.
+    peer_hung_up: bool,
+    /// Frames forwarded since the processor was last woken (`flush_wakes`).
+    unflushed: usize,
 }
 
 impl<T: Transport> DataPath<T> {
@@ -201,18 +255,33 @@ impl<T: Transport> DataPath<T> {
     pub(crate) fn new(config: DataPathConfig<T>) -> io::Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(
-            config.wake.as_fd(),
+            config.mailboxes[config.index].wake.as_fd(),
             EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
         )?;
+        let mut channel = config.channel;
+        let (tx, rx) = channel.split();
+        // One wake-up per turn, after all its frames (`flush_wakes`).
+        tx.defer_wakes(true);
+        // Edge-triggered: every wake-up is an edge, so the descriptor is never read.
+        for (fd, token) in rx.wake_fds().into_iter().zip([RING_TOKEN, PEER_TOKEN]) {
+            if let Some(fd) = fd {
+                epoll.add(
+                    fd,
+                    EpollEvent::new(
+                        EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET,
+                        token,
+                    ),
+                )?;
+            }
+        }
         Ok(Self {
             index: config.index,
             max_len: config.max_message_length,
             max_message: CLIENT_HEADER_LEN + config.max_message_length,
             max_concurrent: config.max_concurrent,
             frame_capacity: config.frame_capacity,
-            channel: config.channel,
-            incoming: config.incoming,
-            wake: config.wake,
+            channel,
+            mailboxes: config.mailboxes,
             draining: config.draining,
             lost: config.lost,
             epoll,
@@ -224,6 +293,8 @@ impl<T: Transport> DataPath<T> {
             pending: Vec::with_capacity(64),
             dirty: Vec::with_capacity(64),
             served: 0,
+            peer_hung_up: false,
+            unflushed: 0,
         })
     }
 
@@ -232,7 +303,8 @@ impl<T: Transport> DataPath<T> {
     pub(crate) fn run(mut self) -> DataPathEnd {
         let mut drain_since: Option<Instant> = None;
         let mut progress = true;
-        let mut last_poll = Instant::now();
+        let mut last_progress = Instant::now();
+        let mut last_poll = last_progress;
         let end = loop {
             if self.draining.load(Ordering::Relaxed) {
                 let since = *drain_since.get_or_insert_with(Instant::now);
@@ -248,22 +320,45 @@ impl<T: Transport> DataPath<T> {
                     break DataPathEnd::Drained;
                 }
             }
-            // While only answers are awaited, look at the sockets now and then, not on every
-            // turn: each look is a system call.
-            let awaiting_only = !progress && self.inflight.len > 0;
-            progress = if awaiting_only && last_poll.elapsed() < POLL_WHILE_AWAITING {
-                false
+            if self.unflushed > 0 {
+                // The frames forwarded in the last turn cost the processor one wake-up, and
+                // only if it sleeps.
+                self.channel.split().0.flush_wakes();
+                self.unflushed = 0;
+            }
+            let now = Instant::now();
+            if progress {
+                last_progress = now;
+            }
+            // Answers due a short while: poll, looking at the sockets now and then (each look
+            // is a system call) and yielding the CPU between polls, so that a processor thread
+            // on this CPU runs at once and one on another CPU answers without a wake-up.
+            // Longer: sleep until the processor's wake-up.
+            let polling =
+                !progress && self.inflight.len > 0 && now - last_progress < POLL_BEFORE_SLEEP;
+            progress = if polling {
+                if now - last_poll >= POLL_WHILE_AWAITING {
+                    last_poll = now;
+                    self.poll_events(EpollTimeout::ZERO)
+                } else {
+                    false
+                }
             } else {
-                let timeout = if progress || self.inflight.len > 0 || drain_since.is_some() {
+                let timeout = if progress {
                     EpollTimeout::ZERO
+                } else if self.inflight.len > 0 {
+                    self.await_answers()
+                } else if drain_since.is_some() {
+                    // Only clients' unwritten answers are left: look again soon.
+                    EpollTimeout::from(1u8)
                 } else {
                     EpollTimeout::from(IDLE_WAIT)
                 };
-                last_poll = Instant::now();
+                last_poll = now;
                 self.poll_events(timeout)
             };
-            if drain_since.is_none() {
-                progress |= self.read_clients();
+            if drain_since.is_none() && self.read_clients() {
+                progress = true;
             }
             match self.take_responses() {
                 Ok(took) => progress |= took,
@@ -278,8 +373,7 @@ impl<T: Transport> DataPath<T> {
                 }
             }
             progress |= self.flush();
-            if !progress && self.inflight.len > 0 {
-                // Answers are due: poll, but let a processor thread sharing this CPU run.
+            if polling && !progress {
                 std::thread::yield_now();
             }
         };
@@ -290,6 +384,21 @@ impl<T: Transport> DataPath<T> {
             "data-path thread stopped"
         );
         end
+    }
+
+    /// How long to sleep in `epoll_wait` while answers are due: arms the data connection so
+    /// that the orchestrator's next frame wakes this thread.
+    fn await_answers(&mut self) -> EpollTimeout {
+        match self.channel.split().1.arm() {
+            // The processor flushes its wake-ups after its frames (`flush_wakes`), so even a
+            // fresh arming misses none: sleep long.
+            Ok(Armed::Armed { .. }) => EpollTimeout::from(IDLE_WAIT),
+            Ok(Armed::Ready) | Err(_) => EpollTimeout::ZERO,
+            Ok(Armed::Unsupported) => {
+                std::thread::yield_now();
+                EpollTimeout::ZERO
+            }
+        }
     }
 
     /// Takes epoll's events; returns whether any arrived.
@@ -307,8 +416,15 @@ impl<T: Transport> DataPath<T> {
             let event = self.events[i];
             let token = event.data();
             if token == WAKE_TOKEN {
-                let _ = self.wake.read();
+                let _ = self.mailboxes[self.index].wake.read();
                 self.adopt_new_clients();
+                continue;
+            }
+            if token == RING_TOKEN {
+                continue;
+            }
+            if token == PEER_TOKEN {
+                self.peer_hung_up = true;
                 continue;
             }
             let slot = token as u32;
@@ -341,9 +457,104 @@ impl<T: Transport> DataPath<T> {
 
     /// Takes the clients the acceptor assigned to this thread.
     fn adopt_new_clients(&mut self) {
-        while let Some((stream, peer)) = self.incoming.pop() {
+        let mailboxes = Arc::clone(&self.mailboxes);
+        let mailbox = &mailboxes[self.index];
+        while let Some((stream, peer)) = mailbox.incoming.pop() {
             if let Err(e) = self.adopt(stream, peer) {
                 warn!(thread = self.index, %peer, "cannot serve client: {e}");
+            }
+        }
+        while let Some(client) = mailbox.moved.pop() {
+            let peer = client.peer;
+            if let Err(e) = self.take_in(client) {
+                warn!(thread = self.index, %peer, "cannot serve client handed over: {e}");
+            }
+        }
+    }
+
+    /// Serves `client` from now on: registers it with this thread's epoll in a free slot and
+    /// reads it at once (its packets may have arrived before registration).
+    fn take_in(&mut self, mut client: Client) -> io::Result<()> {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.clients.push(None);
+                self.generations.push(0);
+                (self.clients.len() - 1) as u32
+            }
+        };
+        let flags = EpollFlags::EPOLLIN
+            | EpollFlags::EPOLLOUT
+            | EpollFlags::EPOLLRDHUP
+            | EpollFlags::EPOLLET;
+        if let Err(errno) = self.epoll.add(
+            client.stream.as_fd(),
+            EpollEvent::new(flags, u64::from(slot)),
+        ) {
+            self.free.push(slot);
+            return Err(errno.into());
+        }
+        client.readable = true;
+        client.in_pending = true;
+        client.in_dirty = false;
+        client.answered = 0;
+        client.away = 0;
+        self.clients[slot as usize] = Some(client);
+        self.pending.push(slot);
+        Ok(())
+    }
+
+    /// The thread whose CPU `client`'s packets arrive on, when that is another thread's and
+    /// has been so for [`AWAY_LOOKS`] looks in a row. Looks only every [`LOOK_EVERY`] answered
+    /// frames (each look is a system call), and only at a client with nothing in flight,
+    /// buffered or unwritten, which can move to another thread as it is.
+    fn destination(&mut self, slot: u32) -> Option<usize> {
+        let client = self.clients.get_mut(slot as usize)?.as_mut()?;
+        if client.answered < LOOK_EVERY
+            || client.awaiting > 0
+            || client.rstart < client.rend
+            || client.unwritten() > 0
+            || client.eof
+            || client.hup
+        {
+            return None;
+        }
+        client.answered = 0;
+        let cpu = urom_core::socket_incoming_cpu(client.stream.as_fd());
+        let to = cpu.and_then(|cpu| self.mailboxes.iter().position(|m| m.cpu == cpu));
+        match to {
+            Some(to) if to != self.index => {
+                client.away += 1;
+                (client.away >= AWAY_LOOKS).then_some(to)
+            }
+            _ => {
+                client.away = 0;
+                None
+            }
+        }
+    }
+
+    /// Hands client `slot` over to thread `to`, which then serves it from its CPU; keeps it
+    /// when `to`'s mailbox is full.
+    fn hand_over(&mut self, slot: u32, to: usize) {
+        let Some(client) = self.clients.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.epoll.delete(client.stream.as_fd());
+        self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
+        self.pending.retain(|&s| s != slot);
+        self.dirty.retain(|&s| s != slot);
+        self.free.push(slot);
+        let peer = client.peer;
+        match self.mailboxes[to].moved.push(client) {
+            Ok(()) => {
+                let _ = self.mailboxes[to].wake.write(1);
+                debug!(thread = self.index, %peer, to, "client handed over to the thread on its CPU");
+            }
+            Err(client) => {
+                if let Err(e) = self.take_in(client) {
+                    warn!(thread = self.index, %peer, "cannot serve client: {e}");
+                }
             }
         }
     }
@@ -388,6 +599,8 @@ impl<T: Transport> DataPath<T> {
             eof: false,
             in_pending: true,
             in_dirty: false,
+            answered: 0,
+            away: 0,
         });
         self.pending.push(slot);
         debug!(thread = self.index, %peer, "client connected");
@@ -492,6 +705,7 @@ impl<T: Transport> DataPath<T> {
                     }
                 }
                 self.inflight.push((slot, generation, count as u32));
+                self.unflushed += 1;
                 client.awaiting += count;
                 client.rstart = end;
                 moved = true;
@@ -567,6 +781,16 @@ impl<T: Transport> DataPath<T> {
         loop {
             let frame = match self.channel.recv() {
                 Ok(Some(frame)) => frame,
+                Ok(None) if self.peer_hung_up => match self.channel.check_peer() {
+                    Ok(()) => return Ok(took),
+                    Err(e) => {
+                        error!(
+                            thread = self.index,
+                            "data connection to the orchestrator lost: {e}"
+                        );
+                        return Err(());
+                    }
+                },
                 Ok(None) => return Ok(took),
                 Err(e) => {
                     error!(
@@ -604,6 +828,7 @@ impl<T: Transport> DataPath<T> {
             client.wbuf[client.wend..client.wend + frame.len()].copy_from_slice(frame);
             client.wend += frame.len();
             self.served += u64::from(count);
+            client.answered += 1;
             if !client.in_dirty {
                 client.in_dirty = true;
                 self.dirty.push(slot);
@@ -646,6 +871,7 @@ impl<T: Transport> DataPath<T> {
                     }
                 }
             }
+            let mut written = false;
             if client.unwritten() == 0 {
                 client.wstart = 0;
                 client.wend = 0;
@@ -655,12 +881,17 @@ impl<T: Transport> DataPath<T> {
                     client.in_pending = true;
                     self.pending.push(slot);
                 }
+                written = true;
             }
             // Still unwritten: the socket is full, and epoll's EPOLLOUT edge puts the client
             // back on the list.
             client.in_dirty = false;
             if close {
                 self.close(slot, true);
+            } else if written && !self.draining.load(Ordering::Relaxed) {
+                if let Some(to) = self.destination(slot) {
+                    self.hand_over(slot, to);
+                }
             }
         }
         wrote
@@ -710,11 +941,18 @@ impl<T: Transport> DataPath<T> {
             let _ = client.stream.set_nonblocking(true);
             lingering.push(client.stream);
         }
-        // Clients assigned but not yet adopted get a clean close too.
-        while let Some((stream, _)) = self.incoming.pop() {
+        // Clients assigned or handed over but not yet adopted get a clean close too (one
+        // handed over had nothing unwritten).
+        let mailbox = &self.mailboxes[self.index];
+        while let Some((stream, _)) = mailbox.incoming.pop() {
             let _ = stream.shutdown(Shutdown::Write);
             let _ = stream.set_nonblocking(true);
             lingering.push(stream);
+        }
+        while let Some(client) = mailbox.moved.pop() {
+            let _ = client.stream.shutdown(Shutdown::Write);
+            let _ = client.stream.set_nonblocking(true);
+            lingering.push(client.stream);
         }
         let deadline = Instant::now() + LINGER;
         let mut scratch = [0u8; 4096];

@@ -36,7 +36,7 @@ use crate::channel::{
     self, ChannelError, ChannelListener, ChannelParams, ControlEvent, DataConnections, Endpoint,
 };
 use crate::limits::MAX_WAITING_CLIENTS;
-use datapath::{DataPath, DataPathConfig, DataPathEnd};
+use datapath::{DataPath, DataPathConfig, DataPathEnd, Mailbox};
 
 /// How long the server waits for the orchestrator's `shutdown_complete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
@@ -288,17 +288,21 @@ fn spawn_threads<T: Transport + Send + 'static>(
 ) -> Result<Vec<ThreadHandle>, ServerError> {
     let mut threads = Vec::with_capacity(cpus.len());
     let (ready_tx, ready_rx) = mpsc::channel();
+    let mailboxes = cpus
+        .iter()
+        .map(|&cpu| Mailbox::new(cpu, MAX_WAITING_CLIENTS))
+        .collect::<io::Result<Arc<[Mailbox]>>>()
+        .map_err(ServerError::Thread)?;
     for (index, (cpu, conn)) in cpus.iter().zip(conns).enumerate() {
-        let incoming = Arc::new(ArrayQueue::new(MAX_WAITING_CLIENTS));
-        let wake = Arc::new(EventFd::new().map_err(|e| ServerError::Thread(e.into()))?);
+        let incoming = Arc::clone(&mailboxes[index].incoming);
+        let wake = Arc::clone(&mailboxes[index].wake);
         let config = DataPathConfig {
             index,
             max_message_length: params.max_message_length as usize,
             max_concurrent: params.max_concurrent as usize,
             frame_capacity: params.frame_capacity(),
             channel: conn,
-            incoming: Arc::clone(&incoming),
-            wake: Arc::clone(&wake),
+            mailboxes: Arc::clone(&mailboxes),
             draining: Arc::clone(draining),
             lost: Arc::clone(lost),
         };

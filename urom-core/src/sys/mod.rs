@@ -1,8 +1,9 @@
-//! Operating-system glue: file-descriptor passing, wake-up events, sleeping, CPU pinning; and,
-//! with the `mpi` feature, the MPI calls of the MPI out-of-band collective (`mpi.rs`).
+//! Operating-system glue: file-descriptor passing, wake-up events, sleeping, CPU pinning, the
+//! CPU a socket's packets arrive on; and, with the `mpi` feature, the MPI calls of the MPI
+//! out-of-band collective (`mpi.rs`).
 //!
-//! Everything here is a thin, safe wrapper; the only unsafe operation is taking ownership of the
-//! descriptors the kernel hands over with `SCM_RIGHTS`.
+//! Everything here is a thin, safe wrapper; the only unsafe operations are taking ownership of
+//! the descriptors the kernel hands over with `SCM_RIGHTS` and reading `SO_INCOMING_CPU`.
 #![allow(unsafe_code)]
 
 use core::fmt;
@@ -181,6 +182,26 @@ impl fmt::Display for PinError {
 
 impl core::error::Error for PinError {}
 
+/// The CPU that last processed packets arriving on socket `socket` (`SO_INCOMING_CPU`):
+/// for a connection over loopback, the CPU its peer sends from. `None` before any arrived, or
+/// where the kernel cannot tell.
+pub fn socket_incoming_cpu(socket: BorrowedFd<'_>) -> Option<usize> {
+    let mut cpu: libc::c_int = -1;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `socket` is an open descriptor for the call's duration (it is borrowed); `cpu`
+    // and `len` are live locals, and `len` says how many bytes `cpu` holds.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_INCOMING_CPU,
+            (&raw mut cpu).cast(),
+            &raw mut len,
+        )
+    };
+    usize::try_from(cpu).ok().filter(|_| rc == 0)
+}
+
 /// Pins the calling thread to one CPU core.
 pub fn pin_current_thread(core: usize) -> Result<(), PinError> {
     // `core_affinity` indexes a fixed-size CPU set: a core past its end is refused here, as
@@ -207,6 +228,33 @@ mod tests {
     use super::*;
     use nix::sched::{CpuSet, sched_getaffinity};
     use nix::unistd::Pid;
+
+    /// Over loopback, a socket's packets arrive on the CPU its peer sends from.
+    #[test]
+    fn a_socket_knows_the_cpu_its_packets_arrive_on() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let cpus: Vec<usize> = (0..CpuSet::count())
+            .filter(|&cpu| allowed.is_set(cpu).unwrap_or(false))
+            .collect();
+        let cpu = *cpus.last().unwrap();
+        let mut client = std::thread::spawn(move || {
+            pin_current_thread(cpu).unwrap();
+            let mut client = client;
+            client.write_all(b"x").unwrap();
+            client
+        })
+        .join()
+        .unwrap();
+        let mut byte = [0u8; 1];
+        server.read_exact(&mut byte).unwrap();
+        assert_eq!(socket_incoming_cpu(server.as_fd()), Some(cpu));
+        client.flush().unwrap();
+    }
 
     #[test]
     fn a_thread_pins_to_one_allowed_core_and_an_impossible_core_is_an_error() {

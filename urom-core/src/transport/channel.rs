@@ -348,6 +348,15 @@ impl FrameSender for ChannelSender {
     fn next_seq(&self) -> u64 {
         each_half!(self, half => half.next_seq())
     }
+
+    fn defer_wakes(&mut self, defer: bool) {
+        each_half!(self, half => half.defer_wakes(defer))
+    }
+
+    #[inline]
+    fn flush_wakes(&mut self) {
+        each_half!(self, half => half.flush_wakes())
+    }
 }
 
 impl FrameReceiver for ChannelReceiver {
@@ -389,6 +398,41 @@ mod tests {
         assert_eq!(slots(3 << 20), 16);
         assert_eq!(slots(4 << 20), 16);
         assert_eq!(slots(MaxMsgSize::MAX), 4);
+    }
+
+    /// With wakes deferred, sends leave an armed receiver asleep until `flush_wakes`, which
+    /// wakes it once; a receiver that is not armed costs the flush no wake-up.
+    #[test]
+    fn deferred_wakes_come_once_per_flush() {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let woken = |rx: &ChannelReceiver| {
+            let [Some(fd), _] = rx.wake_fds() else {
+                panic!("a shared-memory half has a wake-up descriptor")
+            };
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::ZERO).unwrap() == 1
+        };
+        let (a, b) = ShmConnection::pair(&ChannelConfig::default()).unwrap();
+        let (mut a, mut b) = (Channel::from(a), Channel::from(b));
+        a.split().0.defer_wakes(true);
+        let rx = b.split().1;
+        assert_eq!(rx.arm().unwrap(), Armed::Armed { fresh: true });
+        a.send(b"one").unwrap();
+        a.send(b"two").unwrap();
+        assert!(!woken(b.split().1), "a deferred send woke the receiver");
+        a.split().0.flush_wakes();
+        assert!(
+            woken(b.split().1),
+            "the flush did not wake the armed receiver"
+        );
+        b.split().1.disarm();
+        assert_eq!(b.recv().unwrap(), Some(&b"one"[..]));
+        assert_eq!(b.recv().unwrap(), Some(&b"two"[..]));
+        // Not armed: the flush finds nobody asleep.
+        a.send(b"three").unwrap();
+        a.split().0.flush_wakes();
+        assert!(!woken(b.split().1));
+        assert_eq!(b.recv().unwrap(), Some(&b"three"[..]));
     }
 
     /// Every maximum message size a daemon or worker accepts gives a channel that carries

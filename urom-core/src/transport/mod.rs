@@ -71,6 +71,21 @@ pub trait FrameSender: HalfControl {
     fn next_seq(&self) -> u64 {
         0
     }
+
+    /// Stops (`true`) or resumes (`false`) [`FrameSender::send`] waking a sleeping peer
+    /// itself. With wakes deferred, a burst of sends costs the peer at most one wake-up,
+    /// issued by [`FrameSender::flush_wakes`], which the caller must call after each burst.
+    /// Transports whose frames reach a waiting peer by themselves ignore this.
+    fn defer_wakes(&mut self, defer: bool) {
+        let _ = defer;
+    }
+
+    /// Wakes the peer if it sleeps (or is about to) waiting for a frame: a system call only
+    /// then, none while the peer is busy. It orders every frame sent before it against the
+    /// peer's going to sleep with a full fence, so a peer that armed at the very moment of the
+    /// last send is woken too: when its sender calls this after every burst, a receiver never
+    /// misses a frame and may sleep long from its first sleep on (see [`Armed::Armed`]).
+    fn flush_wakes(&mut self) {}
 }
 
 /// The receiving half of a connection.
@@ -115,7 +130,8 @@ pub enum Armed {
     Ready,
     /// The peer will wake the half's descriptors. `fresh`: the half was not armed before, and
     /// a frame sent at this very moment may not wake it, so the first sleep should be short
-    /// (at most [`shm::FIRST_NAP`]); after that, wake-ups are never missed.
+    /// (at most [`shm::FIRST_NAP`]); after that, wake-ups are never missed. A peer that calls
+    /// [`FrameSender::flush_wakes`] after its sends never misses a fresh half either.
     Armed {
         /// Armed just now.
         fresh: bool,

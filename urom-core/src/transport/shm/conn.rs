@@ -11,7 +11,7 @@ use super::handshake::{self, Agreed, ShmConnectError};
 use super::mapping::Mapping;
 use super::ring::{Consumer, Producer, PushError, RingFlags};
 use super::wait::{self, Half, PEER_CHECK_EVERY, Signals};
-use crate::sync::{AtomicU32, Ordering, fence};
+use crate::sync::{AtomicU32, Ordering};
 use crate::transport::{
     Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
     PeerGoneError, Transport, WaitMode,
@@ -45,6 +45,8 @@ pub struct ShmSender {
     ring: Producer,
     signals: Signals,
     max: MaxMsgSize,
+    /// `send` leaves waking the peer to `flush_wakes`.
+    defer_wakes: bool,
     closed: bool,
     link: Arc<Link>,
 }
@@ -108,6 +110,7 @@ impl ShmConnection {
                 ring: Producer::new(rings[side]),
                 signals: Signals::new(out_producer, out_consumer, config.wait),
                 max: config.max_msg_size,
+                defer_wakes: false,
                 closed: false,
                 link: Arc::clone(&link),
             },
@@ -246,7 +249,9 @@ impl FrameSender for ShmSender {
         }
         match self.ring.push(frame) {
             Ok(()) => {
-                self.signals.wake_peer_if(&self.flags().consumer_waiting);
+                if !self.defer_wakes {
+                    self.signals.wake_peer_if(&self.flags().consumer_waiting);
+                }
                 Ok(())
             }
             Err(PushError::Full) => match self.peer_gone() {
@@ -275,6 +280,15 @@ impl FrameSender for ShmSender {
     #[inline]
     fn next_seq(&self) -> u64 {
         self.ring.next_seq()
+    }
+
+    fn defer_wakes(&mut self, defer: bool) {
+        self.defer_wakes = defer;
+    }
+
+    #[inline]
+    fn flush_wakes(&mut self) {
+        self.signals.flush_wake(&self.flags().consumer_waiting);
     }
 }
 
@@ -374,8 +388,7 @@ impl FrameReceiver for ShmReceiver {
         let flag = self.sleeping_flag();
         let fresh = flag.load(Ordering::Relaxed) == 0;
         if fresh {
-            flag.store(1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
+            super::ring::announce_sleep(flag);
         }
         match self.ready() {
             Ok(false) => Ok(Armed::Armed { fresh }),

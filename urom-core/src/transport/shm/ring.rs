@@ -41,7 +41,7 @@ use core::ptr::NonNull;
 
 use urom_wire::frame::FrameHeader;
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// Distance that keeps two fields off each other's cache line, including the adjacent line the
 /// hardware prefetcher pulls in with it.
@@ -105,6 +105,25 @@ impl RingCtl {
             }),
         }
     }
+}
+
+/// Says that this half is about to sleep: sets `flag`, then a full fence, after which the
+/// caller looks at the ring once more before it sleeps.
+#[inline]
+pub(crate) fn announce_sleep(flag: &AtomicU32) {
+    flag.store(1, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+}
+
+/// Whether the peer announced that it sleeps ([`announce_sleep`]), after a full fence that
+/// orders this half's earlier ring writes before the look; clears the flag so one wake-up
+/// suffices. With both fences, either the sleeper's last look at the ring sees those writes or
+/// this sees its flag: a wake-up is never lost (the plain check after each frame, without the
+/// fence, may miss a flag set at that very moment).
+#[inline]
+pub(crate) fn take_sleeper(flag: &AtomicU32) -> bool {
+    fence(Ordering::SeqCst);
+    flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::Relaxed) != 0
 }
 
 /// The peer broke the ring protocol; the connection cannot be used any more.
@@ -929,6 +948,32 @@ mod loom_tests {
                 }
             }
             producer.join().unwrap();
+        });
+    }
+
+    /// A consumer that announces its sleep and then looks at the ring, against a producer that
+    /// pushes and then flushes its wake: in every interleaving, the look finds the frame or the
+    /// flush finds the flag (and clears it), so the sleeper is never left waiting for a frame
+    /// that is there.
+    #[test]
+    fn loom_flushed_wakes_are_never_lost() {
+        model(|| {
+            let ring = Arc::new(TestRing::new(2, 8));
+            let (mut tx, mut rx) = ring.split();
+            let keep = ring.clone();
+            let producer = loom::thread::spawn(move || {
+                let _keep = keep;
+                tx.push(&[7]).unwrap();
+                take_sleeper(&tx.mem().ctl().flags.0.consumer_waiting)
+            });
+            announce_sleep(&rx.mem().ctl().flags.0.consumer_waiting);
+            let saw = rx.peek().unwrap().is_some();
+            let woke = producer.join().unwrap();
+            assert!(saw || woke, "the frame was missed and no wake-up sent");
+            if woke {
+                let flag = &rx.mem().ctl().flags.0.consumer_waiting;
+                assert_eq!(flag.load(Ordering::Relaxed), 0);
+            }
         });
     }
 

@@ -10,7 +10,9 @@
 //! a line nobody writes while both sides are busy) and writes the eventfd only when the flag is
 //! set. That side does not fence, so a flag set at the very moment of a frame can be missed; the
 //! first sleep is therefore short ([`FIRST_NAP`]): by then any store is visible, the re-check
-//! finds the frame, and the next sleep may be as long as the caller's timeout.
+//! finds the frame, and the next sleep may be as long as the caller's timeout. A sender that
+//! defers its wakes issues one per burst instead, after a fence of its own
+//! ([`take_sleeper`]), which no sleeper can miss.
 //!
 //! The socket carries nothing after the handshake: its hang-up is how a side learns that the
 //! other died without closing.
@@ -19,7 +21,8 @@ use std::cell::Cell;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicU32, Ordering, fence, spin_hint};
+use super::ring::{announce_sleep, take_sleeper};
+use crate::sync::{AtomicU32, Ordering, spin_hint};
 use crate::sys::{self, Woke};
 use crate::transport::{FrameRecvError, PeerGoneError, WaitMode, deadline};
 
@@ -60,6 +63,14 @@ impl Signals {
     #[inline]
     pub(super) fn wake_peer_if(&self, flag: &AtomicU32) {
         if flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::Relaxed) != 0 {
+            self.wake_peer();
+        }
+    }
+
+    /// [`Signals::wake_peer_if`] after a full fence: see [`take_sleeper`].
+    #[inline]
+    pub(super) fn flush_wake(&self, flag: &AtomicU32) {
+        if take_sleeper(flag) {
             self.wake_peer();
         }
     }
@@ -172,8 +183,7 @@ fn sleep_until<H: Half>(half: &mut H, end: Option<Instant>) -> Result<bool, Fram
     let mut arm = true;
     let result = loop {
         if arm {
-            half.sleeping_flag().store(1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
+            announce_sleep(half.sleeping_flag());
         }
         if half.ready()? {
             break Ok(true);
