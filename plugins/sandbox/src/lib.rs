@@ -20,17 +20,15 @@
 //! `DOCA_ERROR_INVALID_VALUE`, a failed UCX call `DOCA_ERROR_DRIVER` (a send or receive that
 //! UCX ends with an error is notified with `DOCA_ERROR_DRIVER` and UCX's status), a lookup's
 //! error is passed on (`DOCA_ERROR_NOT_FOUND` for an unknown domain id or an address in no
-//! buffer). Sends and receives complete from the plugin's progress; while any is in flight the
-//! plugin reports work for a while after the last command or completion, so that its worker
-//! keeps polling through an exchange rather than napping (a UCX message does not wake a
-//! napping worker); a receive that waits long lets it nap again (then it is seen within a
-//! nap, about a millisecond).
+//! buffer). Sends and receives complete from the plugin's progress. The plugin gives its
+//! worker the UCP worker's event descriptor to sleep on (`Plugin::arm`, `ucp_worker_arm`), so
+//! that a message arriving wakes a sleeping worker at once.
 //!
 //! Without the `ucx` feature the plugin loads, has no address and answers every command
 //! `DOCA_ERROR_NOT_SUPPORTED`.
 #![deny(unsafe_code)]
 
-use urom_core::plugin::{Command, Notifier, Plugin};
+use urom_core::plugin::{Arm, Command, Notifier, Plugin, WakeFds};
 use urom_core::sandbox::{NAME, VERSION};
 use urom_core::wire::Status;
 
@@ -88,6 +86,19 @@ impl Plugin for Sandbox {
         {
             let _ = out;
             Ok(false)
+        }
+    }
+
+    fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+        #[cfg(feature = "ucx")]
+        {
+            self.peer.arm(wake)
+        }
+        #[cfg(not(feature = "ucx"))]
+        {
+            // Every command is answered at once: nothing to wake the worker for.
+            let _ = wake;
+            Arm::Armed
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use urom_core::plugin::{Command, Domain, Notifier};
+use urom_core::plugin::{Arm, Command, Domain, Notifier, WakeFds};
 use urom_core::sandbox::{NOTIFICATION_LEN, SandboxCommand, SandboxNotification};
 use urom_core::transport::ucx::{
     OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory, UcxError,
@@ -15,9 +15,6 @@ use urom_core::wire::Status;
 const RMA_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most bytes an inline receive may ask for: the largest message a channel carries.
 const MAX_INLINE_RECV: u64 = 16 << 20;
-/// How many progress calls in a row without news still report work while operations are in
-/// flight (a UCX message does not wake a napping worker; a worker told of work keeps polling).
-const BUSY_POLLS: u32 = 1 << 14;
 
 /// An endpoint to a domain member, and the address it was made for.
 struct Endpoint {
@@ -59,8 +56,6 @@ pub(crate) struct SandboxPeer {
     free: Vec<usize>,
     /// Where notifications are packed (reused).
     notification: Vec<u8>,
-    /// Progress calls since the last command or completion.
-    quiet_polls: u32,
 }
 
 /// UCX failed: the plugin says `DOCA_ERROR_DRIVER`.
@@ -78,7 +73,6 @@ impl SandboxPeer {
             pending: Vec::new(),
             free: Vec::new(),
             notification: vec![0; NOTIFICATION_LEN],
-            quiet_polls: 0,
         })
     }
 
@@ -189,7 +183,6 @@ impl SandboxPeer {
         out: &mut Notifier<'_>,
     ) -> Result<(), Status> {
         let domain = out.domain();
-        self.quiet_polls = 0;
         match SandboxCommand::unpack(command.payload)? {
             // Importing an exported memory handle needs UCX 1.14 (`ucp_memh_pack` and the
             // `exported_memh_buffer` parameter); this build binds 1.13.
@@ -313,18 +306,19 @@ impl SandboxPeer {
             }
             self.worker.release(done.slot);
         }
-        // A message arriving does not wake a napping worker: while anything is in flight, say
-        // there is work for a while after the last news, so that the worker keeps polling
-        // through a message exchange but naps when a receive waits long.
-        if worked {
-            self.quiet_polls = 0;
-            return Ok(true);
+        Ok(worked)
+    }
+
+    /// Lets the worker sleep on the UCP worker's event descriptor, unless UCX has events
+    /// waiting (`ucp_worker_arm` answered `UCS_ERR_BUSY`).
+    pub(crate) fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+        if !self.worker.arm() {
+            return Arm::Busy;
         }
-        if self.worker.running() > 0 && self.quiet_polls < BUSY_POLLS {
-            self.quiet_polls += 1;
-            return Ok(true);
+        match wake.watch(self.worker.wake_fd()) {
+            Ok(()) => Arm::Armed,
+            Err(_) => Arm::Unsupported,
         }
-        Ok(false)
     }
 }
 

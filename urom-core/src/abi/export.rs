@@ -8,14 +8,15 @@
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::list::{self, ListHead};
 use super::{
     DocaError, ListLink, NATIVE_DOMAIN_VERSION, NATIVE_IFACE_VERSION, NativeDomainIface,
-    NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc, WorkerCtx,
+    NativeIface, NativeIfaceV1, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc, WorkerCtx,
     WorkerNotifDesc, WorkerNotify, guard,
 };
-use crate::plugin::{Command, Plugin};
+use crate::plugin::{Arm, Command, Plugin};
 use crate::wire::Status;
 
 /// What `plugin_ctx` points to.
@@ -319,18 +320,36 @@ pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
     unsafe { write_out(iface, value) }
 }
 
-/// `urom_plugin_get_native_iface`.
+/// `urom_plugin_get_native_iface`: the newest interface the caller asked for in the version
+/// word (see [`NATIVE_IFACE_VERSION`]), at least version 1.
 ///
 /// # Safety
-/// `iface` is null or points to a writable [`NativeIface`].
+/// `iface` is null, or points to a readable and writable [`NativeIface`] of the version its
+/// version word asks for (version 1 for a word below 2: its first 24 bytes).
 pub unsafe fn get_native_iface<P: Plugin>(iface: *mut NativeIface) -> DocaError {
-    let value = NativeIface {
-        version: NATIVE_IFACE_VERSION,
-        command: Some(native_command::<P>),
-        progress: Some(native_progress::<P>),
-    };
-    // SAFETY: the caller's contract.
-    unsafe { write_out(iface, value) }
+    if iface.is_null() {
+        return Status::InvalidValue.raw();
+    }
+    // SAFETY: non-null and readable (caller); every version starts with the version word.
+    let asked = unsafe { iface.cast::<u64>().read_unaligned() };
+    if asked >= NATIVE_IFACE_VERSION {
+        let value = NativeIface {
+            version: NATIVE_IFACE_VERSION,
+            command: Some(native_command::<P>),
+            progress: Some(native_progress::<P>),
+            arm: Some(native_arm::<P>),
+        };
+        // SAFETY: the caller asked for this version, so `iface` holds all of it.
+        unsafe { write_out(iface, value) }
+    } else {
+        let value = NativeIfaceV1 {
+            version: 1,
+            command: Some(native_command::<P>),
+            progress: Some(native_progress::<P>),
+        };
+        // SAFETY: every caller has room for version 1 (caller).
+        unsafe { write_out(iface.cast::<NativeIfaceV1>(), value) }
+    }
 }
 
 unsafe extern "C" fn open<P: Plugin>(ctx: *mut WorkerCtx) -> DocaError {
@@ -592,6 +611,68 @@ unsafe extern "C" fn native_progress<P: Plugin>(
             Err(status) => status,
         }
     })
+}
+
+unsafe extern "C" fn native_arm<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    fds: *mut core::ffi::c_int,
+    capacity: usize,
+    count: *mut usize,
+) -> DocaError {
+    guard("arm", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
+        let Some(Instance { plugin, .. }) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if count.is_null() || (fds.is_null() && capacity > 0) {
+            return Status::InvalidValue;
+        }
+        let slots = if capacity == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: non-null with room for `capacity` descriptors, writable for the call
+            // (native ABI).
+            unsafe { core::slice::from_raw_parts_mut(fds, capacity) }
+        };
+        let mut wake = WakeFds { slots, count: 0 };
+        let armed = plugin.arm(&mut wake);
+        // SAFETY: non-null and writable (native ABI).
+        unsafe { count.write(wake.count) };
+        match armed {
+            Arm::Armed => Status::Success,
+            Arm::Busy => Status::Again,
+            Arm::Unsupported => Status::NotSupported,
+        }
+    })
+}
+
+/// Where a plugin gives its worker the descriptors that wake it ([`Plugin::arm`]).
+#[derive(Debug)]
+pub struct WakeFds<'a> {
+    slots: &'a mut [core::ffi::c_int],
+    count: usize,
+}
+
+impl WakeFds<'_> {
+    /// Wakes the sleeping worker when `fd` becomes readable. `fd` must stay open until the
+    /// worker next calls into the plugin. `DOCA_ERROR_TOO_BIG` when the plugin already gave
+    /// as many as its worker takes ([`crate::abi::NATIVE_MAX_WAKE_FDS`]).
+    pub fn watch(&mut self, fd: BorrowedFd<'_>) -> Result<(), Status> {
+        let slot = self.slots.get_mut(self.count).ok_or(Status::TooBig)?;
+        *slot = fd.as_raw_fd();
+        self.count += 1;
+        Ok(())
+    }
+
+    /// How many descriptors were given.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether none was given.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
 }
 
 /// `urom_plugin_set_native_domain`: keeps the worker's native domain lookups for the plugin's

@@ -227,10 +227,10 @@ impl PeerWorker {
         self.worker.efd()
     }
 
-    /// Prepares to sleep on [`PeerWorker::wake_fd`]: `false` when events wait (progress
-    /// instead).
+    /// Prepares to sleep on [`PeerWorker::wake_fd`]: `false` when events wait or completions
+    /// are still to be handed out by [`PeerWorker::progress`] (progress instead).
     pub fn arm(&self) -> bool {
-        matches!(self.worker.arm(), Armed::Yes)
+        self.ready.0.borrow().is_empty() && matches!(self.worker.arm(), Armed::Yes)
     }
 
     /// An endpoint to the worker at `address` (a UCP worker address).
