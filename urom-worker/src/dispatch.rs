@@ -25,8 +25,8 @@ use urom_core::abi::{LoadedPlugin, NotificationSink};
 use urom_core::plugin::Arm;
 use urom_core::transport::shm::{FIRST_NAP, HugePages};
 use urom_core::transport::{
-    Armed, Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver,
-    FrameSendError, FrameSender, Transport, WaitMode,
+    Armed, Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver, FrameSendError,
+    FrameSender, Transport, WaitMode,
 };
 use urom_wire::data::{
     DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, peek_command_identity, write_notify_headers,
@@ -197,8 +197,9 @@ impl Worker {
     fn acceptor(&mut self) -> (Arrive, Arc<AtomicBool>) {
         let arrivals = self.arrivals.get_or_insert_with(|| {
             let (arrive, hosts) = mpsc::channel();
-            let wake = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-                .expect("creating the eventfd that wakes the worker for new hosts");
+            let wake =
+                EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                    .expect("creating the eventfd that wakes the worker for new hosts");
             Arrivals {
                 hosts,
                 arrive: Arrive {

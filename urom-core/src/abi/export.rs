@@ -13,8 +13,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use super::list::{self, ListHead};
 use super::{
     DocaError, ListLink, NATIVE_DOMAIN_VERSION, NATIVE_IFACE_VERSION, NativeDomainIface,
-    NativeIface, NativeIfaceV1, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc, WorkerCtx,
-    WorkerNotifDesc, WorkerNotify, guard,
+    NativeIface, NativeIfaceV1, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc,
+    WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::plugin::{Arm, Command, Plugin};
 use crate::wire::Status;

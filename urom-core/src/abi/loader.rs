@@ -19,9 +19,9 @@ use super::list::ListHead;
 use super::{
     DOCA_RELEASES, DocaError, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL, GET_VERSION_SYMBOL,
     GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion, NATIVE_IFACE_VERSION,
-    NATIVE_MAX_WAKE_FDS, NativeIface,
-    NotifySink, PLUGIN_IFACE_VERSION, PluginIface, SET_NATIVE_DOMAIN_SYMBOL, SetNativeDomainFn,
-    WorkerCmd, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
+    NATIVE_MAX_WAKE_FDS, NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface,
+    SET_NATIVE_DOMAIN_SYMBOL, SetNativeDomainFn, WorkerCmd, WorkerCmdDesc, WorkerCtx,
+    WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::domain::DomainTable;
 use crate::plugin::Arm;
