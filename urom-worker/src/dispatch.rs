@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tracing::{debug, info, warn};
@@ -43,11 +43,26 @@ use urom_wire::domain::DomainMessage;
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
-/// How many idle turns a worker spins before it starts yielding its core between turns
-/// (unless it busy-polls); counted rather than timed, so that the loop reads no clock.
-const SPIN_TURNS_BEFORE_YIELD: u32 = 256;
-/// How many idle turns a worker spins, then yields, before it sleeps (unless it busy-polls).
+/// How long an idle worker spins before it starts yielding its core between turns (unless it
+/// busy-polls).
+const PURE_SPIN: Duration = Duration::from_nanos(500);
+/// A yield that lasts this long gave the core to another process for a while.
+const HANDED_OVER: Duration = Duration::from_nanos(1500);
+/// How many such yields an idle worker makes before it sleeps: it shares its core, and its
+/// polling would only delay whoever runs there.
+const HANDOVERS_BEFORE_SLEEP: u32 = 3;
+/// How many idle turns a worker spins, then yields, before it sleeps (unless it busy-polls);
+/// counted, so that a busy worker reads no clock.
 const SPIN_TURNS_BEFORE_NAP: u32 = 4096;
+
+/// Where an idle spell stands.
+#[derive(Clone, Copy)]
+struct Idle {
+    /// Its first idle turn.
+    since: Instant,
+    /// Yields in it that handed the core over.
+    handovers: u32,
+}
 /// How long one sleep lasts at most while some host channel or plugin cannot wake the worker
 /// (or a host's notifications wait for room in its ring).
 const NAP: Duration = Duration::from_millis(1);
@@ -107,6 +122,8 @@ pub struct Worker {
     domains: Domains,
     /// What the worker sleeps on when idle (reused).
     wake: WakeSet,
+    /// The current idle spell.
+    idle: Idle,
 }
 
 impl Worker {
@@ -138,6 +155,10 @@ impl Worker {
             published: None,
             domains: Domains::default(),
             wake: WakeSet::new(),
+            idle: Idle {
+                since: Instant::now(),
+                handovers: 0,
+            },
         }
     }
 
@@ -257,15 +278,15 @@ impl Worker {
             {
                 self.counters.publish(block);
             }
+            let mut slept = false;
             if worked {
                 idle_turns = 0;
             } else {
                 idle_turns = idle_turns.saturating_add(1);
-                self.rest(idle_turns);
+                slept = self.rest(idle_turns);
             }
-            // Checked once per nap, or now and then when busy: never per command.
-            let napped = !self.busy_poll && idle_turns >= SPIN_TURNS_BEFORE_NAP;
-            if (napped || turns % PARENT_CHECK_TURNS == 0) && self.parent_gone() {
+            // Checked once per sleep, or now and then when busy: never per command.
+            if (slept || turns % PARENT_CHECK_TURNS == 0) && self.parent_gone() {
                 warn!("the process that started this worker has ended; stopping");
                 return;
             }
@@ -400,17 +421,38 @@ impl Worker {
         taken > 0
     }
 
-    /// Waits a little when there is nothing to do: spins first, then yields the core between
-    /// turns (another process sharing it, such as the next party of an exchange, runs at
-    /// once), then sleeps ([`Worker::sleep`]).
-    fn rest(&mut self, idle_turns: u32) {
-        if self.busy_poll || idle_turns < SPIN_TURNS_BEFORE_YIELD {
+    /// Waits a little when there is nothing to do: spins for [`PURE_SPIN`], then yields the
+    /// core between turns, then sleeps ([`Worker::sleep`]) after [`SPIN_TURNS_BEFORE_NAP`]
+    /// idle turns, or as soon as [`HANDOVERS_BEFORE_SLEEP`] yields handed the core to another
+    /// process: a worker alone on its core keeps polling (a yield then returns at once), one
+    /// that shares it (with the next party of an exchange, say) gets out of its way.
+    /// Returns whether it slept.
+    fn rest(&mut self, idle_turns: u32) -> bool {
+        if self.busy_poll {
             std::hint::spin_loop();
-        } else if idle_turns < SPIN_TURNS_BEFORE_NAP {
-            thread::yield_now();
-        } else {
-            self.sleep();
+            return false;
         }
+        // Only idle turns read the clock.
+        let now = Instant::now();
+        if idle_turns == 1 {
+            self.idle = Idle {
+                since: now,
+                handovers: 0,
+            };
+        }
+        if idle_turns >= SPIN_TURNS_BEFORE_NAP || self.idle.handovers >= HANDOVERS_BEFORE_SLEEP {
+            self.sleep();
+            return true;
+        }
+        if now.duration_since(self.idle.since) < PURE_SPIN {
+            std::hint::spin_loop();
+        } else {
+            thread::yield_now();
+            if now.elapsed() >= HANDED_OVER {
+                self.idle.handovers += 1;
+            }
+        }
+        false
     }
 
     /// Sleeps until a host channel, a plugin or a new host wakes the worker: every host

@@ -718,3 +718,165 @@ pub unsafe fn set_native_domain<P: Plugin>(
         Status::Success
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+    use super::*;
+    use crate::abi::{DomainLookupsIface, NATIVE_MAX_WAKE_FDS, NativeArmFn};
+    use crate::plugin::Command;
+
+    /// Gives an eventfd to sleep on, or says work waits.
+    struct Waker {
+        event: OwnedFd,
+        busy: bool,
+    }
+
+    impl Plugin for Waker {
+        const VERSION: u64 = 1;
+        fn open() -> Result<Self, Status> {
+            let event = crate::sys::wake_event().map_err(|_| Status::Driver)?;
+            Ok(Self { event, busy: false })
+        }
+        fn command(&mut self, _: &Command<'_>, _: &mut Notifier<'_>) -> Result<(), Status> {
+            self.busy = true;
+            Ok(())
+        }
+        fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+            if self.busy {
+                return Arm::Busy;
+            }
+            wake.watch(self.event.as_fd())
+                .expect("room for one descriptor");
+            Arm::Armed
+        }
+    }
+
+    /// Keeps the SDK's default: cannot wake its worker.
+    struct Plain;
+
+    impl Plugin for Plain {
+        const VERSION: u64 = 1;
+        fn open() -> Result<Self, Status> {
+            Ok(Plain)
+        }
+        fn command(&mut self, _: &Command<'_>, _: &mut Notifier<'_>) -> Result<(), Status> {
+            Ok(())
+        }
+    }
+
+    fn worker_ctx() -> WorkerCtx {
+        WorkerCtx {
+            iface: PluginIface::default(),
+            domain_iface: DomainLookupsIface {
+                addr_lookup: None,
+                seg_lookup: None,
+                memh_lookup: None,
+                mkey_lookup: None,
+            },
+            plugin_ctx: ptr::null_mut(),
+        }
+    }
+
+    fn native<P: Plugin>(asked: u64) -> NativeIface {
+        let mut iface = NativeIface {
+            version: asked,
+            command: None,
+            progress: None,
+            arm: None,
+        };
+        // SAFETY: a readable and writable interface of the newest version.
+        let status = unsafe { get_native_iface::<P>(&mut iface) };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        iface
+    }
+
+    /// Arms the plugin through its native entry point: the status and the descriptors.
+    fn arm(arm: NativeArmFn, ctx: &mut WorkerCtx) -> (Status, Vec<i32>) {
+        let mut fds = [-1; NATIVE_MAX_WAKE_FDS];
+        let mut count = usize::MAX;
+        // SAFETY: the context `open` succeeded on, room for the descriptors and the count.
+        let status = unsafe { arm(ctx, fds.as_mut_ptr(), fds.len(), &mut count) };
+        (Status::from_raw(status), fds[..count].to_vec())
+    }
+
+    #[test]
+    fn a_worker_of_version_1_gets_version_1_and_nothing_past_it() {
+        // An older worker leaves the version word 0 and has no room past `progress`: the
+        // plugin must leave those bytes alone.
+        let untouched: NativeArmFn = native_arm::<Plain>;
+        let mut iface = NativeIface {
+            version: 0,
+            command: None,
+            progress: None,
+            arm: Some(untouched),
+        };
+        // SAFETY: a readable and writable interface (larger than version 1 needs).
+        let status = unsafe { get_native_iface::<Waker>(&mut iface) };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        assert_eq!(iface.version, 1);
+        assert!(iface.command.is_some() && iface.progress.is_some());
+        assert_eq!(iface.arm.map(|f| f as usize), Some(untouched as usize));
+    }
+
+    #[test]
+    fn a_worker_of_version_2_gets_arm() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        assert_eq!(iface.version, 2);
+        assert!(iface.arm.is_some());
+        // A newer worker gets the newest this plugin has.
+        assert_eq!(native::<Waker>(7).version, NATIVE_IFACE_VERSION);
+    }
+
+    #[test]
+    fn arm_gives_the_plugins_descriptors_or_says_work_waits() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Waker>(&mut ctx) }, Status::Success.raw());
+        // SAFETY: `open::<Waker>` set it.
+        let event = unsafe { &*ctx.plugin_ctx.cast::<Instance<Waker>>() }
+            .plugin
+            .event
+            .as_raw_fd();
+        let (status, fds) = arm(iface.arm.unwrap(), &mut ctx);
+        assert_eq!((status, fds), (Status::Success, vec![event]));
+
+        // SAFETY: as above; nothing else refers to the instance now.
+        unsafe { &mut *ctx.plugin_ctx.cast::<Instance<Waker>>() }
+            .plugin
+            .busy = true;
+        let (status, fds) = arm(iface.arm.unwrap(), &mut ctx);
+        assert_eq!((status, fds), (Status::Again, vec![]));
+        // SAFETY: the context `open` succeeded on, closed once.
+        unsafe { close::<Waker>(&mut ctx) };
+    }
+
+    #[test]
+    fn a_plugin_that_keeps_the_default_cannot_wake_its_worker() {
+        let iface = native::<Plain>(NATIVE_IFACE_VERSION);
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Plain>(&mut ctx) }, Status::Success.raw());
+        let (status, fds) = arm(iface.arm.unwrap(), &mut ctx);
+        assert_eq!((status, fds), (Status::NotSupported, vec![]));
+        // SAFETY: the context `open` succeeded on, closed once.
+        unsafe { close::<Plain>(&mut ctx) };
+    }
+
+    #[test]
+    fn arm_refuses_a_null_count() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Waker>(&mut ctx) }, Status::Success.raw());
+        let mut fds = [-1; 1];
+        let arm = iface.arm.unwrap();
+        // SAFETY: the entry point checks the null count itself.
+        let status = unsafe { arm(&mut ctx, fds.as_mut_ptr(), 1, ptr::null_mut()) };
+        assert_eq!(Status::from_raw(status), Status::InvalidValue);
+        // SAFETY: the context `open` succeeded on, closed once.
+        unsafe { close::<Waker>(&mut ctx) };
+    }
+}

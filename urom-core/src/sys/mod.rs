@@ -314,3 +314,33 @@ impl WakeSet {
         woke > 0
     }
 }
+
+#[cfg(test)]
+mod wake_set_tests {
+    use std::os::fd::AsFd;
+    use std::time::Duration;
+
+    use super::{WakeSet, drain, wake, wake_event};
+
+    #[test]
+    fn a_readable_descriptor_ends_the_sleep_and_a_quiet_one_does_not() {
+        let quiet = wake_event().unwrap();
+        let ringing = wake_event().unwrap();
+        let mut set = WakeSet::new();
+        set.watch(quiet.as_fd());
+        assert!(!set.sleep(Duration::from_millis(1)), "nothing was readable");
+        wake(ringing.as_fd());
+        set.watch(ringing.as_fd());
+        set.watch(ringing.as_fd());
+        assert_eq!(set.len(), 2, "a descriptor is watched once");
+        assert!(set.sleep(Duration::from_secs(60)));
+        drain(ringing.as_fd());
+        assert!(!set.sleep(Duration::ZERO), "drained: quiet again");
+        set.clear();
+        assert!(set.is_empty());
+        assert!(
+            !set.sleep(Duration::from_millis(1)),
+            "an empty set sleeps the timeout"
+        );
+    }
+}
