@@ -12,7 +12,9 @@
 //! * bytes travel inline (in the command and the notification) or, when `memh_id` is not 0,
 //!   from and to the host's memory: the plugin looks up its own member's segment holding the
 //!   address (both ends of the range), its remote key and its host's memory worker, and copies
-//!   with UCX RMA (`ucp_get_nbx` before a send, `ucp_put_nbx` and a flush after a receive);
+//!   with UCX RMA (`ucp_get_nbx` before a send, `ucp_put_nbx` and a flush after a receive),
+//!   never waiting: the copy advances with the plugin's progress, so a host slow to progress
+//!   its memory worker delays only its own commands, never the worker;
 //! * `MEM_MAP` (importing an exported memory handle) needs UCX 1.14: this build binds UCX 1.13
 //!   and answers `DOCA_ERROR_NOT_SUPPORTED`.
 //!
