@@ -3,7 +3,10 @@
 //! the median of the per-round ratios.
 //!
 //! Ours, timed by the host: one host (this process, pinned to core 0) holds two workers of one
-//! daemon in one domain (domain ids 0 and 1). A round trip: the host asks worker 0 to send a
+//! daemon in one domain (domain ids 0 and 1), both on core 1. Workers spin, then yield their
+//! core, then sleep on their host channels and UCX's event descriptor; the host spins, then
+//! yields (`UROM_SANDBOX_HOST_WAIT`, `UROM_SANDBOX_WORKER_CORE`, `UROM_SANDBOX_BUSY_POLL`,
+//! `UROM_SANDBOX_SPREAD` try other arrangements and print the spread; see `main`). A round trip: the host asks worker 0 to send a
 //! 64-byte PING to worker 1 (and to receive the PONG); worker 1's receive completes at the
 //! host, which asks worker 1 to send the PONG back; worker 0's receive completes at the host.
 //! So it holds two UCX tagged messages and four host <-> worker crossings (shared memory).
@@ -83,7 +86,17 @@ fn main() {
     let daemon = start_daemon_command(
         command,
         plugins.to_str().unwrap(),
-        &["--log-level", "30", "--sdk-log-level", "30"],
+        if std::env::var_os("UROM_SANDBOX_BUSY_POLL").is_some() {
+            &[
+                "--log-level",
+                "30",
+                "--sdk-log-level",
+                "30",
+                "--worker-busy-poll",
+            ][..]
+        } else {
+            &["--log-level", "30", "--sdk-log-level", "30"][..]
+        },
         true,
     );
     urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
@@ -95,9 +108,24 @@ fn main() {
     let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
     let host = SandboxHost::init(info.id, info.version).unwrap();
     let mut engine = ProgressEngine::new();
+    // Both workers on the other core by default (they take turns there: only one has work at
+    // a time); `UROM_SANDBOX_WORKER_CORE=N` picks core N, `any` every core the daemon may use.
+    let worker_core: Option<usize> = match std::env::var("UROM_SANDBOX_WORKER_CORE").as_deref() {
+        Err(_) => Some(PEER_CORE),
+        Ok("any") => None,
+        Ok(core) => Some(
+            core.parse()
+                .expect("UROM_SANDBOX_WORKER_CORE: a core number or any"),
+        ),
+    };
     let workers: Vec<Worker<Running>> = (0..2)
         .map(|_| {
-            Worker::new()
+            let worker = Worker::new();
+            let worker = match worker_core {
+                Some(core) => worker.set_cpuset([core].into_iter().collect()),
+                None => worker,
+            };
+            worker
                 .set_service(&service)
                 .set_plugins(host.id())
                 .set_max_inflight_tasks(16)
@@ -154,6 +182,33 @@ fn main() {
     );
 }
 
+/// How the host waits for a notification: `UROM_SANDBOX_HOST_WAIT` = `spin` (progress
+/// without pause), `yield` (the default: after [`HOST_SPINS`] empty polls, yield the core
+/// between polls) or `sleep` (as `yield`, then, after [`HOST_YIELDS`], sleep in
+/// [`ProgressEngine::wait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HostWait {
+    Spin,
+    Yield,
+    Sleep,
+}
+
+/// Empty polls before the host yields its core.
+const HOST_SPINS: u32 = 256;
+/// Empty polls before the host sleeps.
+const HOST_YIELDS: u32 = 4096;
+
+impl HostWait {
+    fn from_env() -> Self {
+        match std::env::var("UROM_SANDBOX_HOST_WAIT").as_deref() {
+            Ok("spin") => Self::Spin,
+            Ok("yield") | Err(_) => Self::Yield,
+            Ok("sleep") => Self::Sleep,
+            Ok(other) => panic!("UROM_SANDBOX_HOST_WAIT={other}: expected spin, yield or sleep"),
+        }
+    }
+}
+
 /// The median of [`ROUND_TRIPS`] PING-PONG round trips between the two workers, in
 /// nanoseconds.
 fn round_trip_ns(
@@ -165,10 +220,25 @@ fn round_trip_ns(
     let recv = RecvInto::Inline {
         capacity: MESSAGE.len() as u64,
     };
+    let host_wait = HostWait::from_env();
     let wait = |engine: &mut ProgressEngine, counter: &AtomicUsize, before: usize| {
         let deadline = Instant::now() + TIMEOUT;
+        let mut idle = 0u32;
         while counter.load(Ordering::Relaxed) == before {
-            engine.progress();
+            if engine.progress() > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            match host_wait {
+                HostWait::Spin => std::hint::spin_loop(),
+                HostWait::Yield | HostWait::Sleep if idle < HOST_SPINS => std::hint::spin_loop(),
+                HostWait::Yield => std::thread::yield_now(),
+                HostWait::Sleep if idle < HOST_YIELDS => std::thread::yield_now(),
+                HostWait::Sleep => engine
+                    .wait(Duration::from_millis(10))
+                    .expect("the progress engine's wait"),
+            }
             assert!(Instant::now() < deadline, "a message did not arrive");
         }
     };
@@ -196,6 +266,17 @@ fn round_trip_ns(
     let settle = Instant::now() + Duration::from_millis(100);
     while Instant::now() < settle {
         engine.progress();
+    }
+    if std::env::var_os("UROM_SANDBOX_SPREAD").is_some() {
+        times.sort_by(f64::total_cmp);
+        let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] / 1000.0;
+        println!(
+            "  p10 {:.1} us  p50 {:.1} us  p90 {:.1} us  p99 {:.1} us",
+            at(0.1),
+            at(0.5),
+            at(0.9),
+            at(0.99)
+        );
     }
     median(&mut times)
 }

@@ -59,4 +59,4 @@ pub mod worker_command;
 #[cfg(not(loom))]
 pub mod worker_env;
 
-pub use sys::{PinError, pin_current_thread, socket_incoming_cpu};
+pub use sys::{PinError, WakeSet, pin_current_thread, socket_incoming_cpu};

@@ -31,7 +31,7 @@
 //! urom_core::export_plugin!(Echo);
 //! ```
 
-pub use crate::abi::export::{Domain, Notifier};
+pub use crate::abi::export::{Domain, Notifier, WakeFds};
 pub use crate::wire::Status;
 
 /// One command for the plugin.
@@ -74,6 +74,32 @@ pub trait Plugin: Sized + 'static {
         let _ = out;
         Ok(false)
     }
+
+    /// Readies the plugin to wake its worker, which is about to sleep: gives `wake` the
+    /// descriptors that become readable when the plugin has work again (for UCX, the worker's
+    /// event descriptor after `ucp_worker_arm` said `UCS_OK`), and says whether the worker may
+    /// sleep at all ([`Arm`]). Called only after a [`Plugin::progress`] that found nothing to
+    /// do, never on the busy path.
+    ///
+    /// The default, [`Arm::Unsupported`], makes the worker nap briefly and poll again, as it
+    /// must for a plugin whose work can arrive without waking anything.
+    fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+        let _ = wake;
+        Arm::Unsupported
+    }
+}
+
+/// Whether a plugin lets its worker sleep ([`Plugin::arm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arm {
+    /// Work waits already (UCX's `ucp_worker_arm` answered `UCS_ERR_BUSY`): progress again
+    /// instead of sleeping.
+    Busy,
+    /// The descriptors given to [`WakeFds`] become readable when work arrives; with none, only
+    /// the worker's commands bring the plugin work.
+    Armed,
+    /// The plugin cannot wake its worker: the worker naps briefly and polls again.
+    Unsupported,
 }
 
 /// Exports a [`Plugin`] type through the plugin ABI: call it once in the plugin's `cdylib`.

@@ -1,6 +1,7 @@
 //! Peer workers and mapped host memory (`transport::ucx::{PeerWorker, MappedMemory}`) in one
 //! process: tagged messages matched UCX's way, completions naming their tokens, slots reused,
-//! remote keys unpacked, and bounds of mapped memory.
+//! remote keys unpacked, bounds of mapped memory, and remote memory access that waits for a
+//! slow host without stalling its worker.
 //!
 //! Stays on TCP over the loopback interface unless `UCX_TLS` / `UCX_NET_DEVICES` say otherwise.
 #![cfg(feature = "ucx")]
@@ -8,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use urom_core::transport::ucx::{
-    self, Completion, MappedMemory, OperationKind, OutOfBounds, PeerWorker,
+    self, Completion, MappedMemory, OperationKind, OutOfBounds, PeerWorker, RemoteMemory,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -106,4 +107,101 @@ fn mapped_memory_has_a_key_and_keeps_copies_in_bounds() {
     let host = ucx::HostMemoryWorker::new().unwrap();
     let to_host = peer.connect(host.address()).unwrap();
     assert!(peer.unpack_key(to_host, memory.rkey()).is_ok());
+}
+
+#[test]
+fn remote_memory_access_waits_for_a_slow_host_without_stalling_its_worker() {
+    setup();
+    let mut memory = MappedMemory::new(4096).unwrap();
+    memory.write(100, b"from the host").unwrap();
+    let host = ucx::HostMemoryWorker::new().unwrap();
+    let mut a = PeerWorker::new().unwrap();
+    let mut b = PeerWorker::new().unwrap();
+    let to_b = a.connect(b.address()).unwrap();
+    let to_host = a.connect(host.address()).unwrap();
+    let key = a.unpack_key(to_host, memory.rkey()).unwrap();
+    let from = RemoteMemory {
+        peer: to_host,
+        key,
+        address: memory.va() + 100,
+    };
+
+    // The send fetches its bytes from the host, which does not progress yet: starting it
+    // returns at once, and the workers go on progressing (and exchanging other messages).
+    b.tag_recv(0x5, u64::MAX, 64, 1);
+    a.tag_send_from(to_b, 0x5, from, 13, 2).unwrap();
+    b.tag_recv(0x6, u64::MAX, 64, 3);
+    a.tag_send(to_b, 0x6, b"meanwhile", 4).unwrap();
+    let mut tokens = Vec::new();
+    let deadline = Instant::now() + TIMEOUT;
+    let step = |a: &mut PeerWorker, b: &mut PeerWorker, tokens: &mut Vec<u64>| {
+        for done in [a.progress(), b.progress()].into_iter().flatten() {
+            tokens.push(done.token);
+            match done.token {
+                1 => assert_eq!(b.slot(done.slot), b"from the host"),
+                2 => assert_eq!((done.kind, done.result), (OperationKind::Send, Ok(()))),
+                3 => assert_eq!(b.slot(done.slot), b"meanwhile"),
+                _ => {}
+            }
+        }
+    };
+    while !tokens.contains(&3) {
+        step(&mut a, &mut b, &mut tokens);
+        assert!(
+            Instant::now() < deadline,
+            "the other message did not arrive"
+        );
+    }
+
+    // Once the host progresses, the fetched bytes go out and arrive.
+    while !tokens.contains(&1) || !tokens.contains(&2) {
+        host.progress();
+        step(&mut a, &mut b, &mut tokens);
+        assert!(
+            Instant::now() < deadline,
+            "the fetched message did not arrive"
+        );
+    }
+
+    // And a put to the host's memory completes once the host progresses.
+    let mut c = PeerWorker::new().unwrap();
+    let c_to_host = c.connect(host.address()).unwrap();
+    let c_key = c.unpack_key(c_to_host, memory.rkey()).unwrap();
+    let to_c = a.connect(c.address()).unwrap();
+    let landed = c.tag_recv(0x7, u64::MAX, 64, 5);
+    a.tag_send(to_c, 0x7, b"into host memory", 6).unwrap();
+    let received = loop {
+        a.progress();
+        if let Some(done) = c.progress() {
+            break done;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the message for the put did not arrive"
+        );
+    };
+    assert_eq!(received.slot, landed);
+    let to = RemoteMemory {
+        peer: c_to_host,
+        key: c_key,
+        address: memory.va() + 1000,
+    };
+    c.put(received.slot, to, 16, 7).unwrap();
+    assert_eq!(c.slot(received.slot), b"", "the slot is the put's now");
+    let put = loop {
+        host.progress();
+        a.progress();
+        if let Some(done) = c.progress() {
+            break done;
+        }
+        assert!(Instant::now() < deadline, "the put did not complete");
+    };
+    assert_eq!(
+        (put.token, put.kind, put.result),
+        (7, OperationKind::Put { len: 16 }, Ok(()))
+    );
+    c.release(put.slot);
+    let mut out = [0u8; 16];
+    memory.read(1000, &mut out).unwrap();
+    assert_eq!(&out, b"into host memory");
 }

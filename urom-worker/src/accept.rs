@@ -8,8 +8,28 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use nix::sys::eventfd::EventFd;
 use tracing::warn;
 use urom_core::transport::{Channel, ChannelConfig};
+
+/// Where acceptor threads hand over the hosts they accepted: the worker's queue, and the
+/// descriptor that wakes the worker if it sleeps.
+#[derive(Clone)]
+pub(crate) struct Arrive {
+    pub(crate) hosts: mpsc::Sender<Channel>,
+    pub(crate) wake: Arc<EventFd>,
+}
+
+impl Arrive {
+    /// Hands `channel` to the worker and wakes it. A worker that is gone drops it (and so
+    /// closes it: the host learns it is gone).
+    fn send(&self, channel: Channel) {
+        if self.hosts.send(channel).is_ok() {
+            // A full counter already wakes it.
+            let _ = self.wake.write(1);
+        }
+    }
+}
 
 /// How often the acceptor thread looks for new hosts and for the worker stopping.
 const ACCEPT_POLL: Duration = Duration::from_millis(5);
@@ -26,7 +46,7 @@ pub(crate) fn accept_hosts(
     listener: UnixListener,
     config: ChannelConfig,
     allow_uids: &[u32],
-    arrive: mpsc::Sender<Channel>,
+    arrive: Arrive,
     stop: &AtomicBool,
 ) {
     let own_uid = nix::unistd::geteuid().as_raw();
@@ -72,7 +92,7 @@ pub(crate) fn accept_hosts(
                             match connected {
                                 // The worker may be gone by now; then so is the host.
                                 Ok(conn) => {
-                                    let _ = arrive.send(conn);
+                                    arrive.send(conn);
                                 }
                                 Err(reason) => warn!("a host could not connect: {reason}"),
                             }
@@ -98,7 +118,7 @@ pub(crate) fn accept_ucx_hosts(
     key: &urom_core::auth::SharedSecret,
     identity: &str,
     wait: urom_core::transport::WaitMode,
-    arrive: mpsc::Sender<Channel>,
+    arrive: Arrive,
     stop: &AtomicBool,
 ) {
     use urom_core::transport::Transport;
@@ -131,7 +151,7 @@ pub(crate) fn accept_ucx_hosts(
                 channel.set_wait_mode(wait);
                 match urom_core::auth::challenge(&mut channel, &key, &identity, UCX_HANDSHAKE) {
                     Ok(()) => {
-                        let _ = arrive.send(channel);
+                        arrive.send(channel);
                     }
                     Err(e) => warn!("refused a host over UCX: {e}"),
                 }

@@ -10,18 +10,22 @@
 //! The loop counts what it does in plain fields it owns ([`Counters`]) and publishes the totals
 //! now and then into a block other threads read ([`Published`]).
 
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use tracing::{debug, info, warn};
+use urom_core::WakeSet;
 use urom_core::abi::{LoadedPlugin, NotificationSink};
-use urom_core::transport::shm::HugePages;
+use urom_core::plugin::Arm;
+use urom_core::transport::shm::{FIRST_NAP, HugePages};
 use urom_core::transport::{
-    Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver, FrameSendError,
+    Armed, Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver, FrameSendError,
     FrameSender, Transport, WaitMode,
 };
 use urom_wire::data::{
@@ -29,7 +33,7 @@ use urom_wire::data::{
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
-use crate::accept::accept_hosts;
+use crate::accept::{Arrive, accept_hosts};
 use crate::backlog::{BACKLOG_LIMIT, Backlog};
 use crate::counters::{Counters, Published};
 use crate::domain::{DomainReplies, Domains};
@@ -39,11 +43,32 @@ use urom_wire::domain::DomainMessage;
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
-/// How many idle turns a worker spins before it naps (unless it busy-polls); counted rather
-/// than timed, so that the loop reads no clock.
+/// How long an idle worker spins before it starts yielding its core between turns (unless it
+/// busy-polls).
+const PURE_SPIN: Duration = Duration::from_nanos(500);
+/// A yield that lasts this long gave the core to another process for a while.
+const HANDED_OVER: Duration = Duration::from_nanos(1500);
+/// How many such yields an idle worker makes before it sleeps: it shares its core, and its
+/// polling would only delay whoever runs there.
+const HANDOVERS_BEFORE_SLEEP: u32 = 3;
+/// How many idle turns a worker spins, then yields, before it sleeps (unless it busy-polls);
+/// counted, so that a busy worker reads no clock.
 const SPIN_TURNS_BEFORE_NAP: u32 = 4096;
-/// How long one nap lasts at most; a frame on the only host channel ends it early.
+
+/// Where an idle spell stands.
+#[derive(Clone, Copy)]
+struct Idle {
+    /// Its first idle turn.
+    since: Instant,
+    /// Yields in it that handed the core over.
+    handovers: u32,
+}
+/// How long one sleep lasts at most while some host channel or plugin cannot wake the worker
+/// (or a host's notifications wait for room in its ring).
 const NAP: Duration = Duration::from_millis(1);
+/// How long one sleep lasts at most otherwise, so that a stop request and the parent's end
+/// are seen in good time.
+const LONG_SLEEP: Duration = Duration::from_millis(20);
 /// How many busy turns pass between two checks that the parent still runs.
 const PARENT_CHECK_TURNS: u32 = 1 << 16;
 
@@ -68,7 +93,7 @@ struct Outbound {
 struct Arrivals {
     hosts: mpsc::Receiver<Channel>,
     /// Given to each acceptor.
-    arrive: mpsc::Sender<Channel>,
+    arrive: Arrive,
     /// Tells the acceptors to stop.
     stop: Arc<AtomicBool>,
 }
@@ -95,6 +120,10 @@ pub struct Worker {
     published: Option<Arc<Published>>,
     /// Domain tables on their way from hosts.
     domains: Domains,
+    /// What the worker sleeps on when idle (reused).
+    wake: WakeSet,
+    /// The current idle spell.
+    idle: Idle,
 }
 
 impl Worker {
@@ -125,6 +154,11 @@ impl Worker {
             counters: Counters::default(),
             published: None,
             domains: Domains::default(),
+            wake: WakeSet::new(),
+            idle: Idle {
+                since: Instant::now(),
+                handovers: 0,
+            },
         }
     }
 
@@ -181,12 +215,18 @@ impl Worker {
     }
 
     /// Where a new acceptor thread hands over the hosts it accepted, and the flag that stops it.
-    fn acceptor(&mut self) -> (mpsc::Sender<Channel>, Arc<AtomicBool>) {
+    fn acceptor(&mut self) -> (Arrive, Arc<AtomicBool>) {
         let arrivals = self.arrivals.get_or_insert_with(|| {
             let (arrive, hosts) = mpsc::channel();
+            let wake =
+                EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                    .expect("creating the eventfd that wakes the worker for new hosts");
             Arrivals {
                 hosts,
-                arrive,
+                arrive: Arrive {
+                    hosts: arrive,
+                    wake: Arc::new(wake),
+                },
                 stop: Arc::new(AtomicBool::new(false)),
             }
         });
@@ -238,15 +278,15 @@ impl Worker {
             {
                 self.counters.publish(block);
             }
+            let mut slept = false;
             if worked {
                 idle_turns = 0;
             } else {
                 idle_turns = idle_turns.saturating_add(1);
-                self.rest(idle_turns);
+                slept = self.rest(idle_turns);
             }
-            // Checked once per nap, or now and then when busy: never per command.
-            let napped = !self.busy_poll && idle_turns >= SPIN_TURNS_BEFORE_NAP;
-            if (napped || turns % PARENT_CHECK_TURNS == 0) && self.parent_gone() {
+            // Checked once per sleep, or now and then when busy: never per command.
+            if (slept || turns % PARENT_CHECK_TURNS == 0) && self.parent_gone() {
                 warn!("the process that started this worker has ended; stopping");
                 return;
             }
@@ -381,20 +421,96 @@ impl Worker {
         taken > 0
     }
 
-    /// Waits a little when there is nothing to do: spins first, then naps on the only host
-    /// channel (woken by the host's next frame) or for a moment.
-    fn rest(&mut self, idle_turns: u32) {
-        if self.busy_poll || idle_turns < SPIN_TURNS_BEFORE_NAP {
+    /// Waits a little when there is nothing to do: spins for [`PURE_SPIN`], then yields the
+    /// core between turns, then sleeps ([`Worker::sleep`]) after [`SPIN_TURNS_BEFORE_NAP`]
+    /// idle turns, or as soon as [`HANDOVERS_BEFORE_SLEEP`] yields handed the core to another
+    /// process: a worker alone on its core keeps polling (a yield then returns at once), one
+    /// that shares it (with the next party of an exchange, say) gets out of its way.
+    /// Returns whether it slept.
+    fn rest(&mut self, idle_turns: u32) -> bool {
+        if self.busy_poll {
             std::hint::spin_loop();
-            return;
+            return false;
         }
-        let mut live = self.inbound.iter_mut().flatten();
-        match (live.next(), live.next()) {
-            (Some(only), None) => {
-                // A failure shows up at the next `recv`, which drops the host.
-                let _ = only.rx.wait_recv(NAP);
+        // Only idle turns read the clock.
+        let now = Instant::now();
+        if idle_turns == 1 {
+            self.idle = Idle {
+                since: now,
+                handovers: 0,
+            };
+        }
+        if idle_turns >= SPIN_TURNS_BEFORE_NAP || self.idle.handovers >= HANDOVERS_BEFORE_SLEEP {
+            self.sleep();
+            return true;
+        }
+        if now.duration_since(self.idle.since) < PURE_SPIN {
+            std::hint::spin_loop();
+        } else {
+            thread::yield_now();
+            if now.elapsed() >= HANDED_OVER {
+                self.idle.handovers += 1;
             }
-            _ => thread::sleep(NAP),
+        }
+        false
+    }
+
+    /// Sleeps until a host channel, a plugin or a new host wakes the worker: every host
+    /// channel and plugin is armed and their wake-up descriptors polled together, so that a
+    /// frame from a host or a plugin's message (a UCX message, for a plugin that gives its UCP
+    /// worker's descriptor) ends the sleep at once. It lasts at most [`NAP`] while some
+    /// channel or plugin cannot wake the worker, or a host's notifications wait in its
+    /// backlog; [`FIRST_NAP`] after a channel was armed afresh; [`LONG_SLEEP`] otherwise. It
+    /// does not sleep at all when arming finds work waiting.
+    fn sleep(&mut self) {
+        self.wake.clear();
+        let mut ready = false;
+        let mut timeout = LONG_SLEEP;
+        if let Some(arrivals) = &self.arrivals {
+            self.wake.watch(arrivals.arrive.wake.as_fd());
+        }
+        for host in self.inbound.iter_mut().flatten() {
+            match host.rx.arm() {
+                Ok(Armed::Armed { fresh }) => {
+                    if fresh {
+                        timeout = timeout.min(FIRST_NAP);
+                    }
+                    for fd in host.rx.wake_fds().into_iter().flatten() {
+                        self.wake.watch(fd);
+                    }
+                }
+                Ok(Armed::Unsupported) => timeout = timeout.min(NAP),
+                // A frame waits, or the host is gone (the next `recv` drops it).
+                Ok(Armed::Ready) | Err(_) => ready = true,
+            }
+        }
+        if self
+            .outbound
+            .iter()
+            .flatten()
+            .any(|host| !host.backlog.is_empty())
+        {
+            timeout = timeout.min(NAP);
+        }
+        if !ready {
+            for plugin in self.plugins.iter_mut().flatten() {
+                match plugin.arm(&mut self.wake) {
+                    Arm::Armed => {}
+                    Arm::Busy => {
+                        ready = true;
+                        break;
+                    }
+                    Arm::Unsupported => timeout = timeout.min(NAP),
+                }
+            }
+        }
+        let woke = !ready && self.wake.sleep(timeout);
+        for host in self.inbound.iter_mut().flatten() {
+            host.rx.disarm();
+        }
+        if woke && let Some(arrivals) = &self.arrivals {
+            // Consumes the wake-up of new hosts, if it was theirs (non-blocking).
+            let _ = arrivals.arrive.wake.read();
         }
     }
 }

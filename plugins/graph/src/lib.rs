@@ -7,7 +7,7 @@
 #![deny(unsafe_code)]
 
 use urom_core::graph::{self, GraphCommand, GraphNotification, MESSAGE_LEN};
-use urom_core::plugin::{Command, Notifier, Plugin};
+use urom_core::plugin::{Arm, Command, Notifier, Plugin, WakeFds};
 use urom_core::wire::Status;
 
 /// The plugin's per-worker state: it keeps none.
@@ -25,6 +25,11 @@ impl Plugin for Graph {
         let mut notification = [0u8; MESSAGE_LEN];
         GraphNotification::Loopback { data }.pack(&mut notification)?;
         out.reply(command, Status::Success, &notification)
+    }
+
+    /// Every command is answered at once: nothing to wake the worker for.
+    fn arm(&mut self, _wake: &mut WakeFds<'_>) -> Arm {
+        Arm::Armed
     }
 }
 

@@ -12,7 +12,9 @@
 //! * bytes travel inline (in the command and the notification) or, when `memh_id` is not 0,
 //!   from and to the host's memory: the plugin looks up its own member's segment holding the
 //!   address (both ends of the range), its remote key and its host's memory worker, and copies
-//!   with UCX RMA (`ucp_get_nbx` before a send, `ucp_put_nbx` and a flush after a receive);
+//!   with UCX RMA (`ucp_get_nbx` before a send, `ucp_put_nbx` and a flush after a receive),
+//!   never waiting: the copy advances with the plugin's progress, so a host slow to progress
+//!   its memory worker delays only its own commands, never the worker;
 //! * `MEM_MAP` (importing an exported memory handle) needs UCX 1.14: this build binds UCX 1.13
 //!   and answers `DOCA_ERROR_NOT_SUPPORTED`.
 //!
@@ -20,17 +22,15 @@
 //! `DOCA_ERROR_INVALID_VALUE`, a failed UCX call `DOCA_ERROR_DRIVER` (a send or receive that
 //! UCX ends with an error is notified with `DOCA_ERROR_DRIVER` and UCX's status), a lookup's
 //! error is passed on (`DOCA_ERROR_NOT_FOUND` for an unknown domain id or an address in no
-//! buffer). Sends and receives complete from the plugin's progress; while any is in flight the
-//! plugin reports work for a while after the last command or completion, so that its worker
-//! keeps polling through an exchange rather than napping (a UCX message does not wake a
-//! napping worker); a receive that waits long lets it nap again (then it is seen within a
-//! nap, about a millisecond).
+//! buffer). Sends and receives complete from the plugin's progress. The plugin gives its
+//! worker the UCP worker's event descriptor to sleep on (`Plugin::arm`, `ucp_worker_arm`), so
+//! that a message arriving wakes a sleeping worker at once.
 //!
 //! Without the `ucx` feature the plugin loads, has no address and answers every command
 //! `DOCA_ERROR_NOT_SUPPORTED`.
 #![deny(unsafe_code)]
 
-use urom_core::plugin::{Command, Notifier, Plugin};
+use urom_core::plugin::{Arm, Command, Notifier, Plugin, WakeFds};
 use urom_core::sandbox::{NAME, VERSION};
 use urom_core::wire::Status;
 
@@ -88,6 +88,19 @@ impl Plugin for Sandbox {
         {
             let _ = out;
             Ok(false)
+        }
+    }
+
+    fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+        #[cfg(feature = "ucx")]
+        {
+            self.peer.arm(wake)
+        }
+        #[cfg(not(feature = "ucx"))]
+        {
+            // Every command is answered at once: nothing to wake the worker for.
+            let _ = wake;
+            Arm::Armed
         }
     }
 }

@@ -2,22 +2,16 @@
 //! sends and receives in flight.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
-use urom_core::plugin::{Command, Domain, Notifier};
+use urom_core::plugin::{Arm, Command, Domain, Notifier, WakeFds};
 use urom_core::sandbox::{NOTIFICATION_LEN, SandboxCommand, SandboxNotification};
 use urom_core::transport::ucx::{
     OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory, UcxError,
 };
 use urom_core::wire::Status;
 
-/// How long remote memory access to a host may take (the host must progress its engine).
-const RMA_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most bytes an inline receive may ask for: the largest message a channel carries.
 const MAX_INLINE_RECV: u64 = 16 << 20;
-/// How many progress calls in a row without news still report work while operations are in
-/// flight (a UCX message does not wake a napping worker; a worker told of work keeps polling).
-const BUSY_POLLS: u32 = 1 << 14;
 
 /// An endpoint to a domain member, and the address it was made for.
 struct Endpoint {
@@ -37,10 +31,16 @@ struct Host {
 enum Waiting {
     Send,
     RecvInline,
+    /// A receive whose bytes then go to the host's memory.
     RecvMemory(RemoteMemory),
+    /// Those bytes on their way there.
+    Putting {
+        sender_tag: u64,
+    },
 }
 
 /// A command whose operation runs.
+#[derive(Clone, Copy)]
 struct Pending {
     dest_id: u64,
     plugin: u64,
@@ -59,8 +59,6 @@ pub(crate) struct SandboxPeer {
     free: Vec<usize>,
     /// Where notifications are packed (reused).
     notification: Vec<u8>,
-    /// Progress calls since the last command or completion.
-    quiet_polls: u32,
 }
 
 /// UCX failed: the plugin says `DOCA_ERROR_DRIVER`.
@@ -78,7 +76,6 @@ impl SandboxPeer {
             pending: Vec::new(),
             free: Vec::new(),
             notification: vec![0; NOTIFICATION_LEN],
-            quiet_polls: 0,
         })
     }
 
@@ -176,6 +173,12 @@ impl SandboxPeer {
         }
     }
 
+    /// The command of operation `token`, left in place.
+    fn pending_at(&self, token: u64) -> Option<Pending> {
+        let at = usize::try_from(token).ok()?;
+        *self.pending.get(at)?
+    }
+
     fn unpend(&mut self, token: u64) -> Option<Pending> {
         let at = usize::try_from(token).ok()?;
         let pending = self.pending.get_mut(at)?.take()?;
@@ -189,7 +192,6 @@ impl SandboxPeer {
         out: &mut Notifier<'_>,
     ) -> Result<(), Status> {
         let domain = out.domain();
-        self.quiet_polls = 0;
         match SandboxCommand::unpack(command.payload)? {
             // Importing an exported memory handle needs UCX 1.14 (`ucp_memh_pack` and the
             // `exported_memh_buffer` parameter); this build binds 1.13.
@@ -213,11 +215,7 @@ impl SandboxPeer {
                 let token = self.pend(command, context, Waiting::Send);
                 let started = match from {
                     None => self.worker.tag_send(peer, tag, data, token),
-                    Some((from, len)) => {
-                        let deadline = Instant::now() + RMA_TIMEOUT;
-                        self.worker
-                            .tag_send_from(peer, tag, from, len, token, deadline)
-                    }
+                    Some((from, len)) => self.worker.tag_send_from(peer, tag, from, len, token),
                 };
                 started.map(drop).map_err(|error| {
                     self.unpend(token);
@@ -252,11 +250,27 @@ impl SandboxPeer {
         let mut worked = false;
         while let Some(done) = self.worker.progress() {
             worked = true;
-            let Some(pending) = self.unpend(done.token) else {
+            let Some(pending) = self.pending_at(done.token) else {
                 self.worker.release(done.slot);
                 continue;
             };
             let mut result = done.result;
+            // A receive into the host's memory: put the bytes there, then answer.
+            if let (Waiting::RecvMemory(to), OperationKind::Receive { sender_tag, len }, Ok(())) =
+                (pending.waiting, done.kind, result)
+            {
+                match self.worker.put(done.slot, to, len, done.token) {
+                    Ok(()) => {
+                        self.pending[done.token as usize] = Some(Pending {
+                            waiting: Waiting::Putting { sender_tag },
+                            ..pending
+                        });
+                        continue;
+                    }
+                    Err(error) => result = Err(error),
+                }
+            }
+            self.unpend(done.token);
             let notification = match (pending.waiting, done.kind) {
                 (Waiting::Send, _) | (_, OperationKind::Send) => SandboxNotification::TagSend {
                     context: pending.context,
@@ -276,20 +290,27 @@ impl SandboxPeer {
                         },
                     }
                 }
-                (Waiting::RecvMemory(to), OperationKind::Receive { sender_tag, len }) => {
-                    if result.is_ok() {
-                        let deadline = Instant::now() + RMA_TIMEOUT;
-                        result = self.worker.put(done.slot, to, len, deadline);
-                    }
-                    SandboxNotification::TagRecv {
-                        context: pending.context,
-                        buffer: 0,
-                        count: if result.is_ok() { len as u64 } else { 0 },
-                        sender_tag,
-                        status: ucs_status(result),
-                        data: &[],
-                    }
-                }
+                (Waiting::Putting { sender_tag }, OperationKind::Put { len })
+                | (
+                    Waiting::RecvMemory(_) | Waiting::Putting { .. },
+                    OperationKind::Receive { sender_tag, len },
+                ) => SandboxNotification::TagRecv {
+                    context: pending.context,
+                    buffer: 0,
+                    count: if result.is_ok() { len as u64 } else { 0 },
+                    sender_tag,
+                    status: ucs_status(result),
+                    data: &[],
+                },
+                // A put for a command that did not ask for one: cannot happen.
+                (_, OperationKind::Put { .. }) => SandboxNotification::TagRecv {
+                    context: pending.context,
+                    buffer: 0,
+                    count: 0,
+                    sender_tag: 0,
+                    status: ucs_status(result),
+                    data: &[],
+                },
             };
             let len = notification.buffer_len();
             if self.notification.len() < len {
@@ -313,18 +334,19 @@ impl SandboxPeer {
             }
             self.worker.release(done.slot);
         }
-        // A message arriving does not wake a napping worker: while anything is in flight, say
-        // there is work for a while after the last news, so that the worker keeps polling
-        // through a message exchange but naps when a receive waits long.
-        if worked {
-            self.quiet_polls = 0;
-            return Ok(true);
+        Ok(worked)
+    }
+
+    /// Lets the worker sleep on the UCP worker's event descriptor, unless UCX has events
+    /// waiting (`ucp_worker_arm` answered `UCS_ERR_BUSY`).
+    pub(crate) fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+        if !self.worker.arm() {
+            return Arm::Busy;
         }
-        if self.worker.running() > 0 && self.quiet_polls < BUSY_POLLS {
-            self.quiet_polls += 1;
-            return Ok(true);
+        match wake.watch(self.worker.wake_fd()) {
+            Ok(()) => Arm::Armed,
+            Err(_) => Arm::Unsupported,
         }
-        Ok(false)
     }
 }
 

@@ -8,14 +8,15 @@
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::list::{self, ListHead};
 use super::{
     DocaError, ListLink, NATIVE_DOMAIN_VERSION, NATIVE_IFACE_VERSION, NativeDomainIface,
-    NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc, WorkerCtx,
-    WorkerNotifDesc, WorkerNotify, guard,
+    NativeIface, NativeIfaceV1, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc,
+    WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
 };
-use crate::plugin::{Command, Plugin};
+use crate::plugin::{Arm, Command, Plugin};
 use crate::wire::Status;
 
 /// What `plugin_ctx` points to.
@@ -319,18 +320,36 @@ pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
     unsafe { write_out(iface, value) }
 }
 
-/// `urom_plugin_get_native_iface`.
+/// `urom_plugin_get_native_iface`: the newest interface the caller asked for in the version
+/// word (see [`NATIVE_IFACE_VERSION`]), at least version 1.
 ///
 /// # Safety
-/// `iface` is null or points to a writable [`NativeIface`].
+/// `iface` is null, or points to a readable and writable [`NativeIface`] of the version its
+/// version word asks for (version 1 for a word below 2: its first 24 bytes).
 pub unsafe fn get_native_iface<P: Plugin>(iface: *mut NativeIface) -> DocaError {
-    let value = NativeIface {
-        version: NATIVE_IFACE_VERSION,
-        command: Some(native_command::<P>),
-        progress: Some(native_progress::<P>),
-    };
-    // SAFETY: the caller's contract.
-    unsafe { write_out(iface, value) }
+    if iface.is_null() {
+        return Status::InvalidValue.raw();
+    }
+    // SAFETY: non-null and readable (caller); every version starts with the version word.
+    let asked = unsafe { iface.cast::<u64>().read_unaligned() };
+    if asked >= NATIVE_IFACE_VERSION {
+        let value = NativeIface {
+            version: NATIVE_IFACE_VERSION,
+            command: Some(native_command::<P>),
+            progress: Some(native_progress::<P>),
+            arm: Some(native_arm::<P>),
+        };
+        // SAFETY: the caller asked for this version, so `iface` holds all of it.
+        unsafe { write_out(iface, value) }
+    } else {
+        let value = NativeIfaceV1 {
+            version: 1,
+            command: Some(native_command::<P>),
+            progress: Some(native_progress::<P>),
+        };
+        // SAFETY: every caller has room for version 1 (caller).
+        unsafe { write_out(iface.cast::<NativeIfaceV1>(), value) }
+    }
 }
 
 unsafe extern "C" fn open<P: Plugin>(ctx: *mut WorkerCtx) -> DocaError {
@@ -594,6 +613,68 @@ unsafe extern "C" fn native_progress<P: Plugin>(
     })
 }
 
+unsafe extern "C" fn native_arm<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    fds: *mut core::ffi::c_int,
+    capacity: usize,
+    count: *mut usize,
+) -> DocaError {
+    guard("arm", || {
+        // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
+        let Some(Instance { plugin, .. }) = (unsafe { instance::<P>(ctx) }) else {
+            return Status::InvalidValue;
+        };
+        if count.is_null() || (fds.is_null() && capacity > 0) {
+            return Status::InvalidValue;
+        }
+        let slots = if capacity == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: non-null with room for `capacity` descriptors, writable for the call
+            // (native ABI).
+            unsafe { core::slice::from_raw_parts_mut(fds, capacity) }
+        };
+        let mut wake = WakeFds { slots, count: 0 };
+        let armed = plugin.arm(&mut wake);
+        // SAFETY: non-null and writable (native ABI).
+        unsafe { count.write(wake.count) };
+        match armed {
+            Arm::Armed => Status::Success,
+            Arm::Busy => Status::Again,
+            Arm::Unsupported => Status::NotSupported,
+        }
+    })
+}
+
+/// Where a plugin gives its worker the descriptors that wake it ([`Plugin::arm`]).
+#[derive(Debug)]
+pub struct WakeFds<'a> {
+    slots: &'a mut [core::ffi::c_int],
+    count: usize,
+}
+
+impl WakeFds<'_> {
+    /// Wakes the sleeping worker when `fd` becomes readable. `fd` must stay open until the
+    /// worker next calls into the plugin. `DOCA_ERROR_TOO_BIG` when the plugin already gave
+    /// as many as its worker takes ([`crate::abi::NATIVE_MAX_WAKE_FDS`]).
+    pub fn watch(&mut self, fd: BorrowedFd<'_>) -> Result<(), Status> {
+        let slot = self.slots.get_mut(self.count).ok_or(Status::TooBig)?;
+        *slot = fd.as_raw_fd();
+        self.count += 1;
+        Ok(())
+    }
+
+    /// How many descriptors were given.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether none was given.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// `urom_plugin_set_native_domain`: keeps the worker's native domain lookups for the plugin's
 /// [`Domain`] view.
 ///
@@ -636,4 +717,166 @@ pub unsafe fn set_native_domain<P: Plugin>(
         instance.native_domain = Some(iface);
         Status::Success
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+    use super::*;
+    use crate::abi::{DomainLookupsIface, NATIVE_MAX_WAKE_FDS, NativeArmFn};
+    use crate::plugin::Command;
+
+    /// Gives an eventfd to sleep on, or says work waits.
+    struct Waker {
+        event: OwnedFd,
+        busy: bool,
+    }
+
+    impl Plugin for Waker {
+        const VERSION: u64 = 1;
+        fn open() -> Result<Self, Status> {
+            let event = crate::sys::wake_event().map_err(|_| Status::Driver)?;
+            Ok(Self { event, busy: false })
+        }
+        fn command(&mut self, _: &Command<'_>, _: &mut Notifier<'_>) -> Result<(), Status> {
+            self.busy = true;
+            Ok(())
+        }
+        fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {
+            if self.busy {
+                return Arm::Busy;
+            }
+            wake.watch(self.event.as_fd())
+                .expect("room for one descriptor");
+            Arm::Armed
+        }
+    }
+
+    /// Keeps the SDK's default: cannot wake its worker.
+    struct Plain;
+
+    impl Plugin for Plain {
+        const VERSION: u64 = 1;
+        fn open() -> Result<Self, Status> {
+            Ok(Plain)
+        }
+        fn command(&mut self, _: &Command<'_>, _: &mut Notifier<'_>) -> Result<(), Status> {
+            Ok(())
+        }
+    }
+
+    fn worker_ctx() -> WorkerCtx {
+        WorkerCtx {
+            iface: PluginIface::default(),
+            domain_iface: DomainLookupsIface {
+                addr_lookup: None,
+                seg_lookup: None,
+                memh_lookup: None,
+                mkey_lookup: None,
+            },
+            plugin_ctx: ptr::null_mut(),
+        }
+    }
+
+    fn native<P: Plugin>(asked: u64) -> NativeIface {
+        let mut iface = NativeIface {
+            version: asked,
+            command: None,
+            progress: None,
+            arm: None,
+        };
+        // SAFETY: a readable and writable interface of the newest version.
+        let status = unsafe { get_native_iface::<P>(&mut iface) };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        iface
+    }
+
+    /// Arms the plugin through its native entry point: the status and the descriptors.
+    fn arm(arm: NativeArmFn, ctx: &mut WorkerCtx) -> (Status, Vec<i32>) {
+        let mut fds = [-1; NATIVE_MAX_WAKE_FDS];
+        let mut count = usize::MAX;
+        // SAFETY: the context `open` succeeded on, room for the descriptors and the count.
+        let status = unsafe { arm(ctx, fds.as_mut_ptr(), fds.len(), &mut count) };
+        (Status::from_raw(status), fds[..count].to_vec())
+    }
+
+    #[test]
+    fn a_worker_of_version_1_gets_version_1_and_nothing_past_it() {
+        // An older worker leaves the version word 0 and has no room past `progress`: the
+        // plugin must leave those bytes alone.
+        let untouched: NativeArmFn = native_arm::<Plain>;
+        let mut iface = NativeIface {
+            version: 0,
+            command: None,
+            progress: None,
+            arm: Some(untouched),
+        };
+        // SAFETY: a readable and writable interface (larger than version 1 needs).
+        let status = unsafe { get_native_iface::<Waker>(&mut iface) };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        assert_eq!(iface.version, 1);
+        assert!(iface.command.is_some() && iface.progress.is_some());
+        assert_eq!(iface.arm.map(|f| f as usize), Some(untouched as usize));
+    }
+
+    #[test]
+    fn a_worker_of_version_2_gets_arm() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        assert_eq!(iface.version, 2);
+        assert!(iface.arm.is_some());
+        // A newer worker gets the newest this plugin has.
+        assert_eq!(native::<Waker>(7).version, NATIVE_IFACE_VERSION);
+    }
+
+    #[test]
+    fn arm_gives_the_plugins_descriptors_or_says_work_waits() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Waker>(&mut ctx) }, Status::Success.raw());
+        // SAFETY: `open::<Waker>` set it.
+        let event = unsafe { &*ctx.plugin_ctx.cast::<Instance<Waker>>() }
+            .plugin
+            .event
+            .as_raw_fd();
+        let (status, fds) = arm(iface.arm.unwrap(), &mut ctx);
+        assert_eq!((status, fds), (Status::Success, vec![event]));
+
+        // SAFETY: as above; nothing else refers to the instance now.
+        unsafe { &mut *ctx.plugin_ctx.cast::<Instance<Waker>>() }
+            .plugin
+            .busy = true;
+        let (status, fds) = arm(iface.arm.unwrap(), &mut ctx);
+        assert_eq!((status, fds), (Status::Again, vec![]));
+        // SAFETY: the context `open` succeeded on, closed once.
+        unsafe { close::<Waker>(&mut ctx) };
+    }
+
+    #[test]
+    fn a_plugin_that_keeps_the_default_cannot_wake_its_worker() {
+        let iface = native::<Plain>(NATIVE_IFACE_VERSION);
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Plain>(&mut ctx) }, Status::Success.raw());
+        let (status, fds) = arm(iface.arm.unwrap(), &mut ctx);
+        assert_eq!((status, fds), (Status::NotSupported, vec![]));
+        // SAFETY: the context `open` succeeded on, closed once.
+        unsafe { close::<Plain>(&mut ctx) };
+    }
+
+    #[test]
+    fn arm_refuses_a_null_count() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Waker>(&mut ctx) }, Status::Success.raw());
+        let mut fds = [-1; 1];
+        let arm = iface.arm.unwrap();
+        // SAFETY: the entry point checks the null count itself.
+        let status = unsafe { arm(&mut ctx, fds.as_mut_ptr(), 1, ptr::null_mut()) };
+        assert_eq!(Status::from_raw(status), Status::InvalidValue);
+        // SAFETY: the context `open` succeeded on, closed once.
+        unsafe { close::<Waker>(&mut ctx) };
+    }
 }

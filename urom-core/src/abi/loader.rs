@@ -18,11 +18,14 @@ use super::domain::{DomainSlot, LOOKUPS, NATIVE_DOMAIN, WorkerCtxExt};
 use super::list::ListHead;
 use super::{
     DOCA_RELEASES, DocaError, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL, GET_VERSION_SYMBOL,
-    GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion, NATIVE_IFACE_VERSION, NativeIface,
-    NotifySink, PLUGIN_IFACE_VERSION, PluginIface, SET_NATIVE_DOMAIN_SYMBOL, SetNativeDomainFn,
-    WorkerCmd, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
+    GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion, NATIVE_IFACE_VERSION,
+    NATIVE_MAX_WAKE_FDS, NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface,
+    SET_NATIVE_DOMAIN_SYMBOL, SetNativeDomainFn, WorkerCmd, WorkerCmdDesc, WorkerCtx,
+    WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::domain::DomainTable;
+use crate::plugin::Arm;
+use crate::sys::WakeSet;
 use crate::wire::data::{NOTIFY_HEADER_LEN, Notification, max_notify_payload};
 use crate::wire::{MaxMsgSize, Status, data::Command};
 
@@ -460,6 +463,34 @@ impl LoadedPlugin {
         }
     }
 
+    /// Readies the plugin to wake its worker, about to sleep: adds the plugin's wake-up
+    /// descriptors to `wake` (see [`crate::plugin::Plugin::arm`]). Plugins without the native
+    /// interface's `arm` (C plugins, older SDK plugins) cannot wake the worker:
+    /// [`Arm::Unsupported`].
+    pub fn arm(&mut self, wake: &mut WakeSet) -> Arm {
+        let Some(arm) = self.library.native.and_then(|native| native.arm) else {
+            return Arm::Unsupported;
+        };
+        let ctx = self.ctx_ptr();
+        let mut fds = [-1 as core::ffi::c_int; NATIVE_MAX_WAKE_FDS];
+        let mut count = 0usize;
+        // SAFETY: the native ABI: a valid context, room for `NATIVE_MAX_WAKE_FDS` descriptors
+        // and a writable count.
+        let status = Status::from_raw(guard_call(|| unsafe {
+            arm(ctx, fds.as_mut_ptr(), fds.len(), &mut count)
+        }));
+        match status {
+            Status::Success => {
+                for &fd in &fds[..count.min(fds.len())] {
+                    wake.watch_raw(fd);
+                }
+                Arm::Armed
+            }
+            Status::Again => Arm::Busy,
+            _ => Arm::Unsupported,
+        }
+    }
+
     /// Packs each notification descriptor the plugin returned, sends it, frees it.
     fn deliver_packed(&mut self, sink: &mut dyn NotificationSink) {
         let notif_pack = self.library.iface.notif_pack.expect("checked at load");
@@ -566,15 +597,24 @@ fn symbol<T: Copy>(
 /// The native interface, when the plugin offers a version this build speaks.
 fn native_iface(library: &Library, path: &Path) -> Option<NativeIface> {
     let get_native: GetNativeIfaceFn = symbol(library, path, GET_NATIVE_IFACE_SYMBOL).ok()?;
+    // Asks for the newest version; a plugin answers that or an older one (see
+    // `NATIVE_IFACE_VERSION`).
     let mut native = NativeIface {
-        version: 0,
+        version: NATIVE_IFACE_VERSION,
         command: None,
         progress: None,
+        arm: None,
     };
-    // SAFETY: the symbol has the native ABI's signature; `native` is writable.
+    // SAFETY: the symbol has the native ABI's signature; `native` is readable and writable and
+    // of the version its word asks for.
     let status = guard_call(|| unsafe { get_native(&mut native) });
+    match native.version {
+        // Version 1 ends before `arm`, which stays `None`.
+        1 => native.arm = None,
+        NATIVE_IFACE_VERSION => {}
+        _ => return None,
+    }
     let usable = Status::from_raw(status) == Status::Success
-        && native.version == NATIVE_IFACE_VERSION
         && native.command.is_some()
         && native.progress.is_some();
     usable.then_some(native)

@@ -307,8 +307,18 @@ pub const GET_VERSION_SYMBOL: &str = "urom_plugin_get_version";
 pub const GET_IFACE_SYMBOL: &str = "urom_plugin_get_iface";
 /// The extra symbol of plugins that offer the native fast path.
 pub const GET_NATIVE_IFACE_SYMBOL: &str = "urom_plugin_get_native_iface";
-/// The version of [`NativeIface`] this build speaks.
-pub const NATIVE_IFACE_VERSION: u64 = 1;
+/// The version of [`NativeIface`] this build speaks: 2 added `arm`; version 1 ends after
+/// `progress`.
+///
+/// The worker asks for a version: it stores the highest it speaks in the `version` word before
+/// calling `urom_plugin_get_native_iface`, and the plugin writes an interface of at most that
+/// version (stating which in the same word). A plugin built for version 1 ignores the request
+/// and writes version 1; a worker built for version 1 leaves the word 0, and a newer plugin
+/// then writes version 1 only. So either side may be older.
+pub const NATIVE_IFACE_VERSION: u64 = 2;
+
+/// The most wake-up descriptors one plugin may give its worker ([`NativeArmFn`]).
+pub const NATIVE_MAX_WAKE_FDS: usize = 4;
 
 /// The worker's side of the native fast path: where a plugin delivers notifications.
 ///
@@ -341,16 +351,43 @@ pub type NativeCommandFn = unsafe extern "C" fn(
 pub type NativeProgressFn =
     unsafe extern "C" fn(ctx: *mut WorkerCtx, sink: *const NotifySink) -> DocaError;
 
+/// Readies the plugin to wake its sleeping worker: writes at most `capacity` descriptors to
+/// `fds` and their number to `*count`, each to become readable (`POLLIN`) when the plugin has
+/// work again, and open until the worker's next call into the plugin.
+///
+/// Returns `DOCA_SUCCESS` when the worker may sleep on them (none: only commands bring the
+/// plugin work); `DOCA_ERROR_AGAIN` when work waits already (UCX's `ucp_worker_arm` answered
+/// `UCS_ERR_BUSY`): progress instead of sleeping; `DOCA_ERROR_NOT_SUPPORTED` when the plugin
+/// cannot wake its worker, which then naps briefly and polls again.
+pub type NativeArmFn = unsafe extern "C" fn(
+    ctx: *mut WorkerCtx,
+    fds: *mut core::ffi::c_int,
+    capacity: usize,
+    count: *mut usize,
+) -> DocaError;
+
 /// The native fast path a Rust SDK plugin exports beside the DOCA interface.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct NativeIface {
-    /// [`NATIVE_IFACE_VERSION`].
+    /// The version this interface has (at most the one the worker asked for; see
+    /// [`NATIVE_IFACE_VERSION`]).
     pub version: u64,
     /// Handles one command.
     pub command: Option<NativeCommandFn>,
     /// Advances asynchronous work.
     pub progress: Option<NativeProgressFn>,
+    /// Version 2: readies the plugin to wake its worker; `None` when it cannot.
+    pub arm: Option<NativeArmFn>,
+}
+
+/// Version 1 of [`NativeIface`]: what a plugin writes for a worker that asks for no newer one.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NativeIfaceV1 {
+    pub(crate) version: u64,
+    pub(crate) command: Option<NativeCommandFn>,
+    pub(crate) progress: Option<NativeProgressFn>,
 }
 
 /// `urom_plugin_get_native_iface`.
@@ -468,7 +505,10 @@ const _: () = {
     assert!(offset_of!(WorkerCtx, domain_iface) == 56);
     assert!(offset_of!(WorkerCtx, plugin_ctx) == 88);
     assert!(size_of::<ServicePluginInfo>() == 64);
-    assert!(size_of::<NativeIface>() == 24);
+    assert!(size_of::<NativeIface>() == 32);
+    assert!(size_of::<NativeIfaceV1>() == 24);
+    assert!(offset_of!(NativeIface, progress) == offset_of!(NativeIfaceV1, progress));
+    assert!(offset_of!(NativeIface, arm) == 24);
     assert!(size_of::<NativeDomainIface>() == 32);
     // The wire headers are these structs, little-endian.
     assert!(size_of::<WorkerCmd>() == crate::wire::data::CMD_HEADER_LEN);

@@ -284,3 +284,111 @@ mod tests {
         .unwrap();
     }
 }
+
+/// Descriptors to sleep on together: the wake-up descriptors of host channels and plugins,
+/// gathered each time a loop goes to sleep and polled in one system call.
+///
+/// The set keeps descriptor numbers, not borrows: a descriptor must stay open from
+/// [`WakeSet::watch`] until the next [`WakeSet::sleep`] returns. One closed in between is
+/// reported as ready (the kernel flags it invalid), so a sleeper never waits on it for nothing.
+/// The set's storage grows to the most descriptors ever watched at once and is then reused:
+/// sleeping allocates nothing.
+#[derive(Debug, Default)]
+pub struct WakeSet {
+    fds: Vec<libc::pollfd>,
+}
+
+impl WakeSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets every descriptor (keeps the storage).
+    pub fn clear(&mut self) {
+        self.fds.clear();
+    }
+
+    /// Wakes the next [`WakeSet::sleep`] when `fd` becomes readable or hangs up.
+    pub fn watch(&mut self, fd: BorrowedFd<'_>) {
+        self.watch_raw(fd.as_raw_fd());
+    }
+
+    /// [`WakeSet::watch`] by number, for descriptors a plugin lent across the ABI for this
+    /// sleep.
+    pub(crate) fn watch_raw(&mut self, fd: RawFd) {
+        if fd < 0 || self.fds.iter().any(|watched| watched.fd == fd) {
+            return;
+        }
+        self.fds.push(libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+
+    /// How many descriptors are watched.
+    pub fn len(&self) -> usize {
+        self.fds.len()
+    }
+
+    /// Whether no descriptor is watched.
+    pub fn is_empty(&self) -> bool {
+        self.fds.is_empty()
+    }
+
+    /// Sleeps until a watched descriptor is readable (or hangs up, or was closed) or `timeout`
+    /// passes; `true` when a descriptor woke it. A signal ends the sleep early (`false`). With
+    /// no descriptor it sleeps the whole `timeout`.
+    pub fn sleep(&mut self, timeout: Duration) -> bool {
+        let timeout = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        for watched in &mut self.fds {
+            watched.revents = 0;
+        }
+        // SAFETY: `fds` holds `len` initialized `pollfd`s, writable for the call (the kernel
+        // writes only their `revents`); `timeout` is a valid timespec; no signal mask is
+        // passed. Polling a descriptor number reads and writes no memory of the file's.
+        let woke = unsafe {
+            libc::ppoll(
+                self.fds.as_mut_ptr(),
+                self.fds.len() as libc::nfds_t,
+                &timeout,
+                std::ptr::null(),
+            )
+        };
+        woke > 0
+    }
+}
+
+#[cfg(test)]
+mod wake_set_tests {
+    use std::os::fd::AsFd;
+    use std::time::Duration;
+
+    use super::{WakeSet, drain, wake, wake_event};
+
+    #[test]
+    fn a_readable_descriptor_ends_the_sleep_and_a_quiet_one_does_not() {
+        let quiet = wake_event().unwrap();
+        let ringing = wake_event().unwrap();
+        let mut set = WakeSet::new();
+        set.watch(quiet.as_fd());
+        assert!(!set.sleep(Duration::from_millis(1)), "nothing was readable");
+        wake(ringing.as_fd());
+        set.watch(ringing.as_fd());
+        set.watch(ringing.as_fd());
+        assert_eq!(set.len(), 2, "a descriptor is watched once");
+        assert!(set.sleep(Duration::from_secs(60)));
+        drain(ringing.as_fd());
+        assert!(!set.sleep(Duration::ZERO), "drained: quiet again");
+        set.clear();
+        assert!(set.is_empty());
+        assert!(
+            !set.sleep(Duration::from_millis(1)),
+            "an empty set sleeps the timeout"
+        );
+    }
+}

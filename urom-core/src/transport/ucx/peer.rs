@@ -16,11 +16,13 @@
 //! each naming the caller's token and its slot, whose bytes stay readable until
 //! [`PeerWorker::release`].
 //!
-//! Remote memory access ([`PeerWorker::get`] into a slot, [`PeerWorker::put`] from one) waits
-//! for completion, progressing the worker, at most until a deadline. Over transports without
-//! hardware RMA (TCP), UCX emulates it with active messages, so the memory's owner must
-//! progress its worker meanwhile: a host does so from its progress engine. An operation that
-//! times out may still write its slot later, so that slot is never reused.
+//! Remote memory access runs the same way, never waiting: [`PeerWorker::tag_send_from`] fetches
+//! a peer's bytes into a slot and sends them once they are there; [`PeerWorker::put`] copies a
+//! finished receive's slot to a peer's memory and flushes it, completing from
+//! [`PeerWorker::progress`] as [`OperationKind::Put`]. Over transports without hardware RMA
+//! (TCP), UCX emulates it with active messages, so the memory's owner must progress its worker
+//! meanwhile (a host does so from its progress engine); one that does not only leaves its own
+//! operations running, never the caller waiting.
 //!
 //! # Memory on the host
 //!
@@ -36,7 +38,6 @@ use std::ffi::c_void;
 use std::fmt;
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
-use std::time::Instant;
 
 use ucx_sys as sys;
 
@@ -109,6 +110,11 @@ pub enum OperationKind {
         /// Bytes received (in the slot).
         len: usize,
     },
+    /// A [`PeerWorker::put`], complete at the target.
+    Put {
+        /// Bytes copied.
+        len: usize,
+    },
 }
 
 /// A finished tagged send or receive.
@@ -135,8 +141,19 @@ enum SlotState {
     Finished,
     /// Handed out as a completion, not yet released.
     Taken,
-    /// An operation timed out in it and may still write it: never reused.
-    Lost,
+}
+
+/// What a slot's operation is, and what follows when its current UCX request finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// A tagged send or receive: complete.
+    Tag,
+    /// Fetching a send's bytes: then send them to `peer` with `tag`.
+    Fetch { peer: PeerId, tag: u64 },
+    /// A put: then flush the endpoint to `peer`, so that it completes at the target.
+    Put { peer: PeerId },
+    /// The put's flush: complete.
+    Flush,
 }
 
 /// One operation slot. Boxed, so that its address (UCX's user data) never moves.
@@ -146,6 +163,7 @@ struct Slot {
     state: SlotState,
     token: u64,
     receive: bool,
+    stage: Stage,
     /// The request UCX returned (or passed to the callback), freed once harvested.
     request: *mut c_void,
     status: sys::ucs_status_t,
@@ -171,7 +189,7 @@ struct Peer {
 /// memory access. See the module docs.
 ///
 /// INVARIANTS: every endpoint in `peers` and key in `keys` belongs to `worker`; slots whose
-/// operations may still run (`Running`, `Lost`) keep their buffers until the worker is
+/// operations may still run (`Running`) keep their buffers until the worker is
 /// destroyed. `worker` is the first field, so it is destroyed (after `drop` released the keys
 /// and closed the endpoints) before the slots and the ready list its callbacks write.
 pub struct PeerWorker {
@@ -227,10 +245,10 @@ impl PeerWorker {
         self.worker.efd()
     }
 
-    /// Prepares to sleep on [`PeerWorker::wake_fd`]: `false` when events wait (progress
-    /// instead).
+    /// Prepares to sleep on [`PeerWorker::wake_fd`]: `false` when events wait or completions
+    /// are still to be handed out by [`PeerWorker::progress`] (progress instead).
     pub fn arm(&self) -> bool {
-        matches!(self.worker.arm(), Armed::Yes)
+        self.ready.0.borrow().is_empty() && matches!(self.worker.arm(), Armed::Yes)
     }
 
     /// An endpoint to the worker at `address` (a UCP worker address).
@@ -295,6 +313,7 @@ impl PeerWorker {
                     state: SlotState::Free,
                     token: 0,
                     receive: false,
+                    stage: Stage::Tag,
                     request: std::ptr::null_mut(),
                     status: sys::UCS_OK,
                     sender_tag: 0,
@@ -312,6 +331,7 @@ impl PeerWorker {
         slot.state = SlotState::Running;
         slot.token = token;
         slot.receive = receive;
+        slot.stage = Stage::Tag;
         slot.request = std::ptr::null_mut();
         slot.status = sys::UCS_INPROGRESS;
         slot.sender_tag = 0;
@@ -377,7 +397,9 @@ impl PeerWorker {
     }
 
     /// Sends the `len` bytes at `from` (a peer's memory) to `peer` with `tag`: fetches them into
-    /// a slot (waiting at most until `deadline`), then sends as [`PeerWorker::tag_send`].
+    /// a slot, then sends them as [`PeerWorker::tag_send`] does; completes (with `token`, as a
+    /// send) from [`PeerWorker::progress`]. Nothing waits: the fetch and the send advance as
+    /// the worker progresses (and, over TCP, as the memory's owner does).
     pub fn tag_send_from(
         &mut self,
         peer: PeerId,
@@ -385,12 +407,33 @@ impl PeerWorker {
         from: RemoteMemory,
         len: usize,
         token: u64,
-        deadline: Instant,
     ) -> Result<SlotId, UcxError> {
-        let ep = self.ep(peer)?;
+        self.ep(peer)?;
+        let (ep, rkey) = self.remote(from)?;
         let index = self.take_slot(token, false, len);
-        self.rma(index, from, len, false, deadline)?;
-        self.send_slot(ep, index, tag)
+        self.slots[index].stage = Stage::Fetch { peer, tag };
+        let param = self.op_param(index, false);
+        let buffer = self.slots[index].buffer.as_mut_ptr();
+        // SAFETY: `ep` and `rkey` are live and belong together (`remote`); the slot has room for
+        // `len` bytes, which stay allocated and untouched until the operation finishes (a
+        // `Running` slot is not touched, and is freed only after the worker is destroyed);
+        // `param`'s user data is the boxed slot, which `on_send_done` finishes.
+        let started =
+            unsafe { sys::ucp_get_nbx(ep, buffer.cast(), len, from.address, rkey, &param) };
+        self.started(index, started);
+        Ok(self.slot_id(index))
+    }
+
+    /// The endpoint and unpacked key of `remote`.
+    fn remote(&self, remote: RemoteMemory) -> Result<(sys::ucp_ep_h, sys::ucp_rkey_h), UcxError> {
+        let ep = self.ep(remote.peer)?;
+        match self.keys.get(remote.key.0) {
+            Some(&(rkey, owner)) if owner == remote.peer => Ok((ep, rkey)),
+            _ => Err(UcxError::new(
+                "a remote key of another endpoint",
+                sys::UCS_ERR_NO_MESSAGE,
+            )),
+        }
     }
 
     fn send_slot(&mut self, ep: sys::ucp_ep_h, index: usize, tag: u64) -> Result<SlotId, UcxError> {
@@ -437,138 +480,81 @@ impl PeerWorker {
         }
     }
 
-    /// Copies between slot `index` and `remote` (`put`: from the slot), waiting for completion
-    /// at most until `deadline`. On a timeout the slot is lost (UCX may still write it).
-    fn rma(
-        &mut self,
-        index: usize,
-        remote: RemoteMemory,
-        len: usize,
-        put: bool,
-        deadline: Instant,
-    ) -> Result<(), UcxError> {
-        let done = self.rma_inner(index, remote, len, put, deadline);
-        let slot = &mut self.slots[index];
-        match done {
-            Ok(()) => Ok(()),
-            Err((error, lost)) => {
-                self.active -= 1;
-                if lost {
-                    slot.state = SlotState::Lost;
-                } else {
-                    slot.state = SlotState::Free;
-                    self.free.push(index);
-                }
-                Err(error)
-            }
-        }
-    }
-
-    fn rma_inner(
-        &mut self,
-        index: usize,
-        remote: RemoteMemory,
-        len: usize,
-        put: bool,
-        deadline: Instant,
-    ) -> Result<(), (UcxError, bool)> {
-        let ep = self.ep(remote.peer).map_err(|e| (e, false))?;
-        let rkey = match self.keys.get(remote.key.0) {
-            Some(&(rkey, owner)) if owner == remote.peer => rkey,
-            _ => {
-                let error =
-                    UcxError::new("a remote key of another endpoint", sys::UCS_ERR_NO_MESSAGE);
-                return Err((error, false));
-            }
-        };
-        let param = request_param(0, None, std::ptr::null_mut());
-        let slot = &mut self.slots[index];
-        if slot.buffer.len() < len {
-            slot.buffer.resize(len, 0);
-        }
-        let buffer = slot.buffer.as_mut_ptr();
-        let (op, started) = if put {
-            // SAFETY: `ep` and `rkey` are live and belong together (checked above); the slot
-            // holds `len` readable bytes that stay allocated until the put finishes (waited for
-            // below; on a timeout the slot is lost, never reused or freed before the worker).
-            let started = unsafe {
-                sys::ucp_put_nbx(
-                    ep,
-                    buffer.cast_const().cast(),
-                    len,
-                    remote.address,
-                    rkey,
-                    &param,
-                )
-            };
-            ("ucp_put_nbx", started)
-        } else {
-            // SAFETY: as for the put; the slot has room for `len` bytes to be written.
-            let started =
-                unsafe { sys::ucp_get_nbx(ep, buffer.cast(), len, remote.address, rkey, &param) };
-            ("ucp_get_nbx", started)
-        };
-        self.wait(op, started, deadline)?;
-        if put {
-            // The put completed locally; the flush makes it complete at the target.
-            // SAFETY: `ep` is a live endpoint of this worker.
-            let flushing = unsafe { sys::ucp_ep_flush_nbx(ep, &param) };
-            self.wait("ucp_ep_flush_nbx", flushing, deadline)?;
-        }
-        Ok(())
-    }
-
-    /// Waits for `started` until `deadline`; on a timeout, `(error, true)`: the request may still
-    /// run.
-    fn wait(
-        &self,
-        op: &'static str,
-        started: sys::ucs_status_ptr_t,
-        deadline: Instant,
-    ) -> Result<(), (UcxError, bool)> {
-        let request = match sys::status_ptr(started) {
-            sys::StatusPtr::Done => return Ok(()),
-            sys::StatusPtr::Failed(status) => return Err((UcxError::new(op, status), false)),
-            sys::StatusPtr::Request(request) => request,
-        };
-        loop {
-            self.worker.progress();
-            // SAFETY: `request` is a live request of this worker, not yet freed.
-            let status = unsafe { sys::ucp_request_check_status(request) };
-            if status != sys::UCS_INPROGRESS {
-                // SAFETY: finished, freed once.
-                unsafe { sys::ucp_request_free(request) };
-                return check(status).map_err(|status| (UcxError::new(op, status), false));
-            }
-            if Instant::now() >= deadline {
-                // SAFETY: a live request, released once: UCX frees it when it completes.
-                unsafe { sys::ucp_request_free(request) };
-                return Err((UcxError::new(op, sys::UCS_ERR_TIMED_OUT), true));
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// Copies the first `len` bytes of slot `slot` to `to` (a peer's memory), waiting for the
-    /// copy to complete there at most until `deadline`.
+    /// Copies the first `len` bytes of the finished operation's slot `slot` to `to` (a peer's
+    /// memory) and flushes them there; completes (with `token`, as [`OperationKind::Put`], in a
+    /// slot named anew) from [`PeerWorker::progress`]. The slot is the operation's until then:
+    /// `slot` no longer names it. Nothing waits. An error here leaves `slot` as it was.
     pub fn put(
         &mut self,
         slot: SlotId,
         to: RemoteMemory,
         len: usize,
-        deadline: Instant,
+        token: u64,
     ) -> Result<(), UcxError> {
         let index = self.check_taken(slot)?;
-        let len = len.min(self.slots[index].buffer.len());
-        match self.rma_inner(index, to, len, true, deadline) {
-            Ok(()) => Ok(()),
-            Err((error, lost)) => {
-                if lost {
-                    self.slots[index].state = SlotState::Lost;
-                }
-                Err(error)
+        let (ep, rkey) = self.remote(to)?;
+        let ready: *const ReadyList = &*self.ready;
+        self.active += 1;
+        let s = &mut self.slots[index];
+        let len = len.min(s.buffer.len());
+        s.generation += 1;
+        s.state = SlotState::Running;
+        s.token = token;
+        s.receive = false;
+        s.stage = Stage::Put { peer: to.peer };
+        s.request = std::ptr::null_mut();
+        s.status = sys::UCS_INPROGRESS;
+        s.len = len;
+        s.ready = ready;
+        let param = self.op_param(index, false);
+        let buffer = self.slots[index].buffer.as_ptr();
+        // SAFETY: `ep` and `rkey` are live and belong together (`remote`); the slot holds `len`
+        // readable bytes that stay allocated and unchanged until the operation finishes (as for
+        // the other operations); `param`'s user data is the boxed slot.
+        let started = unsafe { sys::ucp_put_nbx(ep, buffer.cast(), len, to.address, rkey, &param) };
+        self.started(index, started);
+        Ok(())
+    }
+
+    /// Starts what follows the finished request of slot `index` (its stage), if anything:
+    /// `true` when the slot runs again.
+    fn advance(&mut self, index: usize) -> bool {
+        let slot = &self.slots[index];
+        if check(slot.status).is_err() {
+            return false;
+        }
+        let (peer, then) = match slot.stage {
+            Stage::Tag | Stage::Flush => return false,
+            Stage::Fetch { peer, tag } => (peer, Some(tag)),
+            Stage::Put { peer } => (peer, None),
+        };
+        let ep = match self.ep(peer) {
+            Ok(ep) => ep,
+            Err(error) => {
+                self.slots[index].status = error.status;
+                return false;
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.stage = if then.is_some() {
+            Stage::Tag
+        } else {
+            Stage::Flush
+        };
+        slot.state = SlotState::Running;
+        slot.status = sys::UCS_INPROGRESS;
+        match then {
+            // `send_slot` records what starting the send returned.
+            Some(tag) => drop(self.send_slot(ep, index, tag)),
+            None => {
+                let param = self.op_param(index, false);
+                // SAFETY: `ep` is a live endpoint of this worker; `param`'s user data is the
+                // boxed slot, which `on_send_done` finishes.
+                let started = unsafe { sys::ucp_ep_flush_nbx(ep, &param) };
+                self.started(index, started);
             }
         }
+        true
     }
 
     fn check_taken(&self, slot: SlotId) -> Result<usize, UcxError> {
@@ -609,27 +595,33 @@ impl PeerWorker {
         if self.ready.0.borrow().is_empty() {
             self.worker.progress();
         }
-        let index = self.ready.0.borrow_mut().pop_front()?;
+        let index = loop {
+            let index = self.ready.0.borrow_mut().pop_front()?;
+            let slot = &mut self.slots[index];
+            if !slot.request.is_null() {
+                // SAFETY: the request finished (its callback ran) and is freed once, here.
+                unsafe { sys::ucp_request_free(slot.request) };
+                slot.request = std::ptr::null_mut();
+            }
+            if !self.advance(index) {
+                break index;
+            }
+        };
         self.active -= 1;
         let slot = &mut self.slots[index];
-        if !slot.request.is_null() {
-            // SAFETY: the request finished (its callback ran) and is freed once, here.
-            unsafe { sys::ucp_request_free(slot.request) };
-            slot.request = std::ptr::null_mut();
-        }
         slot.state = SlotState::Taken;
-        let kind = if slot.receive {
-            OperationKind::Receive {
-                sender_tag: slot.sender_tag,
-                len: slot.len,
-            }
-        } else {
-            OperationKind::Send
-        };
-        let op = if slot.receive {
-            "ucp_tag_recv_nbx"
-        } else {
-            "ucp_tag_send_nbx"
+        let (kind, op) = match slot.stage {
+            _ if slot.receive => (
+                OperationKind::Receive {
+                    sender_tag: slot.sender_tag,
+                    len: slot.len,
+                },
+                "ucp_tag_recv_nbx",
+            ),
+            Stage::Fetch { .. } => (OperationKind::Send, "ucp_get_nbx"),
+            Stage::Tag => (OperationKind::Send, "ucp_tag_send_nbx"),
+            Stage::Put { .. } => (OperationKind::Put { len: slot.len }, "ucp_put_nbx"),
+            Stage::Flush => (OperationKind::Put { len: slot.len }, "ucp_ep_flush_nbx"),
         };
         Some(Completion {
             token: slot.token,
