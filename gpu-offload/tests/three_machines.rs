@@ -16,7 +16,9 @@ use std::net::Ipv4Addr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{CLIENT, ORCHESTRATOR, SERVER, TIMEOUT, assert_client_ok, message_of, read, reversed};
+use common::{
+    CLIENT, ORCHESTRATOR, SERVER, TIMEOUT, assert_thread_count_mismatch, check_shapes, read,
+};
 use urom_testkit::netns::Network;
 use urom_testkit::{ChildGuard, TempDir};
 
@@ -199,35 +201,26 @@ fn server_orchestrator_and_clients_on_three_machines() {
 /// bytes: every response checked by the client; then Ctrl-C on the server stops both cleanly.
 fn every_response_is_right_across_machines(machines: &Machines) {
     let mut remote = Remote::start(machines, "shapes");
-    for threads in [1u32, 4] {
-        for pipeline in [1u32, 128] {
-            for len in [0usize, 1, 64, 4000, 100_000] {
-                let message = message_of(len);
-                let iterations = match (len, pipeline) {
-                    (100_000, _) => 20,
-                    (_, 1) => 50,
-                    _ => 1_000,
-                };
-                let output = client(
-                    machines,
-                    remote.port,
-                    threads,
-                    iterations,
-                    &message,
-                    &reversed(&message),
-                    pipeline,
-                );
-                assert_client_ok(
-                    &output,
-                    u64::from(threads) * iterations,
-                    &format!(
-                        "{threads} threads, pipeline {pipeline}, {len} bytes\n{}",
-                        remote.logs(machines)
-                    ),
-                );
-            }
-        }
-    }
+    check_shapes(
+        &[0, 1, 64, 4000, 100_000],
+        |len, pipeline| match (len, pipeline) {
+            (100_000, _) => 20,
+            (_, 1) => 50,
+            _ => 1_000,
+        },
+        |threads, iterations, message, expected, pipeline| {
+            client(
+                machines,
+                remote.port,
+                threads,
+                iterations,
+                message,
+                expected,
+                pipeline,
+            )
+        },
+        || remote.logs(machines),
+    );
     remote.server.signal(common::SIGINT);
     let server = remote.server.wait_timeout(TIMEOUT).expect("server stops");
     let orchestrator = remote
@@ -295,16 +288,7 @@ fn a_thread_count_mismatch_is_a_clear_error_on_both_machines(machines: &Machines
     let status = server
         .wait_timeout(TIMEOUT)
         .expect("the server did not exit");
-    let server_err = machines.log("mismatch-server.log");
-    let orchestrator_err = String::from_utf8_lossy(&orchestrator.stderr);
-    assert!(!status.success() && !orchestrator.status.success());
-    for text in [&server_err[..], &orchestrator_err[..]] {
-        assert!(
-            text.contains("thread count mismatch: the server has 2 data-path threads")
-                && text.contains("(-t 3)"),
-            "{text}"
-        );
-    }
+    assert_thread_count_mismatch(status, &machines.log("mismatch-server.log"), &orchestrator);
 }
 
 /// An orchestrator whose server is not there gives up after --connect-timeout, naming the
