@@ -11,13 +11,13 @@
 mod common;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    CLIENT, ORCHESTRATOR, SERVER, TIMEOUT, assert_thread_count_mismatch, check_shapes, read,
+    CLIENT, ORCHESTRATOR, SERVER, TIMEOUT, assert_thread_count_mismatch, check_shapes,
+    listening_port, read,
 };
 use urom_testkit::netns::Network;
 use urom_testkit::{ChildGuard, TempDir};
@@ -159,23 +159,6 @@ fn client(
 
 fn log_file(machines: &Machines, name: &str) -> Stdio {
     Stdio::from(File::create(machines.dir.path().join(name)).unwrap())
-}
-
-/// The port of the server's `listening on <addr>` line; keeps reading its output after.
-fn listening_port(server: &mut ChildGuard) -> Option<u16> {
-    let stdout = server.0.stdout.take()?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let port = lines.next().and_then(Result::ok).and_then(|line| {
-            line.strip_prefix("listening on ")
-                .and_then(|addr| addr.rsplit(':').next())
-                .and_then(|port| port.parse::<u16>().ok())
-        });
-        let _ = tx.send(port);
-        for _ in lines {}
-    });
-    rx.recv_timeout(TIMEOUT).ok().flatten()
 }
 
 #[test]

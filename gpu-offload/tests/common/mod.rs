@@ -73,7 +73,6 @@ impl Stack {
                 File::create(dir.path().join("server.log")).unwrap(),
             ));
         let mut server = ChildGuard(server.spawn().expect("starting the server"));
-        let stdout = server.0.stdout.take().unwrap();
         let orchestrator = Command::new(ORCHESTRATOR)
             .args(["-c", socket.to_str().unwrap(), "-t", &threads.to_string()])
             .args(orch_extra)
@@ -84,19 +83,7 @@ impl Stack {
             .spawn()
             .expect("starting the orchestrator");
         let orchestrator = ChildGuard(orchestrator);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let port = lines.next().and_then(Result::ok).and_then(|line| {
-                line.strip_prefix("listening on ")
-                    .and_then(|addr| addr.rsplit(':').next())
-                    .and_then(|port| port.parse::<u16>().ok())
-            });
-            let _ = tx.send(port);
-            // Keep the pipe open while the server runs.
-            for _ in lines {}
-        });
-        let port = rx.recv_timeout(TIMEOUT).ok().flatten().unwrap_or_else(|| {
+        let port = listening_port(&mut server).unwrap_or_else(|| {
             panic!(
                 "the server never listened; its log:\n{}\norchestrator:\n{}",
                 read(&dir.path().join("server.log")),
@@ -174,6 +161,24 @@ impl Stack {
             self.orchestrator_log()
         );
     }
+}
+
+/// The port of the server's `listening on <addr>` line, its first, waited for at most
+/// [`TIMEOUT`]; keeps reading its output after, so that the pipe stays open while it runs.
+pub fn listening_port(server: &mut ChildGuard) -> Option<u16> {
+    let stdout = server.0.stdout.take()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let port = lines.next().and_then(Result::ok).and_then(|line| {
+            line.strip_prefix("listening on ")
+                .and_then(|addr| addr.rsplit(':').next())
+                .and_then(|port| port.parse::<u16>().ok())
+        });
+        let _ = tx.send(port);
+        for _ in lines {}
+    });
+    rx.recv_timeout(TIMEOUT).ok().flatten()
 }
 
 pub fn read(path: &std::path::Path) -> String {

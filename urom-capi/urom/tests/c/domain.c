@@ -221,14 +221,7 @@ static void run_rank(uint32_t rank, int fd)
 	OK(doca_ctx_stop(ctx));
 	CHECK(state_of(ctx) == DOCA_CTX_STATE_IDLE, "rank %u: a stopped domain is idle", rank);
 	OK(doca_urom_domain_destroy(domain));
-	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_stop(doca_urom_worker_as_ctx(worker)));
-	progress_from(pe, doca_urom_worker_as_ctx(worker), DOCA_CTX_STATE_STOPPING);
-	while (doca_pe_progress(pe))
-		;
-	OK(doca_urom_worker_destroy(worker));
-	OK(doca_ctx_stop(doca_urom_service_as_ctx(service)));
-	OK(doca_urom_service_destroy(service));
-	OK(doca_pe_destroy(pe));
+	end_rank(pe, service, worker);
 	printf("rank %u: the domain of %d ranks ran\n", rank, RANKS);
 	fflush(stdout);
 }

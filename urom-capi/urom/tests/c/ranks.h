@@ -150,6 +150,19 @@ static inline enum doca_ctx_states progress_from(struct doca_pe *pe,
 	return state_of(ctx);
 }
 
+/* Stops `worker` (progressing `pe` until it is idle), then `service`, and destroys all three. */
+static inline void end_rank(struct doca_pe *pe, struct doca_urom_service *service, struct doca_urom_worker *worker)
+{
+	IS(DOCA_ERROR_IN_PROGRESS, doca_ctx_stop(doca_urom_worker_as_ctx(worker)));
+	progress_from(pe, doca_urom_worker_as_ctx(worker), DOCA_CTX_STATE_STOPPING);
+	while (doca_pe_progress(pe))
+		;
+	OK(doca_urom_worker_destroy(worker));
+	OK(doca_ctx_stop(doca_urom_service_as_ctx(service)));
+	OK(doca_urom_service_destroy(service));
+	OK(doca_pe_destroy(pe));
+}
+
 /*
  * Runs `run_rank(rank, fd)` for rank 1 in a forked child (which ends with its parent) and rank 0
  * here, each with its end `fd` of a socket pair; returns once both passed, and ends the program
