@@ -184,7 +184,6 @@ fn a_thread_count_mismatch_is_a_clear_error_on_both_sides() {
         .wait_timeout(TIMEOUT)
         .expect("the server did not exit");
     let mut server_err = String::new();
-    use std::io::Read;
     server
         .0
         .stderr
@@ -192,15 +191,7 @@ fn a_thread_count_mismatch_is_a_clear_error_on_both_sides() {
         .unwrap()
         .read_to_string(&mut server_err)
         .unwrap();
-    let orchestrator_err = String::from_utf8_lossy(&orchestrator.stderr);
-    assert!(!status.success() && !orchestrator.status.success());
-    for text in [&server_err[..], &orchestrator_err[..]] {
-        assert!(
-            text.contains("thread count mismatch: the server has 2 data-path threads")
-                && text.contains("(-t 3)"),
-            "{text}"
-        );
-    }
+    assert_thread_count_mismatch(status, &server_err, &orchestrator);
 }
 
 #[test]

@@ -11,12 +11,14 @@
 mod common;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{CLIENT, ORCHESTRATOR, SERVER, TIMEOUT, assert_client_ok, message_of, read, reversed};
+use common::{
+    CLIENT, ORCHESTRATOR, SERVER, TIMEOUT, assert_thread_count_mismatch, check_shapes,
+    listening_port, read,
+};
 use urom_testkit::netns::Network;
 use urom_testkit::{ChildGuard, TempDir};
 
@@ -159,23 +161,6 @@ fn log_file(machines: &Machines, name: &str) -> Stdio {
     Stdio::from(File::create(machines.dir.path().join(name)).unwrap())
 }
 
-/// The port of the server's `listening on <addr>` line; keeps reading its output after.
-fn listening_port(server: &mut ChildGuard) -> Option<u16> {
-    let stdout = server.0.stdout.take()?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let port = lines.next().and_then(Result::ok).and_then(|line| {
-            line.strip_prefix("listening on ")
-                .and_then(|addr| addr.rsplit(':').next())
-                .and_then(|port| port.parse::<u16>().ok())
-        });
-        let _ = tx.send(port);
-        for _ in lines {}
-    });
-    rx.recv_timeout(TIMEOUT).ok().flatten()
-}
-
 #[test]
 fn server_orchestrator_and_clients_on_three_machines() {
     let network = match Network::create("gpuoff", 3) {
@@ -199,35 +184,26 @@ fn server_orchestrator_and_clients_on_three_machines() {
 /// bytes: every response checked by the client; then Ctrl-C on the server stops both cleanly.
 fn every_response_is_right_across_machines(machines: &Machines) {
     let mut remote = Remote::start(machines, "shapes");
-    for threads in [1u32, 4] {
-        for pipeline in [1u32, 128] {
-            for len in [0usize, 1, 64, 4000, 100_000] {
-                let message = message_of(len);
-                let iterations = match (len, pipeline) {
-                    (100_000, _) => 20,
-                    (_, 1) => 50,
-                    _ => 1_000,
-                };
-                let output = client(
-                    machines,
-                    remote.port,
-                    threads,
-                    iterations,
-                    &message,
-                    &reversed(&message),
-                    pipeline,
-                );
-                assert_client_ok(
-                    &output,
-                    u64::from(threads) * iterations,
-                    &format!(
-                        "{threads} threads, pipeline {pipeline}, {len} bytes\n{}",
-                        remote.logs(machines)
-                    ),
-                );
-            }
-        }
-    }
+    check_shapes(
+        &[0, 1, 64, 4000, 100_000],
+        |len, pipeline| match (len, pipeline) {
+            (100_000, _) => 20,
+            (_, 1) => 50,
+            _ => 1_000,
+        },
+        |threads, iterations, message, expected, pipeline| {
+            client(
+                machines,
+                remote.port,
+                threads,
+                iterations,
+                message,
+                expected,
+                pipeline,
+            )
+        },
+        || remote.logs(machines),
+    );
     remote.server.signal(common::SIGINT);
     let server = remote.server.wait_timeout(TIMEOUT).expect("server stops");
     let orchestrator = remote
@@ -295,16 +271,7 @@ fn a_thread_count_mismatch_is_a_clear_error_on_both_machines(machines: &Machines
     let status = server
         .wait_timeout(TIMEOUT)
         .expect("the server did not exit");
-    let server_err = machines.log("mismatch-server.log");
-    let orchestrator_err = String::from_utf8_lossy(&orchestrator.stderr);
-    assert!(!status.success() && !orchestrator.status.success());
-    for text in [&server_err[..], &orchestrator_err[..]] {
-        assert!(
-            text.contains("thread count mismatch: the server has 2 data-path threads")
-                && text.contains("(-t 3)"),
-            "{text}"
-        );
-    }
+    assert_thread_count_mismatch(status, &machines.log("mismatch-server.log"), &orchestrator);
 }
 
 /// An orchestrator whose server is not there gives up after --connect-timeout, naming the

@@ -85,36 +85,33 @@ fn count(haystack: &str, line: &str) -> usize {
     haystack.lines().filter(|l| *l == line).count()
 }
 
+/// Checks that the ranks' output says rank 0 received `message` once and that `clients` ranks
+/// got it back.
+fn assert_ping_pong(stdout: &str, message: &str, clients: usize) {
+    assert_eq!(
+        count(stdout, &format!("Server completed PING recv: {message}")),
+        1,
+        "{stdout}"
+    );
+    assert_eq!(
+        count(stdout, &format!("Client received PONG recv: {message}")),
+        clients,
+        "{stdout}"
+    );
+}
+
 #[test]
 fn two_and_four_ranks_ping_pong_through_their_workers() {
     let (_plugins, daemon) = local_daemon();
 
     let (stdout, stderr, ok) = ping_pong(&daemon, &[]);
     assert!(ok, "{stdout}\n{stderr}\n{}", daemon.log());
-    assert_eq!(
-        count(&stdout, "Server completed PING recv: hello world"),
-        1,
-        "{stdout}"
-    );
-    assert_eq!(
-        count(&stdout, "Client received PONG recv: hello world"),
-        1,
-        "{stdout}"
-    );
+    assert_ping_pong(&stdout, "hello world", 1);
 
     let message = "round the ring of four";
     let (stdout, stderr, ok) = ping_pong(&daemon, &["--ranks", "4", "-m", message]);
     assert!(ok, "{stdout}\n{stderr}\n{}", daemon.log());
-    assert_eq!(
-        count(&stdout, &format!("Server completed PING recv: {message}")),
-        1,
-        "{stdout}"
-    );
-    assert_eq!(
-        count(&stdout, &format!("Client received PONG recv: {message}")),
-        3,
-        "{stdout}"
-    );
+    assert_ping_pong(&stdout, message, 3);
 
     // A message of 100 characters is refused before anything starts.
     let long = "x".repeat(100);
@@ -143,6 +140,20 @@ fn on_path(program: &str) -> Option<std::path::PathBuf> {
         .find(|path| path.is_file())
 }
 
+/// `mpirun` run as root, MPI itself over shared memory rather than UCX, its output piped; the
+/// ranks' arguments follow.
+#[cfg(feature = "mpi")]
+fn mpirun_command(mpirun: &std::path::Path) -> Command {
+    let mut command = Command::new(mpirun);
+    command
+        .envs(UCX_ENV)
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
 /// Two ranks started by `mpirun`, rank and size from MPI, meet through the MPI collective and
 /// ping-pong as DOCA's sample does.
 #[cfg(feature = "mpi")]
@@ -155,45 +166,26 @@ fn two_ranks_started_by_mpirun_ping_pong_through_mpi() {
     let (_plugins, daemon) = local_daemon();
     let program = binary("urom-samples", "urom-ping-pong");
     let message = "ranks of mpirun";
-    let mut command = Command::new(mpirun);
+    let mut command = mpirun_command(&mpirun);
     command
-        .envs(UCX_ENV)
-        .args(["--allow-run-as-root", "--oversubscribe"])
-        // MPI itself over shared memory, not over UCX.
-        .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"])
         .args(["-np", "2"])
         .arg(&program)
         .args(["--oob", "mpi", "--timeout", "30", "-m", message])
         .arg("--socket")
-        .arg(&daemon.socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = ChildGuard(command.spawn().expect("starting mpirun"));
-    let (status, stdout, stderr) = finish(child);
+        .arg(&daemon.socket);
+    let (status, stdout, stderr) = finish(ChildGuard(command.spawn().expect("starting mpirun")));
     assert!(
         status.is_some_and(|s| s.success()),
         "mpirun failed or hung ({status:?})\nstdout:\n{stdout}\nstderr:\n{stderr}\n{}",
         daemon.log()
     );
-    assert_eq!(
-        count(&stdout, &format!("Server completed PING recv: {message}")),
-        1,
-        "{stdout}"
-    );
-    assert_eq!(
-        count(&stdout, &format!("Client received PONG recv: {message}")),
-        1,
-        "{stdout}"
-    );
+    assert_ping_pong(&stdout, message, 1);
 
     // A rank that fails ends the job through MPI_Abort: rank 0 is given a socket where no
     // daemon listens, and rank 1, which would wait for it in the domain start, is ended too.
     let dir = TempDir::new("urom-ping-pong-mpi");
-    let mut command = Command::new(on_path("mpirun").unwrap());
+    let mut command = mpirun_command(&mpirun);
     command
-        .envs(UCX_ENV)
-        .args(["--allow-run-as-root", "--oversubscribe"])
-        .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"])
         .args(["-np", "1"])
         .arg(&program)
         .args(["--oob", "mpi", "--timeout", "30", "--socket"])
@@ -201,11 +193,8 @@ fn two_ranks_started_by_mpirun_ping_pong_through_mpi() {
         .args([":", "-np", "1"])
         .arg(&program)
         .args(["--oob", "mpi", "--timeout", "30", "--socket"])
-        .arg(&daemon.socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = ChildGuard(command.spawn().expect("starting mpirun"));
-    let (status, stdout, stderr) = finish(child);
+        .arg(&daemon.socket);
+    let (status, stdout, stderr) = finish(ChildGuard(command.spawn().expect("starting mpirun")));
     assert!(
         status.is_some_and(|s| !s.success()),
         "mpirun of a failing rank: {status:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"

@@ -80,26 +80,25 @@ pub struct MemMapParamsWire {
 }
 assert_eq_size!(MemMapParamsWire, [u8; 40]);
 
-/// The fixed part of every command: its type and the union's 56 bytes as seven words.
+/// The fixed part of every command and notification: its type, then the C union as `WORDS`
+/// words (see the module docs for each type's fields).
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
-pub struct CommandWire {
-    /// [`CMD_MEM_MAP`], [`CMD_TAG_SEND`] or [`CMD_TAG_RECV`].
+pub struct MessageWire<const WORDS: usize> {
+    /// The type: `CMD_*` for a command, `NOTIFY_*` for a notification.
     pub kind: U64,
-    /// The union, word by word (see the module docs for each type's fields).
-    pub words: [U64; 7],
+    /// The union, word by word.
+    pub words: [U64; WORDS],
 }
+
+/// The fixed part of a command: [`CMD_MEM_MAP`], [`CMD_TAG_SEND`] or [`CMD_TAG_RECV`] and the
+/// union's 56 bytes as seven words.
+pub type CommandWire = MessageWire<7>;
 assert_eq_size!(CommandWire, [u8; 64]);
 
-/// The fixed part of every notification: its type and the union's 40 bytes as five words.
-#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
-#[repr(C)]
-pub struct NotificationWire {
-    /// [`NOTIFY_MEM_MAP`], [`NOTIFY_TAG_SEND`] or [`NOTIFY_TAG_RECV`].
-    pub kind: U64,
-    /// The union, word by word (see the module docs for each type's fields).
-    pub words: [U64; 5],
-}
+/// The fixed part of a notification: [`NOTIFY_MEM_MAP`], [`NOTIFY_TAG_SEND`] or
+/// [`NOTIFY_TAG_RECV`] and the union's 40 bytes as five words.
+pub type NotificationWire = MessageWire<5>;
 assert_eq_size!(NotificationWire, [u8; 48]);
 
 /// Bytes of a command before what it carries.

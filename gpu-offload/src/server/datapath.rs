@@ -559,30 +559,12 @@ impl<T: Transport> DataPath<T> {
         }
     }
 
+    /// Serves a newly accepted client from now on, through [`Self::take_in`].
     fn adopt(&mut self, stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.clients.push(None);
-                self.generations.push(0);
-                (self.clients.len() - 1) as u32
-            }
-        };
-        let flags = EpollFlags::EPOLLIN
-            | EpollFlags::EPOLLOUT
-            | EpollFlags::EPOLLRDHUP
-            | EpollFlags::EPOLLET;
-        if let Err(errno) = self
-            .epoll
-            .add(stream.as_fd(), EpollEvent::new(flags, u64::from(slot)))
-        {
-            self.free.push(slot);
-            return Err(errno.into());
-        }
         let read_buffer = MIN_READ_BUFFER.max(2 * self.max_message);
-        self.clients[slot as usize] = Some(Client {
+        self.take_in(Client {
             stream,
             peer,
             rbuf: vec![0; read_buffer].into_boxed_slice(),
@@ -601,8 +583,7 @@ impl<T: Transport> DataPath<T> {
             in_dirty: false,
             answered: 0,
             away: 0,
-        });
-        self.pending.push(slot);
+        })?;
         debug!(thread = self.index, %peer, "client connected");
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use urom_testkit::{ChildGuard, TempDir};
@@ -73,7 +73,6 @@ impl Stack {
                 File::create(dir.path().join("server.log")).unwrap(),
             ));
         let mut server = ChildGuard(server.spawn().expect("starting the server"));
-        let stdout = server.0.stdout.take().unwrap();
         let orchestrator = Command::new(ORCHESTRATOR)
             .args(["-c", socket.to_str().unwrap(), "-t", &threads.to_string()])
             .args(orch_extra)
@@ -84,19 +83,7 @@ impl Stack {
             .spawn()
             .expect("starting the orchestrator");
         let orchestrator = ChildGuard(orchestrator);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let port = lines.next().and_then(Result::ok).and_then(|line| {
-                line.strip_prefix("listening on ")
-                    .and_then(|addr| addr.rsplit(':').next())
-                    .and_then(|port| port.parse::<u16>().ok())
-            });
-            let _ = tx.send(port);
-            // Keep the pipe open while the server runs.
-            for _ in lines {}
-        });
-        let port = rx.recv_timeout(TIMEOUT).ok().flatten().unwrap_or_else(|| {
+        let port = listening_port(&mut server).unwrap_or_else(|| {
             panic!(
                 "the server never listened; its log:\n{}\norchestrator:\n{}",
                 read(&dir.path().join("server.log")),
@@ -176,6 +163,24 @@ impl Stack {
     }
 }
 
+/// The port of the server's `listening on <addr>` line, its first, waited for at most
+/// [`TIMEOUT`]; keeps reading its output after, so that the pipe stays open while it runs.
+pub fn listening_port(server: &mut ChildGuard) -> Option<u16> {
+    let stdout = server.0.stdout.take()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let port = lines.next().and_then(Result::ok).and_then(|line| {
+            line.strip_prefix("listening on ")
+                .and_then(|addr| addr.rsplit(':').next())
+                .and_then(|port| port.parse::<u16>().ok())
+        });
+        let _ = tx.send(port);
+        for _ in lines {}
+    });
+    rx.recv_timeout(TIMEOUT).ok().flatten()
+}
+
 pub fn read(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -231,29 +236,56 @@ pub fn assert_client_ok(output: &Output, operations: u64, what: &str) {
 /// Clients of 1 and 4 threads, 1 and 128 requests in flight, payloads of every length in
 /// `lens`: every response checked by the client.
 pub fn check_every_shape(stack: &Stack, lens: &[usize]) {
+    check_shapes(
+        lens,
+        |_, pipeline| if pipeline == 1 { 50 } else { 1_000 },
+        |threads, iterations, message, expected, pipeline| {
+            run_client(stack.port, threads, iterations, message, expected, pipeline)
+        },
+        || stack.orchestrator_log(),
+    );
+}
+
+/// Clients of 1 and 4 threads, 1 and 128 requests in flight, payloads of every length in
+/// `lens`, `iterations(len, pipeline)` requests per thread: each run by `client(threads,
+/// iterations, message, expected, pipeline)`, every response checked by the client; a failure
+/// shows what `logs` gives.
+pub fn check_shapes(
+    lens: &[usize],
+    iterations: impl Fn(usize, u32) -> u64,
+    client: impl Fn(u32, u64, &str, &str, u32) -> Output,
+    logs: impl Fn() -> String,
+) {
     for threads in [1u32, 4] {
         for pipeline in [1u32, 128] {
             for &len in lens {
                 let message = message_of(len);
-                let iterations = if pipeline == 1 { 50 } else { 1_000 };
-                let output = run_client(
-                    stack.port,
-                    threads,
-                    iterations,
-                    &message,
-                    &reversed(&message),
-                    pipeline,
-                );
+                let iterations = iterations(len, pipeline);
+                let output = client(threads, iterations, &message, &reversed(&message), pipeline);
                 assert_client_ok(
                     &output,
                     u64::from(threads) * iterations,
                     &format!(
                         "{threads} threads, pipeline {pipeline}, {len} bytes\n{}",
-                        stack.orchestrator_log()
+                        logs()
                     ),
                 );
             }
         }
+    }
+}
+
+/// Checks that a server of two data-path threads (`server`, which wrote `server_err`) and an
+/// orchestrator of three (`orchestrator`) both refused, with the message naming both counts.
+pub fn assert_thread_count_mismatch(server: ExitStatus, server_err: &str, orchestrator: &Output) {
+    let orchestrator_err = String::from_utf8_lossy(&orchestrator.stderr);
+    assert!(!server.success() && !orchestrator.status.success());
+    for text in [server_err, &orchestrator_err[..]] {
+        assert!(
+            text.contains("thread count mismatch: the server has 2 data-path threads")
+                && text.contains("(-t 3)"),
+            "{text}"
+        );
     }
 }
 

@@ -18,6 +18,7 @@ use urom_core::host::{
     Domain, DomainConfigError, DomainStartProgress, Idle, ProgressEngine, Running, Starting, Worker,
 };
 
+use crate::borrow;
 use crate::ffi::{self, CallbackOob, OobColl};
 use crate::log;
 use crate::worker::{WorkerInner, WorkerObj};
@@ -95,11 +96,7 @@ impl DomainObj {
         &self,
         set: impl FnOnce(&mut Settings) -> Result<T, Status>,
     ) -> Result<T, Status> {
-        let phase = self
-            .inner
-            .phase
-            .try_borrow()
-            .map_err(|_| Status::BadState)?;
+        let phase = borrow::read(&self.inner.phase)?;
         if !matches!(*phase, Phase::Idle) {
             log::error(
                 "domain",
@@ -107,11 +104,7 @@ impl DomainObj {
             );
             return Err(Status::BadState);
         }
-        let mut settings = self
-            .inner
-            .settings
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut settings = borrow::change(&self.inner.settings)?;
         set(&mut settings)
     }
 
@@ -192,25 +185,13 @@ impl DomainObj {
 
     /// `doca_ctx_start()`: builds the Rust domain from the settings and starts it.
     pub(crate) fn start(&self) -> Result<(), Status> {
-        let mut phase = self
-            .inner
-            .phase
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut phase = borrow::change(&self.inner.phase)?;
         if !matches!(*phase, Phase::Idle) {
             return Err(Status::BadState);
         }
-        let settings = self
-            .inner
-            .settings
-            .try_borrow()
-            .map_err(|_| Status::BadState)?;
+        let settings = borrow::read(&self.inner.settings)?;
         let domain = settings.domain()?;
-        let mut engine = self
-            .inner
-            .engine
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut engine = borrow::change(&self.inner.engine)?;
         match domain.start(&mut engine) {
             Ok(starting) => {
                 *phase = Phase::Starting(starting);
@@ -225,11 +206,7 @@ impl DomainObj {
 
     /// `doca_ctx_stop()`: leaves the domain, or abandons its start, at once.
     pub(crate) fn stop(&self) -> Result<(), Status> {
-        let mut phase = self
-            .inner
-            .phase
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut phase = borrow::change(&self.inner.phase)?;
         match std::mem::replace(&mut *phase, Phase::Idle) {
             Phase::Idle => return Err(Status::BadState),
             Phase::Starting(_) => log::info("domain", "the domain's start was abandoned"),
@@ -315,10 +292,7 @@ impl Settings {
 
 impl DomainInner {
     fn progress(&self) -> usize {
-        let mut work = match self.engine.try_borrow_mut() {
-            Ok(mut engine) => engine.progress(),
-            Err(_) => 0,
-        };
+        let mut work = borrow::progress(&self.engine);
         let Ok(mut phase) = self.phase.try_borrow_mut() else {
             return work;
         };

@@ -15,6 +15,7 @@
 //! typestate value of its current state in an enum and moves it from state to state.
 #![deny(unsafe_code)]
 
+mod borrow;
 pub mod domain;
 mod ffi;
 mod log;

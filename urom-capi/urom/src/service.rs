@@ -14,7 +14,7 @@ use urom_capi_abi::{CtxState, DocaCtx, DocaData, DocaTask, Status};
 use urom_core::host::{ControlError, Idle, ProgressEngine, Running, Service, ServiceStartError};
 use urom_core::wire::{CpuSet, MaxMsgSize};
 
-use crate::{ffi, log};
+use crate::{borrow, ffi, log};
 
 /// Marks a live service.
 pub(crate) const SERVICE_MAGIC: u64 = 0x7572_6f6d_7376_6331; // "uromsvc1"
@@ -339,10 +339,7 @@ impl ServiceObj {
 impl ServiceInner {
     fn progress(&self) -> usize {
         self.retired.borrow_mut().clear();
-        let mut work = match self.engine.try_borrow_mut() {
-            Ok(mut engine) => engine.progress(),
-            Err(_) => 0,
-        };
+        let mut work = borrow::progress(&self.engine);
         let ctx_data = ffi::ctx_user_data(self.ctx.get());
         loop {
             let next = self.done.borrow_mut().pop_front();
@@ -432,10 +429,7 @@ impl GidTask {
         };
         let handle = self as *const Self as usize;
         let weak = Rc::downgrade(&service);
-        let mut engine = service
-            .engine
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut engine = borrow::change(&service.engine)?;
         running
             .service
             .workers_by_gid_task_with(&mut engine, self.gid.get(), move |_, result| {

@@ -23,6 +23,7 @@ use urom_core::host::{
 use urom_core::wire::MaxMsgSize;
 use urom_core::wire::data::max_notify_payload;
 
+use crate::borrow;
 use crate::ffi::{self, RawBytes};
 use crate::log;
 use crate::service::{ServiceCell, ServiceState, TaskState};
@@ -136,11 +137,7 @@ impl WorkerObj {
         &self,
         set: impl FnOnce(Worker<Idle>) -> Worker<Idle>,
     ) -> Result<(), Status> {
-        let mut phase = self
-            .inner
-            .phase
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut phase = borrow::change(&self.inner.phase)?;
         match std::mem::replace(&mut *phase, Phase::Moving) {
             Phase::Idle(idle) => {
                 *phase = Phase::Idle(set(idle));
@@ -204,11 +201,7 @@ impl WorkerObj {
             );
             return Err(Status::InvalidValue);
         };
-        let mut phase = self
-            .inner
-            .phase
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut phase = borrow::change(&self.inner.phase)?;
         let idle = match std::mem::replace(&mut *phase, Phase::Moving) {
             Phase::Idle(idle) => idle,
             other => {
@@ -229,11 +222,7 @@ impl WorkerObj {
             self.inner.max_msg_size.set(Some(running.max_msg_size));
             idle.set_service(&running.service)
         };
-        let mut engine = self
-            .inner
-            .engine
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut engine = borrow::change(&self.inner.engine)?;
         match idle.start(&mut engine) {
             Ok(starting) => {
                 *phase = Phase::Starting(starting);
@@ -251,11 +240,7 @@ impl WorkerObj {
     /// `doca_ctx_stop()`: the next progress stops it (completing its tasks in flight with
     /// `DOCA_ERROR_SHUTDOWN`) and asks the service to destroy it.
     pub(crate) fn stop(&self) -> Result<(), Status> {
-        let mut phase = self
-            .inner
-            .phase
-            .try_borrow_mut()
-            .map_err(|_| Status::BadState)?;
+        let mut phase = borrow::change(&self.inner.phase)?;
         *phase = match std::mem::replace(&mut *phase, Phase::Moving) {
             Phase::Starting(worker) => Phase::StopStarting(worker),
             Phase::Running(worker) => Phase::StopRunning(worker),
@@ -370,10 +355,7 @@ impl WorkerInner {
 
     fn progress(self: &Rc<Self>) -> usize {
         let _current = Current::enter(self.pool.borrow().clone());
-        let mut work = match self.engine.try_borrow_mut() {
-            Ok(mut engine) => engine.progress(),
-            Err(_) => 0,
-        };
+        let mut work = borrow::progress(&self.engine);
         work += self.advance();
         let pool = self.pool.borrow().clone();
         if let Some(pool) = pool {
@@ -645,7 +627,7 @@ impl CmdTask {
             .checked_sub(self.payload.ptr() as usize)
             .ok_or(Status::InvalidValue)?;
         let owner = pool.worker.upgrade().ok_or(Status::BadState)?;
-        let phase = owner.phase.try_borrow().map_err(|_| Status::BadState)?;
+        let phase = borrow::read(&owner.phase)?;
         let Phase::Running(worker) = &*phase else {
             return Err(Status::BadState);
         };

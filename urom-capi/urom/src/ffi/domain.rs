@@ -196,18 +196,10 @@ impl OobCollective for CallbackOob {
                 }
             }
         }
-        let into = request.recv_mut();
         let Some(blocks) = gather.recv.get(..gather.received) else {
             return Err(OobError::new("the allgather's receive buffer is short"));
         };
-        if into.len() != blocks.len() {
-            return Err(OobError::new(format!(
-                "request {id} takes {} bytes, the allgather gathered {}",
-                into.len(),
-                blocks.len()
-            )));
-        }
-        into.copy_from_slice(blocks);
+        request.fill(blocks)?;
         Ok(true)
     }
 

@@ -166,16 +166,12 @@ static void faulty_done(struct doca_urom_worker_cmd_task *task,
 			union doca_data ctx_user_data)
 {
 	struct faulty_answer *answer = task_user_data.ptr;
-	struct doca_buf *response = doca_urom_worker_cmd_task_get_response(task);
-	void *data;
 	size_t len;
 
 	(void)ctx_user_data;
 	answer->status = doca_task_get_status(doca_urom_worker_cmd_task_as_task(task));
-	OK(doca_buf_get_data(response, &data));
-	OK(doca_buf_get_data_len(response, &len));
-	CHECK(len < sizeof(answer->bytes), "answer of %zu bytes", len);
-	memcpy(answer->bytes, data, len);
+	/* One byte left for the NUL. */
+	len = copy_response(task, answer->bytes, sizeof(answer->bytes) - 1);
 	answer->bytes[len] = 0;
 	answer->done = 1;
 	OK(doca_urom_worker_cmd_task_release(task));

@@ -105,6 +105,21 @@ impl OobRequest {
         &mut self.recv
     }
 
+    /// Fills the receive buffer with every rank's block, `blocks` as an allgather gathered them
+    /// (rank 0 first); an error names both lengths when they differ.
+    pub fn fill(&mut self, blocks: &[u8]) -> Result<(), OobError> {
+        if self.recv.len() != blocks.len() {
+            return Err(OobError::new(format!(
+                "request {} takes {} bytes, the allgather gathered {}",
+                self.id,
+                self.recv.len(),
+                blocks.len()
+            )));
+        }
+        self.recv.copy_from_slice(blocks);
+        Ok(())
+    }
+
     /// Every rank's block, rank 0 first; meaningful once the test said complete.
     pub fn received(&self) -> &[u8] {
         &self.recv
@@ -137,4 +152,30 @@ pub trait OobCollective {
 
     /// Releases a request, complete or not (DOCA's `req_free`).
     fn free(&mut self, request: OobRequest);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OobRequest;
+
+    #[test]
+    fn fill_takes_every_rank_block_of_the_request_length() {
+        let mut request = OobRequest::new(7, 2, 3);
+        request
+            .fill(&[1, 2, 3, 4, 5, 6])
+            .expect("six bytes for three blocks of two");
+        assert_eq!(request.received(), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(request.block(1), &[3, 4]);
+
+        let error = request.fill(&[1, 2, 3]).expect_err("three bytes for six");
+        assert_eq!(
+            error.to_string(),
+            "request 7 takes 6 bytes, the allgather gathered 3"
+        );
+        assert_eq!(
+            request.received(),
+            &[1, 2, 3, 4, 5, 6],
+            "a refused fill changes nothing"
+        );
+    }
 }

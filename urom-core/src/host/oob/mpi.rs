@@ -141,16 +141,7 @@ impl OobCollective for MpiOob {
         match gather.test()? {
             None => Ok(false),
             Some(blocks) => {
-                let id = request.id();
-                let into = request.recv_mut();
-                if into.len() != blocks.len() {
-                    return Err(OobError::new(format!(
-                        "request {id} takes {} bytes, the allgather gathered {}",
-                        into.len(),
-                        blocks.len()
-                    )));
-                }
-                into.copy_from_slice(blocks);
+                request.fill(blocks)?;
                 Ok(true)
             }
         }
