@@ -79,19 +79,7 @@ impl<'a> Domain<'a> {
     /// This plugin's address on member `domain_id` (what that member's instance of this plugin
     /// returned from its `addr`).
     pub fn address(&self, domain_id: u64) -> Result<&'a [u8], Status> {
-        let lookup = self
-            .native
-            .and_then(|native| native.addr_lookup)
-            .ok_or(Status::NotSupported)?;
-        let mut addr: *const u8 = ptr::null();
-        let mut len = 0usize;
-        // SAFETY: the native ABI: the worker's lookup, the context it gave for this call, and
-        // valid outputs.
-        let status = unsafe { lookup(self.ctx, domain_id, &mut addr, &mut len) };
-        Status::from_raw(status).into_result()?;
-        // SAFETY: a successful lookup returns `len` bytes that stay valid at least for the
-        // call (the worker keeps its tables until the plugin closes).
-        unsafe { super::lent_bytes(addr, len as u64) }.ok_or(Status::Unexpected)
+        self.lookup_bytes(self.native.and_then(|native| native.addr_lookup), domain_id)
     }
 
     /// The domain id of this plugin's own worker: the member whose address for this plugin is
@@ -113,17 +101,28 @@ impl<'a> Domain<'a> {
     /// which its buffers are reached with remote memory access. `NOT_FOUND` when that host
     /// gave none; `NOT_SUPPORTED` on a worker that cannot say.
     pub fn host_memory_address(&self, domain_id: u64) -> Result<&'a [u8], Status> {
-        let lookup = self
-            .native
-            .and_then(|native| native.host_memory_lookup)
-            .ok_or(Status::NotSupported)?;
+        self.lookup_bytes(
+            self.native.and_then(|native| native.host_memory_lookup),
+            domain_id,
+        )
+    }
+
+    /// The bytes a native lookup gives for member `domain_id`; `NOT_SUPPORTED` when the worker
+    /// offers no such lookup.
+    fn lookup_bytes(
+        &self,
+        lookup: Option<super::NativeAddrLookupFn>,
+        domain_id: u64,
+    ) -> Result<&'a [u8], Status> {
+        let lookup = lookup.ok_or(Status::NotSupported)?;
         let mut addr: *const u8 = ptr::null();
         let mut len = 0usize;
-        // SAFETY: the native ABI: the worker's lookup, its context for this call, valid
-        // outputs.
+        // SAFETY: the native ABI: the worker's lookup, the context it gave for this call, and
+        // valid outputs.
         let status = unsafe { lookup(self.ctx, domain_id, &mut addr, &mut len) };
         Status::from_raw(status).into_result()?;
-        // SAFETY: a successful lookup returns `len` bytes valid at least for the call.
+        // SAFETY: a successful lookup returns `len` bytes that stay valid at least for the
+        // call (the worker keeps its tables until the plugin closes).
         unsafe { super::lent_bytes(addr, len as u64) }.ok_or(Status::Unexpected)
     }
 
