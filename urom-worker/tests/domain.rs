@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use urom_core::transport::{Channel, FrameSendError, Transport};
+use urom_wire::data::peek_command_identity;
 use urom_wire::domain::{
     AddressReply, AddressRequest, Buffer, DomainMessage, MemberSpec, PluginAddress, RecordSpec,
     TableAck, TableChunk, TableRepr,
 };
-use urom_wire::data::peek_command_identity;
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
 const LOOKUPS_ID: u64 = 1;
