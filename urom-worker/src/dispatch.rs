@@ -565,8 +565,13 @@ fn dispatch(
         }
         Err(DecodeError::UnexpectedKind(kind)) if DomainMessage::is_domain_kind(kind) => {
             let max = router.max;
-            domains.handle(plugins, router, max, dest_id, frame);
-            return;
+            match domains.handle(plugins, router, max, dest_id, frame) {
+                Ok(()) => return,
+                Err(status) => {
+                    let (plugin, urom_context) = peek_command_identity(frame);
+                    (plugin, urom_context, status)
+                }
+            }
         }
         Err(error) => {
             warn!("malformed frame from a host: {error}");

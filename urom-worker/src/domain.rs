@@ -43,7 +43,10 @@ pub(crate) struct Domains {
 }
 
 impl Domains {
-    /// Handles one domain frame from host connection `dest_id`.
+    /// Handles one domain frame from host connection `dest_id`: answers it (a request at once,
+    /// a table chunk with the acknowledgement of its table). A frame that gets no domain answer
+    /// (a malformed one, or a reply: hosts send requests) is refused with the status of the
+    /// error notification that must answer it instead.
     pub(crate) fn handle(
         &mut self,
         plugins: &mut [Option<LoadedPlugin>],
@@ -51,17 +54,18 @@ impl Domains {
         max: MaxMsgSize,
         dest_id: u64,
         frame: &[u8],
-    ) {
+    ) -> Result<(), Status> {
         let message = match FrameRepr::<DomainMessage>::parse(frame, max) {
             Ok(frame) => frame.body,
             Err(error) => {
                 warn!(dest_id, "malformed domain frame from a host: {error}");
-                return;
+                return Err(Status::InvalidValue);
             }
         };
         match message {
             DomainMessage::DomainAddressRequest(request) => {
-                address(plugins, replies, max, dest_id, request)
+                address(plugins, replies, max, dest_id, request);
+                Ok(())
             }
             DomainMessage::DomainTableChunk(chunk) => {
                 if let Some((request, status)) = self.chunk(plugins, dest_id, chunk) {
@@ -69,12 +73,14 @@ impl Domains {
                     // A host that is gone cannot be answered.
                     let _ = replies.reply(dest_id, ack);
                 }
+                Ok(())
             }
             DomainMessage::DomainAddressReply(_) | DomainMessage::DomainTableAck(_) => {
                 warn!(
                     dest_id,
                     "a host sent a domain reply; hosts send domain requests"
                 );
+                Err(Status::InvalidValue)
             }
         }
     }
@@ -91,16 +97,27 @@ impl Domains {
         dest_id: u64,
         chunk: TableChunk<'_>,
     ) -> Option<(u64, Status)> {
-        let assembly = self.assemblies.entry(dest_id).or_insert(Assembly::Refused {
-            request: chunk.request,
-        });
         if chunk.offset == 0 {
-            *assembly = Assembly::Receiving {
+            let receiving = Assembly::Receiving {
                 request: chunk.request,
                 table_len: chunk.table_len,
                 bytes: Vec::with_capacity(chunk.table_len as usize),
             };
+            self.assemblies.insert(dest_id, receiving);
         }
+        let Some(assembly) = self.assemblies.get_mut(&dest_id) else {
+            warn!(
+                dest_id,
+                request = chunk.request,
+                offset = chunk.offset,
+                "a domain table chunk of a table that was never started; the table is refused"
+            );
+            let refused = Assembly::Refused {
+                request: chunk.request,
+            };
+            self.assemblies.insert(dest_id, refused);
+            return Some((chunk.request, Status::InvalidValue));
+        };
         match assembly {
             Assembly::Receiving {
                 request,

@@ -2,7 +2,8 @@
 //! requests for its plugins' addresses itself, takes a table in chunks, and its plugins' domain
 //! lookups (a C plugin written against DOCA's headers) then answer from the table: several
 //! ranks, segments, buffers without a memory handle, unknown ids. Tables out of order or
-//! malformed are refused and leave the one installed in place.
+//! malformed are refused and leave the one installed in place. Domain frames the worker does not
+//! take (malformed ones, replies sent by a host) get an error notification each.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use urom_core::transport::{Channel, FrameSendError, Transport};
+use urom_wire::data::peek_command_identity;
 use urom_wire::domain::{
     AddressReply, AddressRequest, Buffer, DomainMessage, MemberSpec, PluginAddress, RecordSpec,
     TableAck, TableChunk, TableRepr,
@@ -370,4 +372,95 @@ fn the_worker_gives_its_plugins_addresses_and_answers_lookups_from_the_table() {
     assert!(log.contains("domain table installed"), "{log}");
     assert!(log.contains("members=[0, 1, 2, 3]"), "{log}");
     assert!(log.contains("a domain table was refused"), "{log}");
+}
+
+/// `body` as a frame.
+fn domain_frame(seq: u64, body: DomainMessage<'_>) -> Vec<u8> {
+    let frame = FrameRepr { seq, body };
+    let mut bytes = vec![0; frame.buffer_len()];
+    let len = frame.emit(&mut bytes, MaxMsgSize::DEFAULT).unwrap();
+    bytes.truncate(len);
+    bytes
+}
+
+#[test]
+fn domain_frames_the_worker_does_not_take_get_an_error_each() {
+    let worker = start_worker(&graph_and_faulty(), &[]);
+    let mut host = connect(&worker.socket);
+
+    // Replies are the worker's to send: a host that sends one is answered with an error.
+    let reply = domain_frame(
+        1,
+        DomainMessage::DomainAddressReply(AddressReply {
+            request: 5,
+            plugin: GRAPH_ID,
+            status: OK,
+            address: b"an address",
+        }),
+    );
+    let ack = domain_frame(
+        2,
+        DomainMessage::DomainTableAck(TableAck {
+            request: 6,
+            status: OK,
+        }),
+    );
+    // An address request whose body is cut short under a header that agrees with it.
+    let mut short = domain_frame(
+        3,
+        DomainMessage::DomainAddressRequest(AddressRequest {
+            request: 7,
+            plugin: GRAPH_ID,
+        }),
+    );
+    short.truncate(short.len() - 3);
+    let len = short.len() as u32;
+    short[8..12].copy_from_slice(&len.to_le_bytes());
+    // A command frame whose kind was overwritten with the address reply's.
+    let overwritten: [u8; 64] = [
+        0x55, 0x52, 0x4f, 0x4d, 0x01, 0x00, 0x11, 0x02, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x02, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01,
+        0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x10, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x08, 0x01, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00,
+    ];
+    for frame in [&reply[..], &ack, &short, &overwritten] {
+        host.send(frame).unwrap();
+        let (plugin, context, status, payload) = next_notification(&mut host);
+        assert_eq!(
+            (plugin, context, status, payload),
+            (
+                peek_command_identity(frame).0,
+                peek_command_identity(frame).1,
+                Status::InvalidValue,
+                Vec::new()
+            ),
+            "{frame:02x?}"
+        );
+    }
+
+    // A chunk of a table that was never started refuses that table, once.
+    for offset in [50u64, 60] {
+        let stray = DomainMessage::DomainTableChunk(TableChunk {
+            request: 9,
+            table_len: 100,
+            offset,
+            bytes: &[0; 10],
+        });
+        send_domain(&mut host, 4, stray);
+    }
+    assert_eq!(
+        next_reply(&mut host),
+        (9, 0, Status::InvalidValue, Vec::new())
+    );
+
+    // The channel still carries commands, and nothing more was sent.
+    send_command(&mut host, 5, GRAPH_ID, 11, &loopback(3));
+    let (_, context, status, _) = next_notification(&mut host);
+    assert_eq!((context, status), (11, OK));
+    assert!(!host.wait_recv(Duration::from_millis(100)).unwrap());
+
+    let log = std::fs::read_to_string(log_file(&worker)).unwrap();
+    assert!(log.contains("a host sent a domain reply"), "{log}");
+    assert!(log.contains("malformed domain frame from a host"), "{log}");
 }
