@@ -4,8 +4,8 @@
 //! each start a worker (group = id % 2) with their own progress engine and send it a graph
 //! loopback, then the main thread lists the even and odd groups.
 //!
-//! [`ping_pong`] is the ping-pong: ranks, each a process with a worker running the sandbox
-//! plugin, pass a message worker to worker over UCX (feature `ucx`).
+//! `ping_pong` (feature `ucx`) is the ping-pong: ranks, each a process with a worker running the
+//! sandbox plugin, pass a message worker to worker over UCX.
 #![deny(unsafe_code)]
 
 #[cfg(feature = "ucx")]
