@@ -15,7 +15,7 @@ use urom_core::transport::{Channel, FrameSendError, Transport};
 use urom_wire::data::peek_command_identity;
 use urom_wire::domain::{
     AddressReply, AddressRequest, Buffer, DomainMessage, MemberSpec, PluginAddress, RecordSpec,
-    TableAck, TableChunk, TableRepr,
+    TableAck, TableChunk,
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -141,7 +141,7 @@ fn three_ranks() -> Vec<u8> {
             mkey: b"mkey-1b",
         },
     ];
-    let records: Vec<Vec<u8>> = [
+    urom_testkit::domain::table_bytes(&[
         RecordSpec {
             rank: 0,
             members: &m0,
@@ -157,18 +157,7 @@ fn three_ranks() -> Vec<u8> {
             members: &m2,
             buffers: &[],
         },
-    ]
-    .iter()
-    .map(|spec| {
-        let mut bytes = vec![0; spec.buffer_len()];
-        spec.emit(&mut bytes).unwrap();
-        bytes
-    })
-    .collect();
-    let slices: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-    let mut table = vec![0; TableRepr::buffer_len(&slices)];
-    TableRepr::emit(&slices, &mut table).unwrap();
-    table
+    ])
 }
 
 /// What the C plugin's lookup command found: statuses of addr, seg, memh, mkey; the segment;

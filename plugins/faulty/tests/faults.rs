@@ -115,7 +115,7 @@ fn doca_path_survives_a_faulty_plugin() {
 /// A table of two ranks: member 3 (this plugin at "peer-3") with a buffer that has both keys,
 /// member 4 (no address of this plugin) with a buffer that has no memory handle.
 fn two_rank_table() -> std::sync::Arc<urom_core::domain::DomainTable> {
-    use urom_core::wire::domain::{Buffer, MemberSpec, PluginAddress, RecordSpec, TableRepr};
+    use urom_core::wire::domain::{Buffer, MemberSpec, PluginAddress, RecordSpec};
     let ours = [PluginAddress {
         name: "libworker_faulty",
         address: b"peer-3",
@@ -148,7 +148,7 @@ fn two_rank_table() -> std::sync::Arc<urom_core::domain::DomainTable> {
             mkey: b"mkey-4",
         }],
     );
-    let records: Vec<Vec<u8>> = [
+    let table = urom_testkit::domain::table_bytes(&[
         RecordSpec {
             rank: 0,
             members: &m0,
@@ -159,17 +159,7 @@ fn two_rank_table() -> std::sync::Arc<urom_core::domain::DomainTable> {
             members: &m1,
             buffers: &b1,
         },
-    ]
-    .iter()
-    .map(|spec| {
-        let mut bytes = vec![0; spec.buffer_len()];
-        spec.emit(&mut bytes).unwrap();
-        bytes
-    })
-    .collect();
-    let slices: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-    let mut table = vec![0; TableRepr::buffer_len(&slices)];
-    TableRepr::emit(&slices, &mut table).unwrap();
+    ]);
     std::sync::Arc::new(urom_core::domain::DomainTable::parse(&table).unwrap())
 }
 
