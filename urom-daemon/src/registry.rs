@@ -785,26 +785,27 @@ impl Registry {
                 }
             }
         }
-        let (worker, hosts) = {
+        // Reaped, cleaned up and forgotten in one step under the lock: nobody signals a pid that
+        // could be reused, and whoever sees the entry gone (a daemon that stops) finds the
+        // process and its directory gone too.
+        let (hosts, (exit_code, signal)) = {
             let mut inner = self.lock();
+            let status = match waitpid(pid, None) {
+                Ok(WaitStatus::Exited(_, code)) => (code, 0),
+                Ok(WaitStatus::Signaled(_, signal, _)) => (0, signal as i32),
+                _ => (0, 0),
+            };
             let worker = inner.workers.remove(&id);
+            if let Some(worker) = &worker {
+                let _ = std::fs::remove_dir_all(&worker.dir);
+            }
             let hosts: Vec<Arc<dyn HostEvents>> = worker
                 .iter()
                 .flat_map(|w| w.hosts.iter())
                 .filter_map(|host| inner.hosts.get(host).cloned())
                 .collect();
-            (worker, hosts)
+            (hosts, status)
         };
-        let (exit_code, signal) = match waitpid(pid, None) {
-            Ok(WaitStatus::Exited(_, code)) => (code, 0),
-            Ok(WaitStatus::Signaled(_, signal, _)) => (0, signal as i32),
-            _ => (0, 0),
-        };
-        // Its directory goes before anyone waiting is told, so that a daemon that stops leaves
-        // none behind.
-        if let Some(worker) = &worker {
-            let _ = std::fs::remove_dir_all(&worker.dir);
-        }
         self.exited.notify_all();
         if signal == 0 && exit_code == 0 {
             info!(worker = id, "worker exited");
