@@ -13,6 +13,16 @@
 //! `ucx_perftest -t tag_lat` is one UCX tagged message each way between two processes;
 //! its one-way p50 is doubled.
 //!
+//! Ours, timed inside the plugins, from the same round trips: each worker runs with
+//! `UROM_SANDBOX_TIMESTAMPS` (a directory of its own), so its sandbox plugin records the
+//! monotonic clock when it issues each tagged send and when each tagged receive completes, and
+//! writes the stamps when the worker stops (`urom_core::sandbox::timestamps`). Worker 0's k-th
+//! PING send pairs with worker 1's k-th PING receive, worker 1's k-th PONG send with worker 0's
+//! k-th PONG receive; a round trip is the sum of its two legs (the hosts' crossings left out,
+//! the workers' wake-ups kept), and the round's figure is their median.
+//! `UROM_SANDBOX_WORKER_CORE=split` puts worker 0 on the host's core and worker 1 alone on the
+//! other, as a user placing three processes on two cores for latency would.
+//!
 //! `benches/run-sandbox-bench.sh [ROUNDS]`, or `UROM_BENCH_ROUNDS=N cargo bench -p
 //! urom-benches --features ucx --bench sandbox`.
 
@@ -21,8 +31,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use urom_benches::{HOST_CORE, PEER_CORE, median};
-use urom_core::host::oob::{RendezvousAddr, SocketOob};
-use urom_core::host::{CompletedTask, Domain, Idle, ProgressEngine, Running, Service, Worker};
+use urom_core::host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
+use urom_core::sandbox::timestamps::{self, Leg, TimestampLog};
 use urom_core::sandbox::{self, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result};
 use urom_testkit::daemon::{plugin_dir, start_daemon_command};
 use urom_testkit::{TempDir, binary};
@@ -109,19 +119,38 @@ fn main() {
     let host = SandboxHost::init(info.id, info.version).unwrap();
     let mut engine = ProgressEngine::new();
     // Both workers on the other core by default (they take turns there: only one has work at
-    // a time); `UROM_SANDBOX_WORKER_CORE=N` picks core N, `any` every core the daemon may use.
-    let worker_core: Option<usize> = match std::env::var("UROM_SANDBOX_WORKER_CORE").as_deref() {
-        Err(_) => Some(PEER_CORE),
-        Ok("any") => None,
-        Ok(core) => Some(
-            core.parse()
-                .expect("UROM_SANDBOX_WORKER_CORE: a core number or any"),
-        ),
+    // a time); `UROM_SANDBOX_WORKER_CORE=N` picks core N, `any` every core the daemon may use,
+    // `split` worker 0 on the host's core and worker 1 on the other.
+    let placement = std::env::var("UROM_SANDBOX_WORKER_CORE");
+    let worker_core = |i: usize| -> Option<usize> {
+        match placement.as_deref() {
+            Err(_) => Some(PEER_CORE),
+            Ok("any") => None,
+            Ok("split") => Some([HOST_CORE, PEER_CORE][i]),
+            Ok(core) => Some(
+                core.parse()
+                    .expect("UROM_SANDBOX_WORKER_CORE: a core number, any or split"),
+            ),
+        }
     };
+    println!(
+        "host on core {HOST_CORE}; worker 0 on {}, worker 1 on {}",
+        worker_core(0).map_or("any core".to_owned(), |c| format!("core {c}")),
+        worker_core(1).map_or("any core".to_owned(), |c| format!("core {c}")),
+    );
+    // Each worker's sandbox plugin writes its message timestamps into a directory of its own.
+    let stamp_dirs: Vec<_> = (0..2)
+        .map(|i| {
+            let stamps = dir.path().join(format!("timestamps-{i}"));
+            std::fs::create_dir(&stamps).expect("a timestamps directory");
+            stamps
+        })
+        .collect();
     let workers: Vec<Worker<Running>> = (0..2)
-        .map(|_| {
-            let worker = Worker::new();
-            let worker = match worker_core {
+        .map(|i| {
+            let worker =
+                Worker::new().set_env([format!("{}={}", timestamps::ENV, stamp_dirs[i].display())]);
+            let worker = match worker_core(i) {
                 Some(core) => worker.set_cpuset([core].into_iter().collect()),
                 None => worker,
             };
@@ -136,21 +165,12 @@ fn main() {
                 .unwrap_or_else(|p| panic!("a worker did not run: {p:?}"))
         })
         .collect();
-    let oob = SocketOob::join(
-        &RendezvousAddr::Unix(dir.path().join("rendezvous.sock")),
-        1,
-        0,
+    let domain = urom_testkit::domain::start_one_rank(
+        &mut engine,
+        dir.path(),
+        &[&workers[0], &workers[1]],
         TIMEOUT,
-    )
-    .unwrap();
-    let domain = Domain::new()
-        .set_oob(oob)
-        .set_workers(&[0, 1], &[&workers[0], &workers[1]])
-        .unwrap()
-        .start(&mut engine)
-        .unwrap()
-        .wait_running(&mut engine, TIMEOUT)
-        .unwrap_or_else(|p| panic!("the domain did not run: {p:?}"));
+    );
 
     let mut rows = Vec::with_capacity(rounds);
     for round in 0..rounds {
@@ -167,19 +187,86 @@ fn main() {
             ucx / 1000.0,
             ours / ucx
         );
-        rows.push([ours, ucx, ours / ucx]);
+        rows.push(vec![ours, ucx, ours / ucx]);
     }
     drop(domain);
+    // Stopping a worker closes its plugin, which writes the timestamps.
+    for worker in workers {
+        worker
+            .stop()
+            .map_err(|(_, e)| e)
+            .unwrap_or_else(|e| panic!("a worker did not stop: {e}"));
+    }
+    let logs: Vec<TimestampLog> = stamp_dirs
+        .iter()
+        .map(|dir| timestamps::read_dir_log(dir).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let inside = plugin_round_trips(&logs, rounds);
+    println!();
+    println!(
+        "timed inside the plugins (worker 0's PING send to worker 1's receive, plus worker 1's PONG send to worker 0's receive):"
+    );
+    for (round, (row, [trip, ping, pong])) in rows.iter_mut().zip(&inside).enumerate() {
+        println!(
+            "round {round}: sandbox worker-to-worker round trip {:8.1} us (PING {:5.1} + PONG \
+             {:5.1})   ucx_perftest tag_lat (p50 one way x2) {:8.1} us   ours/ucx {:5.2}",
+            trip / 1000.0,
+            ping / 1000.0,
+            pong / 1000.0,
+            row[1] / 1000.0,
+            trip / row[1]
+        );
+        row.extend([*trip, trip / row[1]]);
+    }
     let column = |i: usize| median(&mut rows.iter().map(|row| row[i]).collect::<Vec<_>>());
     println!();
     println!(
         "sandbox tag round trip between two workers, UCX over TCP (lo), 64 bytes, {rounds} \
-         alternating rounds, medians\n  ours {:8.1} us   ucx_perftest tag_lat x2 {:8.1} us   \
-         ours/ucx {:5.2}",
+         alternating rounds, medians\n  timed by the host        {:8.1} us   ucx_perftest \
+         tag_lat x2 {:8.1} us   ours/ucx {:5.2}\n  timed inside the plugins {:8.1} us   \
+         ucx_perftest tag_lat x2 {:8.1} us   ours/ucx {:5.2}",
         column(0) / 1000.0,
         column(1) / 1000.0,
-        column(2)
+        column(2),
+        column(3) / 1000.0,
+        column(1) / 1000.0,
+        column(4)
     );
+}
+
+/// Per round, from the workers' timestamps: the median worker-to-worker round trip (PING leg
+/// plus PONG leg of the same round trip), and the medians of the PING and PONG legs, in
+/// nanoseconds.
+fn plugin_round_trips(logs: &[TimestampLog], rounds: usize) -> Vec<[f64; 3]> {
+    for (i, log) in logs.iter().enumerate() {
+        assert_eq!(
+            log.dropped, 0,
+            "worker {i} dropped timestamps: more messages than its recorder holds"
+        );
+    }
+    let ping = timestamps::legs(&logs[0], &logs[1], PING);
+    let pong = timestamps::legs(&logs[1], &logs[0], PONG);
+    let expected = rounds * ROUND_TRIPS;
+    assert!(
+        ping.len() == expected && pong.len() == expected,
+        "the timestamps hold {} PING and {} PONG legs, not {expected} of each",
+        ping.len(),
+        pong.len()
+    );
+    let ns = |leg: &Leg| {
+        let ns = leg.latency_ns();
+        assert!(ns >= 0, "a receive stamped before its send: {leg:?}");
+        ns as f64
+    };
+    ping.chunks(ROUND_TRIPS)
+        .zip(pong.chunks(ROUND_TRIPS))
+        .map(|(ping, pong)| {
+            let mut trips: Vec<f64> = ping.iter().zip(pong).map(|(a, b)| ns(a) + ns(b)).collect();
+            let mut ping: Vec<f64> = ping.iter().map(ns).collect();
+            let mut pong: Vec<f64> = pong.iter().map(ns).collect();
+            [median(&mut trips), median(&mut ping), median(&mut pong)]
+        })
+        .collect()
 }
 
 /// How the host waits for a notification: `UROM_SANDBOX_HOST_WAIT` = `spin` (progress

@@ -9,14 +9,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use urom_core::graph::GraphCommand;
 use urom_core::plugin_id::PluginId;
 use urom_core::transport::{Channel, ChannelConfig};
 use urom_core::transport::{Transport, WaitMode};
 use urom_core::worker_command::{PluginSpec, WorkerCommand};
 use urom_testkit::{ChildGuard, TempDir, binary};
-use urom_wire::MaxMsgSize;
-use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
 
 /// The core the measuring process runs on.
 pub const HOST_CORE: usize = 0;
@@ -68,16 +65,7 @@ pub fn worker(dir: &TempDir, name: &str, plugin: &Path, busy_poll: bool) -> (Chi
     (child, conn)
 }
 
-/// A graph loopback command frame: 24 + 24 + 16 = 64 bytes.
-pub fn loopback_frame() -> Vec<u8> {
-    let mut frame = vec![0u8; 64];
-    let len = write_command_headers(&mut frame, 1, 1, 7, 16, MaxMsgSize::DEFAULT).unwrap();
-    assert_eq!(len, 64);
-    GraphCommand::Loopback { data: 42 }
-        .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
-        .unwrap();
-    frame
-}
+pub use urom_testkit::worker::loopback_frame;
 
 /// Sends `frame` and waits for the answer, spinning.
 pub fn round_trip(conn: &mut Channel, frame: &[u8]) {

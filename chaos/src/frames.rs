@@ -140,7 +140,7 @@ pub fn mutate(rng: &mut Rng, seed: &[u8], max: MaxMsgSize) -> Vec<u8> {
                 frame[8..12].copy_from_slice(&length.to_le_bytes());
             }
             5 if frame.len() >= 8 => {
-                let kinds = [0x0101u16, 0x0104, 0x0110, 0x0201, 0x0202, 0, 0xffff];
+                let kinds = [0x0101u16, 0x0104, 0x0110, 0x0201, 0x0203, 0, 0xffff];
                 let kind = if rng.percent(50) {
                     *rng.pick(&kinds)
                 } else {

@@ -1,7 +1,7 @@
 //! The ping-pong sample and the sandbox plugin against real daemons and workers over UCX (TCP
 //! on the loopback device): 2 and 4 ranks as processes on one machine, two ranks on two
-//! "machines" (network namespaces, each with its own daemon), and sends and receives through
-//! the hosts' memory.
+//! "machines" (network namespaces, each with its own daemon), sends and receives through
+//! the hosts' memory, and the plugin's message timestamps (`UROM_SANDBOX_TIMESTAMPS`).
 #![cfg(feature = "ucx")]
 
 use std::cell::RefCell;
@@ -20,7 +20,7 @@ use urom_core::sandbox::{
 };
 use urom_core::wire::Status;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
-use urom_testkit::host::run_worker;
+use urom_testkit::host::{run_worker, try_run_worker};
 use urom_testkit::netns::Network;
 use urom_testkit::{ChildGuard, TempDir, binary};
 
@@ -499,4 +499,184 @@ fn bytes_only_the_senders_memory_held_reach_the_receiver() {
     );
     done_tx.send(landed).unwrap();
     assert_eq!(sender.join().expect("the sending rank"), secret);
+}
+
+/// Round trips whose notifications the callbacks below count.
+static PINGS_IN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PONGS_IN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn on_ping_in(task: &CompletedTask<'_>) {
+    assert_eq!(tag_recv_result(task).map(|r| r.ucs_status), Ok(0));
+    PINGS_IN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn on_pong_in(task: &CompletedTask<'_>) {
+    assert_eq!(tag_recv_result(task).map(|r| r.ucs_status), Ok(0));
+    PONGS_IN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn on_sent_ok(task: &CompletedTask<'_>) {
+    assert_eq!(tag_send_result(task).map(|r| r.ucs_status), Ok(0));
+}
+
+#[test]
+fn workers_write_timestamps_that_pair_sends_with_receives() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use urom_core::sandbox::timestamps;
+
+    const TRIPS: usize = 40;
+    const PING: u64 = 0x1234;
+    const PONG: u64 = 0x5678;
+    let (_plugins, daemon) = local_daemon();
+    let dir = TempDir::new("urom-sandbox-timestamps");
+    let service = Service::<Idle>::new()
+        .set_socket(&daemon.socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
+    let host = SandboxHost::init(info.id, info.version).unwrap();
+    let mut engine = ProgressEngine::new();
+    let stamp_dirs: Vec<_> = (0..2)
+        .map(|i| {
+            let stamps = dir.path().join(format!("worker-{i}"));
+            std::fs::create_dir(&stamps).unwrap();
+            stamps
+        })
+        .collect();
+    let workers: Vec<Worker<Running>> = (0..2)
+        .map(|i| {
+            let env = format!("{}={}", timestamps::ENV, stamp_dirs[i].display());
+            run_worker(
+                &mut engine,
+                Worker::new()
+                    .set_service(&service)
+                    .set_plugins(host.id())
+                    .set_env([env]),
+            )
+        })
+        .collect();
+    let domain = urom_testkit::domain::start_one_rank(
+        &mut engine,
+        dir.path(),
+        &[&workers[0], &workers[1]],
+        TIMEOUT,
+    );
+    let wait = |engine: &mut ProgressEngine, counter: &AtomicUsize, want: usize| {
+        let deadline = Instant::now() + TIMEOUT;
+        while counter.load(Ordering::Relaxed) < want {
+            engine.progress();
+            assert!(Instant::now() < deadline, "a message did not arrive");
+        }
+    };
+    let recv = RecvInto::Inline { capacity: 64 };
+    let (a, b) = (&workers[0], &workers[1]);
+    for i in 0..TRIPS {
+        host.tag_recv(b, 0, 0, recv, PING, u64::MAX, on_ping_in)
+            .unwrap();
+        host.tag_recv(a, 0, 0, recv, PONG, u64::MAX, on_pong_in)
+            .unwrap();
+        host.tag_send(a, 0, 0, 1, SendFrom::Inline(b"ping"), PING, on_sent_ok)
+            .unwrap();
+        wait(&mut engine, &PINGS_IN, i + 1);
+        host.tag_send(b, 0, 0, 0, SendFrom::Inline(b"pong"), PONG, on_sent_ok)
+            .unwrap();
+        wait(&mut engine, &PONGS_IN, i + 1);
+    }
+    // The last sends' notifications.
+    let settle = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < settle {
+        engine.progress();
+    }
+    drop(domain);
+    // Nothing is written while the workers run; stopping one closes its plugin, which writes.
+    assert!(timestamps::read_dir_log(&stamp_dirs[0]).is_err());
+    let pids: Vec<u32> = (0..2)
+        .map(|i| {
+            daemon
+                .worker_pid(workers[i].id())
+                .expect("a running worker") as u32
+        })
+        .collect();
+    for worker in workers {
+        worker.stop().map_err(|(_, e)| e).unwrap();
+    }
+    let logs: Vec<_> = stamp_dirs
+        .iter()
+        .map(|d| timestamps::read_dir_log(d).unwrap_or_else(|e| panic!("{e}\n{}", daemon.log())))
+        .collect();
+    for (log, pid) in logs.iter().zip(&pids) {
+        assert_eq!(log.pid, *pid);
+        assert_eq!(log.dropped, 0);
+    }
+    // Worker 0 sent every PING and received every PONG; worker 1 the other way round.
+    assert_eq!(
+        timestamps::tally(&logs[0]),
+        vec![(PING, TRIPS, 0), (PONG, 0, TRIPS)]
+    );
+    assert_eq!(
+        timestamps::tally(&logs[1]),
+        vec![(PING, 0, TRIPS), (PONG, TRIPS, 0)]
+    );
+    let ping = timestamps::legs(&logs[0], &logs[1], PING);
+    let pong = timestamps::legs(&logs[1], &logs[0], PONG);
+    assert_eq!((ping.len(), pong.len()), (TRIPS, TRIPS));
+    // One clock: each round trip's four stamps come in the order the messages made them, and
+    // each round trip ends before the next begins.
+    let mut last = 0;
+    for (ping, pong) in ping.iter().zip(&pong) {
+        let order = [
+            ping.sent_ns,
+            ping.received_ns,
+            pong.sent_ns,
+            pong.received_ns,
+        ];
+        assert!(
+            last < order[0] && order.windows(2).all(|w| w[0] <= w[1]),
+            "{ping:?} {pong:?} after {last}"
+        );
+        last = order[3];
+    }
+}
+
+#[test]
+fn a_timestamps_directory_that_is_not_one_keeps_the_worker_from_starting() {
+    let (_plugins, daemon) = local_daemon();
+    let dir = TempDir::new("urom-sandbox-timestamps-file");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let service = Service::<Idle>::new()
+        .set_socket(&daemon.socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
+    let mut engine = ProgressEngine::new();
+    let env = format!("{}={}", urom_core::sandbox::timestamps::ENV, file.display());
+    let error = try_run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&service)
+            .set_plugins(info.id)
+            .set_env([env]),
+    )
+    .map(drop)
+    .expect_err("a worker whose only plugin cannot open");
+    assert!(error.contains("see its log"), "{error}");
+    // The worker's log says why.
+    let logs: String = std::fs::read_dir(daemon.dir.path())
+        .unwrap()
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let name = path.file_name()?.to_str()?.to_owned();
+            name.starts_with("urom_worker_")
+                .then(|| std::fs::read_to_string(&path).ok())
+                .flatten()
+        })
+        .collect();
+    assert!(
+        logs.contains("cannot write the sandbox plugin's timestamps there")
+            && logs.contains(&file.display().to_string()),
+        "{logs}"
+    );
 }

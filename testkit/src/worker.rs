@@ -262,3 +262,19 @@ pub fn pause_and_come_back(
         more,
     }
 }
+
+/// A graph loopback command frame as the host API writes it (numbered 1): 24 + 24 + 16 = 64
+/// bytes.
+pub fn loopback_frame() -> [u8; 64] {
+    use urom_core::graph::GraphCommand;
+    use urom_core::wire::MaxMsgSize;
+    use urom_core::wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
+    let mut frame = [0u8; 64];
+    let len = write_command_headers(&mut frame, 1, 1, 7, 16, MaxMsgSize::DEFAULT)
+        .expect("a loopback command fits 64 bytes");
+    assert_eq!(len, 64);
+    GraphCommand::Loopback { data: 42 }
+        .pack(&mut frame[COMMAND_PAYLOAD_OFFSET..])
+        .expect("16 bytes of payload");
+    frame
+}

@@ -11,7 +11,11 @@
 //! memory, mapped with `host::HostMemory` (feature `ucx`) and added to the domain: the worker reaches
 //! them through the domain's keys with UCX remote memory access. Nothing here allocates.
 //!
-//! The byte format lives in [`urom_wire::sandbox`] and is re-exported here.
+//! The byte format lives in [`urom_wire::sandbox`] and is re-exported here. [`timestamps`]
+//! has the plugin's message timestamps (`UROM_SANDBOX_TIMESTAMPS`): its recorder, and the
+//! reading and pairing of its files, to time messages between workers without the hosts.
+
+pub mod timestamps;
 
 use crate::host::{CommandError, CompletedTask, Running, TaskCallback, TaskHandle, Worker};
 use crate::wire::Status;

@@ -244,6 +244,53 @@ fn frames_of_the_maximum_size_and_of_one_byte_arrive_intact_and_in_order() {
     assert!(a.rendezvous_frames() >= FRAMES / 3);
 }
 
+/// `recv_arrived` hands out the frames that have already arrived and does not progress the
+/// worker for more (that call into the network stack is what it spares): a frame still in the
+/// socket waits for the next `recv`.
+#[test]
+fn recv_arrived_takes_what_arrived_without_looking_for_more() {
+    let (mut a, mut b) = pair(&config(256, 8));
+    let mut buf = [0u8; 256];
+    let mut scratch = [0u8; 256];
+    for seq in 0..3 {
+        send_all(a.split().0, fill(seq, 64, &mut buf));
+    }
+    // Once the frames are in b's socket, waiting progresses b's worker until nothing more
+    // comes: all three arrive in their slots.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(b.wait_recv(TIMEOUT).unwrap());
+    let rx = b.split().1;
+    check(0, 64, rx.recv().unwrap().expect("frame 0"), &mut scratch);
+    check(
+        1,
+        64,
+        rx.recv_arrived().unwrap().expect("frame 1"),
+        &mut scratch,
+    );
+    check(
+        2,
+        64,
+        rx.recv_arrived().unwrap().expect("frame 2"),
+        &mut scratch,
+    );
+    assert_eq!(rx.recv_arrived().unwrap(), None);
+
+    // A frame that reached the socket since is left there by `recv_arrived`, and `recv` takes
+    // it.
+    send_all(a.split().0, fill(3, 64, &mut buf));
+    std::thread::sleep(Duration::from_millis(200));
+    let rx = b.split().1;
+    assert_eq!(rx.recv_arrived().unwrap(), None);
+    let deadline = Instant::now() + TIMEOUT;
+    let frame = loop {
+        if let Some(frame) = rx.recv().unwrap() {
+            break frame;
+        }
+        assert!(Instant::now() < deadline, "frame 3 never arrived");
+    };
+    check(3, 64, frame, &mut scratch);
+}
+
 #[test]
 fn connecting_by_worker_address_works() {
     setup();
@@ -635,9 +682,12 @@ fn the_sending_half_progressing_the_shared_worker_still_wakes_the_armed_receiver
     arm_idle(&mut rx);
     a.send(b"for the receiver").unwrap();
     // The sending half's progress (as another thread's would) runs the receive, so the
-    // worker's descriptor may never fire for it: the receiver's own eventfd must.
+    // worker's descriptor may never fire for it: the receiver's own eventfd must. The far end
+    // progresses too, as its process would: a send that could not go out at once (a busy
+    // machine) leaves only with its worker's progress.
     let deadline = Instant::now() + TIMEOUT;
     while poll_wake(&rx, Duration::ZERO) != [false, true] {
+        a.check_peer().unwrap();
         tx.check_peer().unwrap();
         assert!(
             Instant::now() < deadline,

@@ -235,10 +235,50 @@ pub(crate) const fn largest(sizes: &[usize]) -> usize {
     largest
 }
 
+/// Copies `src` into `dst`, which has the same length: for up to 64 bytes as two (possibly
+/// overlapping) moves of a size known at compile time, without the call to `memcpy` that a copy
+/// of a length known only at run time costs. For the payloads of commands and notifications,
+/// copied once per message.
+///
+/// # Panics
+/// When the lengths differ, as [`slice::copy_from_slice`].
+#[inline(always)]
+pub fn copy_short(dst: &mut [u8], src: &[u8]) {
+    #[inline(always)]
+    fn ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let len = src.len();
+        dst[..N].copy_from_slice(&src[..N]);
+        dst[len - N..].copy_from_slice(&src[len - N..]);
+    }
+    assert_eq!(dst.len(), src.len(), "copy_short needs equal lengths");
+    match src.len() {
+        0..=3 => dst.iter_mut().zip(src).for_each(|(d, s)| *d = *s),
+        4..=7 => ends::<4>(dst, src),
+        8..=15 => ends::<8>(dst, src),
+        16..=31 => ends::<16>(dst, src),
+        32..=64 => ends::<32>(dst, src),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use zerocopy::little_endian::U32;
+
+    #[test]
+    fn copy_short_copies_every_length() {
+        let src: [u8; 100] = core::array::from_fn(|i| i as u8 + 1);
+        for len in 0..=100 {
+            let mut dst = [0u8; 100];
+            copy_short(&mut dst[..len], &src[..len]);
+            assert_eq!(dst[..len], src[..len], "length {len}");
+            assert!(
+                dst[len..].iter().all(|&b| b == 0),
+                "length {len} wrote past the end"
+            );
+        }
+    }
 
     #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
     #[repr(C)]

@@ -95,8 +95,9 @@ int_enum! {
         StatusReply = 0x0131,
         /// Host -> worker: [`crate::data::Command`].
         Command = 0x0201,
-        /// Worker -> host: [`crate::data::Notification`].
-        Notify = 0x0202,
+        /// Worker -> host: [`crate::data::Notification`]. (Code `0x0202` carried an older
+        /// layout whose header repeated the payload's length; it is no longer accepted.)
+        Notify = 0x0203,
         /// Host -> worker: [`crate::domain::AddressRequest`].
         DomainAddressRequest = 0x0210,
         /// Worker -> host: [`crate::domain::AddressReply`].

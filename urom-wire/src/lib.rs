@@ -69,6 +69,7 @@ mod status;
 mod text;
 pub mod ucx;
 
+pub use codec::copy_short;
 pub use cpuset::CpuSet;
 pub use error::{DecodeError, EncodeError, EnvEntryError};
 pub use frame::{Body, FRAME_HEADER_LEN, Frame, FrameKind, FrameRepr, PROTOCOL_VERSION};

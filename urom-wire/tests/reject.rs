@@ -209,7 +209,7 @@ fn nonzero_flags_and_reserved_fields_are_refused() {
         })
     );
     let mut bytes = golden("notify");
-    bytes[24 + 28] = 1;
+    bytes[24 + 20] = 1;
     assert_eq!(
         parse_data(&bytes),
         Err(DecodeError::ReservedNotZero {

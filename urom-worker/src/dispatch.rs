@@ -44,8 +44,15 @@ use urom_wire::domain::DomainMessage;
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
 /// How long an idle worker spins before it starts yielding its core between turns (unless it
-/// busy-polls).
+/// busy-polls), while its yields may hand the core over.
 const PURE_SPIN: Duration = Duration::from_nanos(500);
+/// A worker whose yields keep returning at once is alone on its core, where a yield costs a
+/// system call and hands nothing over: every so many such yields in a row double how long it
+/// spins before yielding, up to [`PURE_SPIN`] times `1 << MAX_SPIN_DOUBLINGS` (32 us), so that
+/// the gaps of a ping-pong are spun through. A yield that hands the core over starts again
+/// from [`PURE_SPIN`].
+const QUICK_YIELDS_PER_DOUBLING: u32 = 8;
+const MAX_SPIN_DOUBLINGS: u32 = 6;
 /// A yield that lasts this long gave the core to another process for a while.
 const HANDED_OVER: Duration = Duration::from_nanos(1500);
 /// How many such yields an idle worker makes before it sleeps: it shares its core, and its
@@ -108,7 +115,11 @@ pub struct Worker {
     outbound: Vec<Option<Outbound>>,
     next_generation: u32,
     arrivals: Option<Arrivals>,
+    /// Where notifications handed to the worker are framed.
     outbox: Box<[u8]>,
+    /// Where a plugin writes the answer to the command it is handling (the native path), and
+    /// where the worker frames it.
+    answer: Box<[u8]>,
     max: MaxMsgSize,
     busy_poll: bool,
     /// Whether host channels' rings go on hugepages.
@@ -124,6 +135,9 @@ pub struct Worker {
     wake: WakeSet,
     /// The current idle spell.
     idle: Idle,
+    /// Yields in a row, over idle spells, that returned at once (see
+    /// [`QUICK_YIELDS_PER_DOUBLING`]).
+    quick_yields: u32,
 }
 
 impl Worker {
@@ -147,6 +161,7 @@ impl Worker {
             next_generation: 1,
             arrivals: None,
             outbox: vec![0; max.get()].into_boxed_slice(),
+            answer: vec![0; max.get()].into_boxed_slice(),
             max,
             busy_poll,
             hugepages: HugePages::Auto,
@@ -159,6 +174,7 @@ impl Worker {
                 since: Instant::now(),
                 handovers: 0,
             },
+            quick_yields: 0,
         }
     }
 
@@ -393,7 +409,14 @@ impl Worker {
                 break;
             };
             let dest_id = dest_id(slot, host.generation);
-            let frame = match host.rx.recv() {
+            // The first frame is looked for; the rest of the turn's are those that arrived
+            // with it (the next turn looks again).
+            let frame = if taken == 0 {
+                host.rx.recv()
+            } else {
+                host.rx.recv_arrived()
+            };
+            let frame = match frame {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
@@ -412,6 +435,7 @@ impl Worker {
                 &mut self.plugins,
                 &mut self.domains,
                 &mut router,
+                &mut self.answer,
                 dest_id,
                 frame,
             );
@@ -421,12 +445,12 @@ impl Worker {
         taken > 0
     }
 
-    /// Waits a little when there is nothing to do: spins for [`PURE_SPIN`], then yields the
-    /// core between turns, then sleeps ([`Worker::sleep`]) after [`SPIN_TURNS_BEFORE_NAP`]
-    /// idle turns, or as soon as [`HANDOVERS_BEFORE_SLEEP`] yields handed the core to another
-    /// process: a worker alone on its core keeps polling (a yield then returns at once), one
-    /// that shares it (with the next party of an exchange, say) gets out of its way.
-    /// Returns whether it slept.
+    /// Waits a little when there is nothing to do: spins for [`PURE_SPIN`] (longer while its
+    /// yields keep returning at once, see [`QUICK_YIELDS_PER_DOUBLING`]), then yields the core
+    /// between turns, then sleeps ([`Worker::sleep`]) after [`SPIN_TURNS_BEFORE_NAP`] idle
+    /// turns, or as soon as [`HANDOVERS_BEFORE_SLEEP`] yields handed the core to another
+    /// process: a worker alone on its core keeps polling, one that shares it (with the next
+    /// party of an exchange, say) gets out of its way. Returns whether it slept.
     fn rest(&mut self, idle_turns: u32) -> bool {
         if self.busy_poll {
             std::hint::spin_loop();
@@ -444,12 +468,16 @@ impl Worker {
             self.sleep();
             return true;
         }
-        if now.duration_since(self.idle.since) < PURE_SPIN {
+        let doublings = (self.quick_yields / QUICK_YIELDS_PER_DOUBLING).min(MAX_SPIN_DOUBLINGS);
+        if now.duration_since(self.idle.since) < PURE_SPIN * (1 << doublings) {
             std::hint::spin_loop();
         } else {
             thread::yield_now();
             if now.elapsed() >= HANDED_OVER {
                 self.idle.handovers += 1;
+                self.quick_yields = 0;
+            } else {
+                self.quick_yields = self.quick_yields.saturating_add(1);
             }
         }
         false
@@ -526,11 +554,13 @@ impl Drop for Worker {
 }
 
 /// Hands one received frame to its plugin; anything that is not answered by a plugin is
-/// answered here with an error.
+/// answered here with an error. A plugin may write its answer into `answer`, after the room
+/// for the headers.
 fn dispatch(
     plugins: &mut [Option<LoadedPlugin>],
     domains: &mut Domains,
     router: &mut Router<'_>,
+    answer: &mut [u8],
     dest_id: u64,
     frame: &[u8],
 ) {
@@ -545,7 +575,20 @@ fn dispatch(
                 .and_then(|id| plugins.get_mut(id.index()))
                 .and_then(Option::as_mut);
             let status = match plugin {
-                Some(plugin) => plugin.command(dest_id, &command, router),
+                Some(plugin) => {
+                    let payload = &mut answer[NOTIFY_PAYLOAD_OFFSET..];
+                    let handled = plugin.command_into(dest_id, &command, payload, router);
+                    if let Some((status, len)) = handled.reply {
+                        let head = NotifyHead {
+                            plugin: command.plugin,
+                            urom_context: command.urom_context,
+                            status,
+                        };
+                        // A host that is gone cannot be answered; the router logs it.
+                        let _ = router.send(dest_id, head, answer, len);
+                    }
+                    handled.status
+                }
                 None => {
                     warn!(
                         plugin = command.plugin,
@@ -598,13 +641,29 @@ fn dest_id(slot: usize, generation: u32) -> u64 {
 /// Sends notifications to the host connection their `dest_id` names.
 struct Router<'a> {
     hosts: &'a mut [Option<Outbound>],
-    outbox: &'a mut [u8],
+    outbox: &'a mut Box<[u8]>,
     max: MaxMsgSize,
     counters: &'a mut Counters,
 }
 
-impl NotificationSink for Router<'_> {
-    fn notify(&mut self, dest_id: u64, n: Notification<'_>) -> Result<(), Status> {
+/// The headers of a notification.
+#[derive(Clone, Copy)]
+struct NotifyHead {
+    plugin: u64,
+    urom_context: u64,
+    status: Status,
+}
+
+impl Router<'_> {
+    /// Sends the notification whose `payload_len` payload bytes lie in `frame` at
+    /// [`NOTIFY_PAYLOAD_OFFSET`], writing the headers in front of them.
+    fn send(
+        &mut self,
+        dest_id: u64,
+        head: NotifyHead,
+        frame: &mut [u8],
+        payload_len: usize,
+    ) -> Result<(), Status> {
         let slot = (dest_id & u64::from(u32::MAX)) as usize;
         let generation = (dest_id >> 32) as u32;
         let host = match self.hosts.get_mut(slot) {
@@ -618,37 +677,53 @@ impl NotificationSink for Router<'_> {
         // less over shared memory); a notification that waits in the backlog goes out under
         // another number, which costs only that.
         let seq = host.tx.next_seq();
-        let mut write = |status: Status, payload: &[u8]| {
-            let len = write_notify_headers(
-                self.outbox,
-                seq,
-                n.plugin,
-                n.urom_context,
-                status,
-                payload.len(),
-                self.max,
-            )
-            .ok()?;
-            self.outbox[NOTIFY_PAYLOAD_OFFSET..len].copy_from_slice(payload);
-            Some(len)
+        let Ok(len) = write_notify_headers(
+            frame,
+            seq,
+            head.plugin,
+            head.urom_context,
+            head.status,
+            payload_len,
+            self.max,
+        ) else {
+            warn!(len = payload_len, "a notification does not fit its frame");
+            return Err(Status::TooBig);
         };
-        let (status, len) = match write(n.status, n.payload) {
-            Some(len) => (n.status, len),
-            None => {
-                warn!(
-                    plugin = n.plugin,
-                    len = n.payload.len(),
-                    "notification too big for the channel"
-                );
-                let len = write(Status::TooBig, &[]).expect("an empty notification always fits");
-                (Status::TooBig, len)
-            }
-        };
-        let sent = host.send(&self.outbox[..len]);
+        let sent = host.send(&frame[..len]);
         if sent.is_ok() {
-            self.counters.notification(status, len);
+            self.counters.notification(head.status, len);
             self.counters.backlog(host.backlog.held());
         }
+        sent
+    }
+}
+
+impl NotificationSink for Router<'_> {
+    fn notify(&mut self, dest_id: u64, n: Notification<'_>) -> Result<(), Status> {
+        let head = NotifyHead {
+            plugin: n.plugin,
+            urom_context: n.urom_context,
+            status: n.status,
+        };
+        let mut outbox = core::mem::take(self.outbox);
+        let (head, payload_len) =
+            match outbox.get_mut(NOTIFY_PAYLOAD_OFFSET..NOTIFY_PAYLOAD_OFFSET + n.payload.len()) {
+                Some(room) => {
+                    urom_wire::copy_short(room, n.payload);
+                    (head, n.payload.len())
+                }
+                None => {
+                    warn!(
+                        plugin = n.plugin,
+                        len = n.payload.len(),
+                        "notification too big for the channel"
+                    );
+                    let status = Status::TooBig;
+                    (NotifyHead { status, ..head }, 0)
+                }
+            };
+        let sent = self.send(dest_id, head, &mut outbox, payload_len);
+        *self.outbox = outbox;
         sent
     }
 }

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use urom_wire::Status;
+use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, NOTIFY_PAYLOAD_OFFSET};
 
 #[test]
 fn the_daemon_link_reports_what_the_worker_did() {
@@ -31,8 +32,20 @@ fn the_daemon_link_reports_what_the_worker_did() {
     assert_eq!(counters.in_flight, 0);
     assert_eq!(counters.hosts, 1);
     assert!(counters.peak_ring >= 1);
-    assert!(counters.bytes_in >= 5 * 40, "{counters:?}");
-    assert!(counters.bytes_out > counters.bytes_in - 16, "{counters:?}");
+    // Four loopbacks and a command for an unknown plugin of 16 payload bytes, one empty.
+    let loopback_command = (COMMAND_PAYLOAD_OFFSET + 16) as u64;
+    assert_eq!(
+        counters.bytes_in,
+        5 * loopback_command + COMMAND_PAYLOAD_OFFSET as u64,
+        "{counters:?}"
+    );
+    // Four loopbacks back, and two errors without payload.
+    let loopback_answer = (NOTIFY_PAYLOAD_OFFSET + 16) as u64;
+    assert_eq!(
+        counters.bytes_out,
+        4 * loopback_answer + 2 * NOTIFY_PAYLOAD_OFFSET as u64,
+        "{counters:?}"
+    );
     let statuses: Vec<(Status, u64)> = errors.iter().map(|e| (e.status, e.count)).collect();
     assert_eq!(statuses, [(Status::InvalidValue, 1), (Status::NotFound, 1)]);
 

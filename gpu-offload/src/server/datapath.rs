@@ -9,19 +9,21 @@
 //!
 //! One turn of the loop:
 //!
-//! 1. collect readiness from epoll (edge-triggered);
-//! 2. for each readable client, read all that is there and forward every complete request,
-//!    as the client sent it, to the orchestrator, as long as the thread has a free in-flight
-//!    entry and the client has room for the response (otherwise the client waits: it alone,
-//!    nobody else);
-//! 3. take every response off the data connection: the orchestrator answers each thread's
+//! 1. collect readiness from epoll (edge-triggered); while answers are due and the last turn
+//!    wrote to no client, only now and then ([`POLL_WHILE_AWAITING`]);
+//! 2. take every response off the data connection: the orchestrator answers each thread's
 //!    requests in order, so the FIFO's head names the client; append it to that client's
 //!    write buffer;
+//! 3. for each readable client, read all that is there and forward every complete request,
+//!    as the client sent it, to the orchestrator, as long as the thread has a free in-flight
+//!    entry and the client has room for the response (otherwise the client waits: it alone,
+//!    nobody else); the entries that step 2 freed serve at once;
 //! 4. write each client's pending responses with one `write`.
 //!
-//! The data connection's sends do not wake the processor one by one: after step 2 the thread
+//! The data connection's sends do not wake the processor one by one: after step 3 the thread
 //! wakes it once for all the frames of the turn, with a system call only if it sleeps
-//! (`flush_wakes`). With answers due and nothing else to do, the thread polls for a short while
+//! (`flush_wakes`), so that it has its work before the writes of step 4 wake clients. With
+//! answers due and nothing else to do, the thread polls for a short while
 //! ([`POLL_BEFORE_SLEEP`]), yielding its CPU between polls, so that a processor thread on its
 //! CPU runs at once and one on another CPU answers without a wake-up. Then, or with nothing in
 //! flight at once, it sleeps in `epoll_wait` on its clients' sockets and the data connection's
@@ -303,6 +305,8 @@ impl<T: Transport> DataPath<T> {
     pub(crate) fn run(mut self) -> DataPathEnd {
         let mut drain_since: Option<Instant> = None;
         let mut progress = true;
+        // Responses were written in the last turn: their clients may have sent more already.
+        let mut wrote = true;
         let mut last_progress = Instant::now();
         let mut last_poll = last_progress;
         let end = loop {
@@ -320,12 +324,6 @@ impl<T: Transport> DataPath<T> {
                     break DataPathEnd::Drained;
                 }
             }
-            if self.unflushed > 0 {
-                // The frames forwarded in the last turn cost the processor one wake-up, and
-                // only if it sleeps.
-                self.channel.split().0.flush_wakes();
-                self.unflushed = 0;
-            }
             let now = Instant::now();
             if progress {
                 last_progress = now;
@@ -333,9 +331,13 @@ impl<T: Transport> DataPath<T> {
             // Answers due a short while: poll, looking at the sockets now and then (each look
             // is a system call) and yielding the CPU between polls, so that a processor thread
             // on this CPU runs at once and one on another CPU answers without a wake-up.
-            // Longer: sleep until the processor's wake-up.
+            // Longer: sleep until the processor's wake-up. A turn that forwarded requests goes
+            // on polling for their answers without looking at the sockets again: each client
+            // was read until its socket was empty, and its next bytes raise a new edge, which
+            // the next look finds. Only clients just written to are likely to have sent more
+            // at once.
             let polling =
-                !progress && self.inflight.len > 0 && now - last_progress < POLL_BEFORE_SLEEP;
+                !wrote && self.inflight.len > 0 && now - last_progress < POLL_BEFORE_SLEEP;
             progress = if polling {
                 if now - last_poll >= POLL_WHILE_AWAITING {
                     last_poll = now;
@@ -357,9 +359,8 @@ impl<T: Transport> DataPath<T> {
                 last_poll = now;
                 self.poll_events(timeout)
             };
-            if drain_since.is_none() && self.read_clients() {
-                progress = true;
-            }
+            // Responses first: the in-flight entries and room they free let the requests
+            // read next go out in this turn, before the writes below wake their clients.
             match self.take_responses() {
                 Ok(took) => progress |= took,
                 Err(()) => {
@@ -372,7 +373,18 @@ impl<T: Transport> DataPath<T> {
                     break DataPathEnd::OrchestratorGone;
                 }
             }
-            progress |= self.flush();
+            if drain_since.is_none() && self.read_clients() {
+                progress = true;
+            }
+            if self.unflushed > 0 {
+                // The frames forwarded in this turn cost the processor one wake-up, and only
+                // if it sleeps; before the writes, so that it has its work when a client woken
+                // by them hands the CPU on.
+                self.channel.split().0.flush_wakes();
+                self.unflushed = 0;
+            }
+            wrote = self.flush();
+            progress |= wrote;
             if polling && !progress {
                 std::thread::yield_now();
             }

@@ -26,8 +26,22 @@
 //! worker the UCP worker's event descriptor to sleep on (`Plugin::arm`, `ucp_worker_arm`), so
 //! that a message arriving wakes a sleeping worker at once.
 //!
+//! Timestamps: when the worker's environment has `UROM_SANDBOX_TIMESTAMPS=DIR` (a host sets it
+//! with `Worker::set_env`; the daemon passes it on), the plugin records the monotonic clock
+//! (`CLOCK_MONOTONIC`, one clock for all processes of a machine) and the tag of every tagged
+//! send it issues (right before `ucp_tag_send_nbx`; in the buffer variant before the fetch
+//! from host memory that precedes it) and every tagged receive that completes (when its
+//! progress takes the completion), into storage allocated when it opens (131,072 stamps; no
+//! allocation or system call per message; stamps past that are counted as dropped). When it
+//! closes (the worker's shutdown: `Worker::stop` or SIGTERM) it writes them to
+//! `DIR/sandbox-PID.timestamps`. `urom_core::sandbox::timestamps` reads such files and pairs
+//! one worker's sends with another's receives: the time between workers without the hosts'
+//! crossings (`benches/benches/sandbox.rs` reports it). A `DIR` that is not a directory keeps
+//! the plugin from opening (a worker without another plugin then does not start; its log says
+//! why). The messages themselves are unchanged.
+//!
 //! Without the `ucx` feature the plugin loads, has no address and answers every command
-//! `DOCA_ERROR_NOT_SUPPORTED`.
+//! `DOCA_ERROR_NOT_SUPPORTED` (and records nothing).
 #![deny(unsafe_code)]
 
 use urom_core::plugin::{Arm, Command, Notifier, Plugin, WakeFds};
@@ -54,6 +68,11 @@ impl Plugin for Sandbox {
             #[cfg(feature = "ucx")]
             peer: peer::SandboxPeer::open()?,
         })
+    }
+
+    fn close(&mut self) {
+        #[cfg(feature = "ucx")]
+        self.peer.close();
     }
 
     fn address(&self) -> &[u8] {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use urom_core::plugin::{Arm, Command, Domain, Notifier, WakeFds};
+use urom_core::sandbox::timestamps::{Event, Recorder, monotonic_ns};
 use urom_core::sandbox::{NOTIFICATION_LEN, SandboxCommand, SandboxNotification};
 use urom_core::transport::ucx::{
     OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory, UcxError,
@@ -59,6 +60,8 @@ pub(crate) struct SandboxPeer {
     free: Vec<usize>,
     /// Where notifications are packed (reused).
     notification: Vec<u8>,
+    /// The sends' and receives' timestamps, when `UROM_SANDBOX_TIMESTAMPS` asks for them.
+    stamps: Option<Recorder>,
 }
 
 /// UCX failed: the plugin says `DOCA_ERROR_DRIVER`.
@@ -69,6 +72,11 @@ fn driver(error: UcxError) -> Status {
 
 impl SandboxPeer {
     pub(crate) fn open() -> Result<Self, Status> {
+        let stamps = Recorder::from_env().map_err(|error| {
+            // The worker logs its standard error; the plugin stays out of the worker.
+            eprintln!("worker_sandbox: {error}");
+            Status::InvalidValue
+        })?;
         Ok(Self {
             worker: PeerWorker::new().map_err(driver)?,
             endpoints: HashMap::new(),
@@ -76,7 +84,17 @@ impl SandboxPeer {
             pending: Vec::new(),
             free: Vec::new(),
             notification: vec![0; NOTIFICATION_LEN],
+            stamps,
         })
+    }
+
+    /// Writes the timestamps, if recorded (`close`).
+    pub(crate) fn close(&mut self) {
+        if let Some(stamps) = self.stamps.take()
+            && let Err(error) = stamps.write()
+        {
+            eprintln!("worker_sandbox: cannot write the timestamps: {error}");
+        }
     }
 
     pub(crate) fn address(&self) -> &[u8] {
@@ -213,14 +231,27 @@ impl SandboxPeer {
                     Some((self.host_memory(&domain, buffer, count)?, len))
                 };
                 let token = self.pend(command, context, Waiting::Send);
+                let issued = if self.stamps.is_some() {
+                    monotonic_ns()
+                } else {
+                    0
+                };
                 let started = match from {
                     None => self.worker.tag_send(peer, tag, data, token),
                     Some((from, len)) => self.worker.tag_send_from(peer, tag, from, len, token),
                 };
-                started.map(drop).map_err(|error| {
-                    self.unpend(token);
-                    driver(error)
-                })
+                match started {
+                    Ok(_) => {
+                        if let Some(stamps) = &mut self.stamps {
+                            stamps.record(Event::Send, tag, issued);
+                        }
+                        Ok(())
+                    }
+                    Err(error) => {
+                        self.unpend(token);
+                        Err(driver(error))
+                    }
+                }
             }
             SandboxCommand::TagRecv {
                 context,
@@ -250,6 +281,11 @@ impl SandboxPeer {
         let mut worked = false;
         while let Some(done) = self.worker.progress() {
             worked = true;
+            if let (Some(stamps), OperationKind::Receive { sender_tag, .. }, Ok(())) =
+                (&mut self.stamps, done.kind, done.result)
+            {
+                stamps.record(Event::Receive, sender_tag, monotonic_ns());
+            }
             let Some(pending) = self.pending_at(done.token) else {
                 self.worker.release(done.slot);
                 continue;

@@ -13,8 +13,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use super::list::{self, ListHead};
 use super::{
     DocaError, ListLink, NATIVE_DOMAIN_VERSION, NATIVE_IFACE_VERSION, NativeDomainIface,
-    NativeIface, NativeIfaceV1, NotifySink, PLUGIN_IFACE_VERSION, PluginIface, WorkerCmdDesc,
-    WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
+    NativeIface, NativeIfaceV1, NativeIfaceV2, NativeReply, NotifySink, PLUGIN_IFACE_VERSION,
+    PluginIface, WorkerCmdDesc, WorkerCtx, WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::plugin::{Arm, Command, Plugin};
 use crate::wire::Status;
@@ -40,6 +40,15 @@ enum Target<'a> {
 pub struct Notifier<'a> {
     target: Target<'a>,
     domain: Domain<'a>,
+    /// Room the worker lent for the answer to the command being handled (native path).
+    lent: Option<LentReply<'a>>,
+}
+
+/// The worker's room for the answer to one command, and which command that is.
+struct LentReply<'a> {
+    reply: &'a mut NativeReply,
+    dest_id: u64,
+    urom_context: u64,
 }
 
 /// The plugin's view of its worker's domain: the members' plugin addresses and their hosts'
@@ -215,6 +224,21 @@ impl<'a> Notifier<'a> {
         status: Status,
         payload: &[u8],
     ) -> Result<(), Status> {
+        if let Some(lent) = self.lent.take_if(|lent| {
+            lent.reply.replied == 0
+                && lent.dest_id == command.dest_id
+                && lent.urom_context == command.urom_context
+                && payload.len() <= lent.reply.capacity
+        }) {
+            // SAFETY: the worker lends `capacity` writable bytes at `buf`, which nothing else
+            // reads or writes, for the call that created this notifier.
+            let room = unsafe { core::slice::from_raw_parts_mut(lent.reply.buf, payload.len()) };
+            crate::wire::copy_short(room, payload);
+            lent.reply.len = payload.len();
+            lent.reply.status = status.raw();
+            lent.reply.replied = 1;
+            return Ok(());
+        }
         self.notify(
             command.dest_id,
             command.plugin,
@@ -324,7 +348,8 @@ pub unsafe fn get_iface<P: Plugin>(iface: *mut PluginIface) -> DocaError {
 ///
 /// # Safety
 /// `iface` is null, or points to a readable and writable [`NativeIface`] of the version its
-/// version word asks for (version 1 for a word below 2: its first 24 bytes).
+/// version word asks for (version 1 for a word below 2: its first 24 bytes; version 2: its
+/// first 32).
 pub unsafe fn get_native_iface<P: Plugin>(iface: *mut NativeIface) -> DocaError {
     if iface.is_null() {
         return Status::InvalidValue.raw();
@@ -337,9 +362,19 @@ pub unsafe fn get_native_iface<P: Plugin>(iface: *mut NativeIface) -> DocaError 
             command: Some(native_command::<P>),
             progress: Some(native_progress::<P>),
             arm: Some(native_arm::<P>),
+            command_reply: Some(native_command_reply::<P>),
         };
         // SAFETY: the caller asked for this version, so `iface` holds all of it.
         unsafe { write_out(iface, value) }
+    } else if asked == 2 {
+        let value = NativeIfaceV2 {
+            version: 2,
+            command: Some(native_command::<P>),
+            progress: Some(native_progress::<P>),
+            arm: Some(native_arm::<P>),
+        };
+        // SAFETY: the caller asked for version 2, so `iface` holds all of it.
+        unsafe { write_out(iface.cast::<NativeIfaceV2>(), value) }
     } else {
         let value = NativeIfaceV1 {
             version: 1,
@@ -459,6 +494,7 @@ unsafe extern "C" fn worker_cmd<P: Plugin>(
             let mut out = Notifier {
                 target: Target::Pending(pending),
                 domain: Domain::new(ctx, *native_domain),
+                lent: None,
             };
             if let Err(status) = plugin.command(&command, &mut out) {
                 // Answer the failed command here, so a list of several commands still gets
@@ -492,6 +528,7 @@ unsafe extern "C" fn progress<P: Plugin>(
         let mut out = Notifier {
             target: Target::Pending(pending),
             domain: Domain::new(ctx, *native_domain),
+            lent: None,
         };
         let result = plugin.progress(&mut out);
         let mut handed_over = false;
@@ -544,6 +581,38 @@ unsafe extern "C" fn native_command<P: Plugin>(
     payload: *const u8,
     sink: *const NotifySink,
 ) -> DocaError {
+    // SAFETY: the caller's contract, with no room for the answer.
+    unsafe { command_with_reply::<P>(ctx, dest_id, cmd, payload, ptr::null_mut(), sink) }
+}
+
+/// Version 3's command entry point: as [`native_command`], with room for the answer.
+unsafe extern "C" fn native_command_reply<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    dest_id: u64,
+    cmd: *const super::WorkerCmd,
+    payload: *const u8,
+    reply: *mut NativeReply,
+    sink: *const NotifySink,
+) -> DocaError {
+    // SAFETY: the caller's contract.
+    unsafe { command_with_reply::<P>(ctx, dest_id, cmd, payload, reply, sink) }
+}
+
+/// Hands one command to the plugin; its answer goes to `reply` when that is not null and the
+/// plugin answers at once, to `sink` otherwise.
+///
+/// # Safety
+/// The native ABI: `ctx` from the worker, `cmd` and `len` payload bytes readable, `reply` null
+/// or valid with `capacity` writable bytes at its `buf`, and `sink` valid, all for the call.
+#[inline(always)]
+unsafe fn command_with_reply<P: Plugin>(
+    ctx: *mut WorkerCtx,
+    dest_id: u64,
+    cmd: *const super::WorkerCmd,
+    payload: *const u8,
+    reply: *mut NativeReply,
+    sink: *const NotifySink,
+) -> DocaError {
     guard("command", || {
         // SAFETY: `ctx` comes from the worker, `plugin_ctx` from `open::<P>` (native ABI).
         let Some(Instance {
@@ -571,9 +640,16 @@ unsafe extern "C" fn native_command<P: Plugin>(
             urom_context: header.urom_context,
             payload,
         };
+        // SAFETY: null or valid for the call (native ABI).
+        let lent = unsafe { reply.as_mut() }.map(|reply| LentReply {
+            reply,
+            dest_id,
+            urom_context: header.urom_context,
+        });
         let mut out = Notifier {
             target: Target::Sink(sink),
             domain: Domain::new(ctx, *native_domain),
+            lent,
         };
         match plugin.command(&command, &mut out) {
             Ok(()) => Status::Success,
@@ -603,6 +679,7 @@ unsafe extern "C" fn native_progress<P: Plugin>(
             // SAFETY: non-null and valid for the call (native ABI).
             target: Target::Sink(unsafe { &*sink }),
             domain: Domain::new(ctx, *native_domain),
+            lent: None,
         };
         match plugin.progress(&mut out) {
             Ok(true) => Status::Success,
@@ -723,7 +800,7 @@ mod tests {
     use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
     use super::*;
-    use crate::abi::{DomainLookupsIface, NATIVE_MAX_WAKE_FDS, NativeArmFn};
+    use crate::abi::{DomainLookupsIface, NATIVE_MAX_WAKE_FDS, NativeArmFn, NativeCommandReplyFn};
     use crate::plugin::Command;
 
     /// Gives an eventfd to sleep on, or says work waits.
@@ -765,6 +842,86 @@ mod tests {
         }
     }
 
+    /// Answers each command with its own payload, `n` times, where `n` is its first byte.
+    struct Echo;
+
+    impl Plugin for Echo {
+        const VERSION: u64 = 1;
+        fn open() -> Result<Self, Status> {
+            Ok(Echo)
+        }
+        fn command(&mut self, command: &Command<'_>, out: &mut Notifier<'_>) -> Result<(), Status> {
+            let times = command.payload.first().copied().unwrap_or(1);
+            for _ in 0..times {
+                out.reply(command, Status::Success, command.payload)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// What reached the sink: payloads.
+    unsafe extern "C" fn collect(
+        ctx: *mut c_void,
+        _dest_id: u64,
+        header: *const WorkerNotify,
+        payload: *const u8,
+    ) -> DocaError {
+        // SAFETY: the test passes a `Vec<Vec<u8>>` as `ctx`.
+        let seen = unsafe { &mut *ctx.cast::<Vec<Vec<u8>>>() };
+        // SAFETY: the plugin passes a valid header.
+        let header = unsafe { &*header };
+        // SAFETY: `len` readable bytes (the sink's contract).
+        let payload = unsafe { core::slice::from_raw_parts(payload, header.len as usize) };
+        seen.push(payload.to_vec());
+        Status::Success.raw()
+    }
+
+    /// Runs one command through `native_command_reply` with `capacity` bytes of room: what the
+    /// room got (status and bytes) and what went to the sink.
+    fn echo(payload: &[u8], capacity: usize) -> (Option<Vec<u8>>, Vec<Vec<u8>>) {
+        let mut ctx = worker_ctx();
+        // SAFETY: a valid context, opened once and closed below.
+        assert_eq!(unsafe { open::<Echo>(&mut ctx) }, Status::Success.raw());
+        let mut room = vec![0u8; capacity];
+        let mut reply = NativeReply {
+            buf: room.as_mut_ptr(),
+            capacity,
+            len: 0,
+            status: Status::Success.raw(),
+            replied: 0,
+        };
+        let mut seen: Vec<Vec<u8>> = Vec::new();
+        let sink = NotifySink {
+            ctx: (&mut seen as *mut Vec<Vec<u8>>).cast(),
+            notify: collect,
+        };
+        let header = super::super::WorkerCmd {
+            plugin: 1,
+            urom_context: 9,
+            len: payload.len() as u64,
+        };
+        // SAFETY: the native ABI: all pointers valid for the call.
+        let status = unsafe {
+            native_command_reply::<Echo>(&mut ctx, 3, &header, payload.as_ptr(), &mut reply, &sink)
+        };
+        assert_eq!(Status::from_raw(status), Status::Success);
+        // SAFETY: opened above.
+        unsafe { close::<Echo>(&mut ctx) };
+        let answered = (reply.replied != 0).then(|| room[..reply.len].to_vec());
+        (answered, seen)
+    }
+
+    #[test]
+    fn the_first_answer_goes_to_the_lent_room_and_any_other_to_the_sink() {
+        assert_eq!(echo(&[1, 2, 3], 16), (Some(vec![1, 2, 3]), vec![]));
+        assert_eq!(
+            echo(&[3, 2, 1], 16),
+            (Some(vec![3, 2, 1]), vec![vec![3, 2, 1], vec![3, 2, 1]])
+        );
+        // An answer larger than the room goes to the sink.
+        assert_eq!(echo(&[1; 20], 16), (None, vec![vec![1; 20]]));
+    }
+
     fn worker_ctx() -> WorkerCtx {
         WorkerCtx {
             iface: PluginIface::default(),
@@ -784,6 +941,7 @@ mod tests {
             command: None,
             progress: None,
             arm: None,
+            command_reply: None,
         };
         // SAFETY: a readable and writable interface of the newest version.
         let status = unsafe { get_native_iface::<P>(&mut iface) };
@@ -810,6 +968,7 @@ mod tests {
             command: None,
             progress: None,
             arm: Some(untouched),
+            command_reply: None,
         };
         // SAFETY: a readable and writable interface (larger than version 1 needs).
         let status = unsafe { get_native_iface::<Waker>(&mut iface) };
@@ -820,10 +979,31 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_of_version_2_gets_arm() {
-        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+    fn a_worker_of_version_2_gets_arm_and_nothing_past_it() {
+        let untouched: NativeCommandReplyFn = native_command_reply::<Plain>;
+        let mut iface = NativeIface {
+            version: 2,
+            command: None,
+            progress: None,
+            arm: None,
+            command_reply: Some(untouched),
+        };
+        // SAFETY: a readable and writable interface (larger than version 2 needs).
+        let status = unsafe { get_native_iface::<Waker>(&mut iface) };
+        assert_eq!(Status::from_raw(status), Status::Success);
         assert_eq!(iface.version, 2);
         assert!(iface.arm.is_some());
+        assert_eq!(
+            iface.command_reply.map(|f| f as usize),
+            Some(untouched as usize)
+        );
+    }
+
+    #[test]
+    fn a_worker_of_version_3_gets_command_reply() {
+        let iface = native::<Waker>(NATIVE_IFACE_VERSION);
+        assert_eq!(iface.version, 3);
+        assert!(iface.arm.is_some() && iface.command_reply.is_some());
         // A newer worker gets the newest this plugin has.
         assert_eq!(native::<Waker>(7).version, NATIVE_IFACE_VERSION);
     }

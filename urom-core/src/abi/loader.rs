@@ -19,14 +19,14 @@ use super::list::ListHead;
 use super::{
     DOCA_RELEASES, DocaError, GET_IFACE_SYMBOL, GET_NATIVE_IFACE_SYMBOL, GET_VERSION_SYMBOL,
     GetIfaceFn, GetNativeIfaceFn, GetVersionFn, IfaceVersion, NATIVE_IFACE_VERSION,
-    NATIVE_MAX_WAKE_FDS, NativeIface, NotifySink, PLUGIN_IFACE_VERSION, PluginIface,
+    NATIVE_MAX_WAKE_FDS, NativeIface, NativeReply, NotifySink, PLUGIN_IFACE_VERSION, PluginIface,
     SET_NATIVE_DOMAIN_SYMBOL, SetNativeDomainFn, WorkerCmd, WorkerCmdDesc, WorkerCtx,
     WorkerNotifDesc, WorkerNotify, guard,
 };
 use crate::domain::DomainTable;
 use crate::plugin::Arm;
 use crate::sys::WakeSet;
-use crate::wire::data::{NOTIFY_HEADER_LEN, Notification, max_notify_payload};
+use crate::wire::data::{Notification, max_notify_payload};
 use crate::wire::{MaxMsgSize, Status, data::Command};
 
 /// Why a plugin library was not loaded.
@@ -279,7 +279,7 @@ impl PluginLibrary {
             ctx,
             cmd_list: ListHead::new(),
             notif_list: ListHead::new(),
-            packed: vec![0; NOTIFY_HEADER_LEN + max_notify_payload(max)].into_boxed_slice(),
+            packed: vec![0; size_of::<WorkerNotify>() + max_notify_payload(max)].into_boxed_slice(),
             opened: false,
             library: self,
         };
@@ -307,6 +307,25 @@ impl PluginLibrary {
 pub trait NotificationSink {
     /// Delivers one notification; an error when the connection is gone or cannot take it.
     fn notify(&mut self, dest_id: u64, notification: Notification<'_>) -> Result<(), Status>;
+}
+
+/// What a plugin did with a command ([`LoadedPlugin::command`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handled {
+    /// An error when the plugin did not take the command: the caller answers it.
+    pub status: Status,
+    /// The answer the plugin wrote at the start of the lent buffer, if it did: its status and
+    /// payload length.
+    pub reply: Option<(Status, usize)>,
+}
+
+impl Handled {
+    fn status(status: Status) -> Self {
+        Self {
+            status,
+            reply: None,
+        }
+    }
 }
 
 /// An opened plugin instance.
@@ -398,6 +417,32 @@ impl LoadedPlugin {
         command: &Command<'_>,
         sink: &mut dyn NotificationSink,
     ) -> Status {
+        let mut reply = core::mem::take(&mut self.packed);
+        let handled = self.command_into(dest_id, command, &mut reply, sink);
+        if let Some((status, len)) = handled.reply {
+            let answer = Notification {
+                plugin: command.plugin,
+                urom_context: command.urom_context,
+                status,
+                payload: &reply[..len],
+            };
+            // As a notification to a host that is gone: the sink has its say.
+            let _ = sink.notify(dest_id, answer);
+        }
+        self.packed = reply;
+        handled.status
+    }
+
+    /// [`LoadedPlugin::command`], where a plugin of the native path may answer the command at
+    /// once by writing the answer's payload at the start of `reply` ([`Handled::reply`]) instead
+    /// of calling back into `sink`: the worker then sends it from where it lies.
+    pub fn command_into(
+        &mut self,
+        dest_id: u64,
+        command: &Command<'_>,
+        reply: &mut [u8],
+        sink: &mut dyn NotificationSink,
+    ) -> Handled {
         let header = WorkerCmd {
             plugin: command.plugin,
             urom_context: command.urom_context,
@@ -405,14 +450,35 @@ impl LoadedPlugin {
         };
         let ctx = self.ctx_ptr();
         if let Some(native) = self.library.native {
-            let native_command = native.command.expect("checked at load");
             let mut sink: &mut dyn NotificationSink = sink;
             let c_sink = c_sink(&mut sink);
-            // SAFETY: the native ABI: `header`, the payload and the sink are valid for the call.
+            let payload = command.payload.as_ptr();
+            let Some(command_reply) = native.command_reply else {
+                let native_command = native.command.expect("checked at load");
+                // SAFETY: the native ABI: `header`, the payload and the sink are valid for the
+                // call.
+                let status = guard_call(|| unsafe {
+                    native_command(ctx, dest_id, &header, payload, &c_sink)
+                });
+                return Handled::status(Status::from_raw(status));
+            };
+            let mut lent = NativeReply {
+                buf: reply.as_mut_ptr(),
+                capacity: reply.len(),
+                len: 0,
+                status: Status::Success.raw(),
+                replied: 0,
+            };
+            // SAFETY: the native ABI: `header`, the payload, `reply.len()` writable bytes at
+            // `lent.buf` and the sink are valid for the call.
             let status = guard_call(|| unsafe {
-                native_command(ctx, dest_id, &header, command.payload.as_ptr(), &c_sink)
+                command_reply(ctx, dest_id, &header, payload, &mut lent, &c_sink)
             });
-            return Status::from_raw(status);
+            let answered = lent.replied != 0 && lent.len <= reply.len();
+            return Handled {
+                status: Status::from_raw(status),
+                reply: answered.then(|| (Status::from_raw(lent.status), lent.len)),
+            };
         }
 
         let desc = WorkerCmdDesc {
@@ -422,7 +488,7 @@ impl LoadedPlugin {
         };
         let desc = match super::list::malloc_desc(desc, command.payload) {
             Ok(desc) => desc,
-            Err(status) => return status,
+            Err(status) => return Handled::status(status),
         };
         // SAFETY: the descriptor is valid and in no list; the plugin frees it once it takes it.
         unsafe { self.cmd_list.push_back(desc.cast()) };
@@ -435,7 +501,7 @@ impl LoadedPlugin {
             // SAFETY: malloc'ed above and not taken by the plugin.
             unsafe { libc::free(link.cast()) };
         }
-        status
+        Handled::status(status)
     }
 
     /// Gives the plugin time for asynchronous work and delivers its finished notifications to
@@ -512,7 +578,7 @@ impl LoadedPlugin {
             let header = unsafe { *notify };
             // SAFETY: the worker owns the descriptor, malloc'ed by the plugin.
             unsafe { libc::free(desc.cast()) };
-            let notification = match self.packed.get(NOTIFY_HEADER_LEN..packed_len) {
+            let notification = match self.packed.get(size_of::<WorkerNotify>()..packed_len) {
                 Some(payload) if status == Status::Success => Notification {
                     plugin: header.plugin,
                     urom_context: header.urom_context,
@@ -563,6 +629,7 @@ impl Drop for LoadedPlugin {
 
 /// Calls into a plugin; a panic that unwinds out of it (a Rust plugin without the SDK) is
 /// stopped here.
+#[inline(always)]
 fn guard_call(call: impl FnOnce() -> DocaError) -> DocaError {
     guard("a plugin call", || Status::from_raw(call()))
 }
@@ -604,13 +671,18 @@ fn native_iface(library: &Library, path: &Path) -> Option<NativeIface> {
         command: None,
         progress: None,
         arm: None,
+        command_reply: None,
     };
     // SAFETY: the symbol has the native ABI's signature; `native` is readable and writable and
     // of the version its word asks for.
     let status = guard_call(|| unsafe { get_native(&mut native) });
+    // What an older version does not have stays `None`.
     match native.version {
-        // Version 1 ends before `arm`, which stays `None`.
-        1 => native.arm = None,
+        1 => {
+            native.arm = None;
+            native.command_reply = None;
+        }
+        2 => native.command_reply = None,
         NATIVE_IFACE_VERSION => {}
         _ => return None,
     }

@@ -27,7 +27,7 @@ pub mod export;
 mod list;
 mod loader;
 
-pub use loader::{LoadedPlugin, NotificationSink, PluginLibrary, PluginLoadError};
+pub use loader::{Handled, LoadedPlugin, NotificationSink, PluginLibrary, PluginLoadError};
 
 /// The interface version word of plugins built against urom's headers or with the Rust SDK:
 /// what `DOCA_STRUCT_CTOR` in `plugins/include/doca_compat.h` stores and what the SDK exports.
@@ -307,15 +307,15 @@ pub const GET_VERSION_SYMBOL: &str = "urom_plugin_get_version";
 pub const GET_IFACE_SYMBOL: &str = "urom_plugin_get_iface";
 /// The extra symbol of plugins that offer the native fast path.
 pub const GET_NATIVE_IFACE_SYMBOL: &str = "urom_plugin_get_native_iface";
-/// The version of [`NativeIface`] this build speaks: 2 added `arm`; version 1 ends after
-/// `progress`.
+/// The version of [`NativeIface`] this build speaks: 3 added `command_reply`, 2 added `arm`;
+/// version 2 ends after `arm`, version 1 after `progress`.
 ///
 /// The worker asks for a version: it stores the highest it speaks in the `version` word before
 /// calling `urom_plugin_get_native_iface`, and the plugin writes an interface of at most that
 /// version (stating which in the same word). A plugin built for version 1 ignores the request
 /// and writes version 1; a worker built for version 1 leaves the word 0, and a newer plugin
 /// then writes version 1 only. So either side may be older.
-pub const NATIVE_IFACE_VERSION: u64 = 2;
+pub const NATIVE_IFACE_VERSION: u64 = 3;
 
 /// The most wake-up descriptors one plugin may give its worker ([`NativeArmFn`]).
 pub const NATIVE_MAX_WAKE_FDS: usize = 4;
@@ -344,6 +344,35 @@ pub type NativeCommandFn = unsafe extern "C" fn(
     dest_id: u64,
     cmd: *const WorkerCmd,
     payload: *const u8,
+    sink: *const NotifySink,
+) -> DocaError;
+/// Room the worker lends a plugin, with one command, for that command's answer: the plugin
+/// writes the answer's payload to `buf` and sets `len`, `status` and `replied`, instead of
+/// handing a notification to the sink. The worker then puts the headers in front of the
+/// payload where it lies, so that a command answered at once costs no call back into the worker.
+#[repr(C)]
+#[derive(Debug)]
+pub struct NativeReply {
+    /// Where the answer's payload goes: `capacity` writable bytes, lent for the call.
+    pub buf: *mut u8,
+    /// How many bytes `buf` holds.
+    pub capacity: usize,
+    /// The payload's length, once answered.
+    pub len: usize,
+    /// The answer's status, once answered.
+    pub status: DocaError,
+    /// Non-zero once the plugin answered here (at most once per command).
+    pub replied: u32,
+}
+
+/// [`NativeCommandFn`] with room for the command's answer (version 3). The return value means
+/// the same: an error when the plugin did not take the command.
+pub type NativeCommandReplyFn = unsafe extern "C" fn(
+    ctx: *mut WorkerCtx,
+    dest_id: u64,
+    cmd: *const WorkerCmd,
+    payload: *const u8,
+    reply: *mut NativeReply,
     sink: *const NotifySink,
 ) -> DocaError;
 /// Advances asynchronous work, delivering notifications to `sink`; `DOCA_ERROR_EMPTY` when
@@ -379,6 +408,18 @@ pub struct NativeIface {
     pub progress: Option<NativeProgressFn>,
     /// Version 2: readies the plugin to wake its worker; `None` when it cannot.
     pub arm: Option<NativeArmFn>,
+    /// Version 3: handles one command with room for its answer.
+    pub command_reply: Option<NativeCommandReplyFn>,
+}
+
+/// Version 2 of [`NativeIface`]: what a plugin writes for a worker that asks for version 2.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NativeIfaceV2 {
+    pub(crate) version: u64,
+    pub(crate) command: Option<NativeCommandFn>,
+    pub(crate) progress: Option<NativeProgressFn>,
+    pub(crate) arm: Option<NativeArmFn>,
 }
 
 /// Version 1 of [`NativeIface`]: what a plugin writes for a worker that asks for no newer one.
@@ -465,23 +506,32 @@ pub(crate) unsafe fn lent_bytes<'a>(ptr: *const u8, len: u64) -> Option<&'a [u8]
 }
 
 /// Runs `body`; a panic becomes `DOCA_ERROR_UNEXPECTED` and a line on stderr.
+///
+/// Inlined: it wraps every call across the plugin ABI, commands included, and costs nothing
+/// but the call to `body` while nothing panics.
+#[inline(always)]
 pub(crate) fn guard(entry: &str, body: impl FnOnce() -> Status) -> DocaError {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(status) => status.raw(),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(no message)");
-            let _ = writeln!(
-                std::io::stderr(),
-                "urom plugin: panic in {entry}: {message}; returning {}",
-                Status::Unexpected
-            );
-            Status::Unexpected.raw()
-        }
+        Err(panic) => caught(entry, panic),
     }
+}
+
+/// Reports a panic [`guard`] caught.
+#[cold]
+#[inline(never)]
+fn caught(entry: &str, panic: Box<dyn core::any::Any + Send>) -> DocaError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    let _ = writeln!(
+        std::io::stderr(),
+        "urom plugin: panic in {entry}: {message}; returning {}",
+        Status::Unexpected
+    );
+    Status::Unexpected.raw()
 }
 
 const _: () = {
@@ -505,14 +555,16 @@ const _: () = {
     assert!(offset_of!(WorkerCtx, domain_iface) == 56);
     assert!(offset_of!(WorkerCtx, plugin_ctx) == 88);
     assert!(size_of::<ServicePluginInfo>() == 64);
-    assert!(size_of::<NativeIface>() == 32);
+    assert!(size_of::<NativeIface>() == 40);
+    assert!(size_of::<NativeIfaceV2>() == 32);
     assert!(size_of::<NativeIfaceV1>() == 24);
     assert!(offset_of!(NativeIface, progress) == offset_of!(NativeIfaceV1, progress));
-    assert!(offset_of!(NativeIface, arm) == 24);
+    assert!(offset_of!(NativeIface, arm) == offset_of!(NativeIfaceV2, arm));
+    assert!(offset_of!(NativeIface, command_reply) == 32);
+    assert!(size_of::<NativeReply>() == 32);
     assert!(size_of::<NativeDomainIface>() == 32);
-    // The wire headers are these structs, little-endian.
+    // The command's wire header is this struct, little-endian (a notification's drops `len`).
     assert!(size_of::<WorkerCmd>() == crate::wire::data::CMD_HEADER_LEN);
-    assert!(size_of::<WorkerNotify>() == crate::wire::data::NOTIFY_HEADER_LEN);
 };
 
 #[cfg(test)]

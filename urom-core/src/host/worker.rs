@@ -367,8 +367,16 @@ fn receive(
 ) -> Result<usize, (usize, WorkerFailure)> {
     let max = conn.max_msg_size();
     let mut completed = 0;
+    // The first frame is looked for; the rest of the batch is what arrived with it.
+    let mut first = true;
     loop {
-        match conn.recv() {
+        let frame = if first {
+            first = false;
+            conn.recv()
+        } else {
+            conn.recv_arrived()
+        };
+        match frame {
             Ok(Some(frame)) => match complete(tasks, frame, max) {
                 Ok(()) => completed += 1,
                 Err(WorkerProtocolError::Malformed(DecodeError::UnexpectedKind(kind)))

@@ -365,6 +365,11 @@ impl FrameReceiver for ChannelReceiver {
         each_half!(self, half => half.recv())
     }
 
+    #[inline]
+    fn recv_arrived(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        each_half!(self, half => half.recv_arrived())
+    }
+
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
         each_half!(self, half => half.wait_recv(timeout))
     }

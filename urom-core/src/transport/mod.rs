@@ -98,6 +98,16 @@ pub trait FrameReceiver: HalfControl {
     /// [`FrameRecvError::PeerGone`].
     fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError>;
 
+    /// The next frame that has already arrived, like [`FrameReceiver::recv`] but without
+    /// asking the network for more: for the rest of a batch after `recv` returned a frame.
+    /// `Ok(None)` then means only that nothing more arrived with it; the next `recv` looks
+    /// again. Where looking costs nothing (shared memory) this is `recv`; over UCX it spares
+    /// the call into the network stack that would only find nothing more.
+    #[inline]
+    fn recv_arrived(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.recv()
+    }
+
     /// Waits until a frame can be received (`Ok(true)`) or `timeout` passes (`Ok(false)`).
     ///
     /// Releases the frame returned by the last `recv`, like `recv` does. How it waits (spin or
@@ -193,6 +203,12 @@ pub trait Transport {
     #[inline]
     fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
         self.split().1.recv()
+    }
+
+    /// [`FrameReceiver::recv_arrived`] on the receiving half.
+    #[inline]
+    fn recv_arrived(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.split().1.recv_arrived()
     }
 
     /// [`FrameReceiver::wait_recv`] on the receiving half.

@@ -277,6 +277,19 @@ impl Ucp {
         }
     }
 
+    /// Progresses the worker until the next frame in order is ready or nothing more happens
+    /// (at most as many rounds as [`Worker::progress_all`]). Stopping at the frame spares the
+    /// round that would only find nothing more: a call into the network stack on the path of
+    /// every frame.
+    #[inline]
+    fn progress_for_rx(&self) {
+        for _ in 0..64 {
+            if self.worker.progress() == 0 || self.state().rx_ready() {
+                break;
+            }
+        }
+    }
+
     /// Hands the frame at the head back to the peer.
     fn release(&mut self) {
         let state = self.state();
@@ -856,9 +869,11 @@ impl UcxReceiver {
     }
 }
 
-impl FrameReceiver for UcxReceiver {
+impl UcxReceiver {
+    /// The next frame in order, progressing the worker for it first when `progress` says so
+    /// (until it is there or nothing more happens).
     #[inline]
-    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+    fn take(&mut self, progress: bool) -> Result<Option<&[u8]>, FrameRecvError> {
         if self.closed {
             return Err(FrameRecvError::Closed);
         }
@@ -870,7 +885,9 @@ impl FrameReceiver for UcxReceiver {
             return Err(FrameRecvError::Protocol(what));
         }
         if !ucp.state().rx_ready() {
-            ucp.worker.progress_all();
+            if progress {
+                ucp.progress_for_rx();
+            }
             if !ucp.state().rx_ready() {
                 ucp.rx_idle()?;
                 return Ok(None);
@@ -892,6 +909,21 @@ impl FrameReceiver for UcxReceiver {
         // it, which needs `&mut self`, ending this borrow first. The buffer lives as long as
         // the link.
         Ok(Some(unsafe { std::slice::from_raw_parts(start, len) }))
+    }
+}
+
+impl FrameReceiver for UcxReceiver {
+    #[inline]
+    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.take(true)
+    }
+
+    /// Frames that arrived with the last progress of the worker, without progressing it
+    /// again: each progress calls into the network stack (over TCP, an `epoll_wait`), which
+    /// right after a frame came would only find nothing more.
+    #[inline]
+    fn recv_arrived(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.take(false)
     }
 
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
