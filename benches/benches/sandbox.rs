@@ -3,10 +3,13 @@
 //! the median of the per-round ratios.
 //!
 //! Ours, timed by the host: one host (this process, pinned to core 0) holds two workers of one
-//! daemon in one domain (domain ids 0 and 1), both on core 1. Workers spin, then yield their
-//! core, then sleep on their host channels and UCX's event descriptor; the host spins, then
-//! yields (`UROM_SANDBOX_HOST_WAIT`, `UROM_SANDBOX_WORKER_CORE`, `UROM_SANDBOX_BUSY_POLL`,
-//! `UROM_SANDBOX_SPREAD` try other arrangements and print the spread; see `main`). A round trip: the host asks worker 0 to send a
+//! daemon in one domain (domain ids 0 and 1): worker 0 on the host's core, worker 1 alone on
+//! core 1, as a user placing three processes on two cores for latency would. The workers
+//! busy-poll (`--worker-busy-poll`: they never sleep, and yield only a core they share) and
+//! the host yields its core after each empty poll, so worker 0 polls whenever the host has
+//! nothing to do. `UROM_SANDBOX_HOST_WAIT`, `UROM_SANDBOX_WORKER_CORE`,
+//! `UROM_SANDBOX_WORKER_WAIT` and `UROM_SANDBOX_SPREAD` try other arrangements and print the
+//! spread; see `main`. A round trip: the host asks worker 0 to send a
 //! 64-byte PING to worker 1 (and to receive the PONG); worker 1's receive completes at the
 //! host, which asks worker 1 to send the PONG back; worker 0's receive completes at the host.
 //! So it holds two UCX tagged messages and four host <-> worker crossings (shared memory).
@@ -20,8 +23,6 @@
 //! PING send pairs with worker 1's k-th PING receive, worker 1's k-th PONG send with worker 0's
 //! k-th PONG receive; a round trip is the sum of its two legs (the hosts' crossings left out,
 //! the workers' wake-ups kept), and the round's figure is their median.
-//! `UROM_SANDBOX_WORKER_CORE=split` puts worker 0 on the host's core and worker 1 alone on the
-//! other, as a user placing three processes on two cores for latency would.
 //!
 //! `benches/run-sandbox-bench.sh [ROUNDS]`, or `UROM_BENCH_ROUNDS=N cargo bench -p
 //! urom-benches --features ucx --bench sandbox`.
@@ -96,16 +97,17 @@ fn main() {
     let daemon = start_daemon_command(
         command,
         plugins.to_str().unwrap(),
-        if std::env::var_os("UROM_SANDBOX_BUSY_POLL").is_some() {
-            &[
+        // Busy-polling workers by default (`UROM_SANDBOX_WORKER_WAIT=adaptive` lets them sleep).
+        match std::env::var("UROM_SANDBOX_WORKER_WAIT").as_deref() {
+            Ok("busy") | Err(_) => &[
                 "--log-level",
                 "30",
                 "--sdk-log-level",
                 "30",
                 "--worker-busy-poll",
-            ][..]
-        } else {
-            &["--log-level", "30", "--sdk-log-level", "30"][..]
+            ][..],
+            Ok("adaptive") => &["--log-level", "30", "--sdk-log-level", "30"][..],
+            Ok(other) => panic!("UROM_SANDBOX_WORKER_WAIT={other}: expected busy or adaptive"),
         },
         true,
     );
@@ -118,15 +120,14 @@ fn main() {
     let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
     let host = SandboxHost::init(info.id, info.version).unwrap();
     let mut engine = ProgressEngine::new();
-    // Both workers on the other core by default (they take turns there: only one has work at
-    // a time); `UROM_SANDBOX_WORKER_CORE=N` picks core N, `any` every core the daemon may use,
-    // `split` worker 0 on the host's core and worker 1 on the other.
+    // Worker 0 on the host's core and worker 1 alone on the other by default (`split`);
+    // `UROM_SANDBOX_WORKER_CORE=N` puts both on core N (they take turns there: only one has
+    // work at a time), `any` on every core the daemon may use.
     let placement = std::env::var("UROM_SANDBOX_WORKER_CORE");
     let worker_core = |i: usize| -> Option<usize> {
         match placement.as_deref() {
-            Err(_) => Some(PEER_CORE),
+            Ok("split") | Err(_) => Some([HOST_CORE, PEER_CORE][i]),
             Ok("any") => None,
-            Ok("split") => Some([HOST_CORE, PEER_CORE][i]),
             Ok(core) => Some(
                 core.parse()
                     .expect("UROM_SANDBOX_WORKER_CORE: a core number, any or split"),
@@ -270,20 +271,15 @@ fn plugin_round_trips(logs: &[TimestampLog], rounds: usize) -> Vec<[f64; 3]> {
 }
 
 /// How the host waits for a notification: `UROM_SANDBOX_HOST_WAIT` = `spin` (progress
-/// without pause), `yield` (the default: after [`HOST_SPINS`] empty polls, yield the core
-/// between polls) or `sleep` (as `yield`, then, after [`HOST_YIELDS`], sleep in
-/// [`ProgressEngine::wait`]).
+/// without pause), `yield` (the default: yield the core after each empty poll, so that a
+/// worker sharing it polls in between; spinning first only delays that worker) or `sleep`
+/// (after one empty poll, sleep in [`ProgressEngine::wait`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HostWait {
     Spin,
     Yield,
     Sleep,
 }
-
-/// Empty polls before the host yields its core.
-const HOST_SPINS: u32 = 256;
-/// Empty polls before the host sleeps.
-const HOST_YIELDS: u32 = 4096;
 
 impl HostWait {
     fn from_env() -> Self {
@@ -310,18 +306,13 @@ fn round_trip_ns(
     let host_wait = HostWait::from_env();
     let wait = |engine: &mut ProgressEngine, counter: &AtomicUsize, before: usize| {
         let deadline = Instant::now() + TIMEOUT;
-        let mut idle = 0u32;
         while counter.load(Ordering::Relaxed) == before {
             if engine.progress() > 0 {
-                idle = 0;
                 continue;
             }
-            idle = idle.saturating_add(1);
             match host_wait {
                 HostWait::Spin => std::hint::spin_loop(),
-                HostWait::Yield | HostWait::Sleep if idle < HOST_SPINS => std::hint::spin_loop(),
                 HostWait::Yield => std::thread::yield_now(),
-                HostWait::Sleep if idle < HOST_YIELDS => std::thread::yield_now(),
                 HostWait::Sleep => engine
                     .wait(Duration::from_millis(10))
                     .expect("the progress engine's wait"),

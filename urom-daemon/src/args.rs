@@ -64,8 +64,8 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_workers: u32,
 
-    /// Workers spin instead of yielding and sleeping when idle (lowest latency; give them their
-    /// own cores).
+    /// Workers never sleep when idle: they spin, yielding only a core they share with another
+    /// process (lowest latency; best with a core each).
     #[arg(long)]
     pub worker_busy_poll: bool,
 

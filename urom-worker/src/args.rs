@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long = flag::LISTEN, value_name = "PATH")]
     pub listen: PathBuf,
 
-    /// Never sleep when idle: spin on the channels (lowest latency; use on dedicated cores).
+    /// Never sleep when idle: spin on the channels, yielding only a core shared with another
+    /// process (lowest latency; best on a dedicated core).
     #[arg(long = flag::BUSY_POLL)]
     pub busy_poll: bool,
 

@@ -43,8 +43,8 @@ use urom_wire::domain::DomainMessage;
 
 /// Frames taken from one host per turn, so that one busy host cannot starve the others.
 const FRAMES_PER_TURN: usize = 64;
-/// How long an idle worker spins before it starts yielding its core between turns (unless it
-/// busy-polls), while its yields may hand the core over.
+/// How long an idle worker spins before it starts yielding its core between turns, while its
+/// yields may hand the core over.
 const PURE_SPIN: Duration = Duration::from_nanos(500);
 /// A worker whose yields keep returning at once is alone on its core, where a yield costs a
 /// system call and hands nothing over: every so many such yields in a row double how long it
@@ -450,12 +450,9 @@ impl Worker {
     /// between turns, then sleeps ([`Worker::sleep`]) after [`SPIN_TURNS_BEFORE_NAP`] idle
     /// turns, or as soon as [`HANDOVERS_BEFORE_SLEEP`] yields handed the core to another
     /// process: a worker alone on its core keeps polling, one that shares it (with the next
-    /// party of an exchange, say) gets out of its way. Returns whether it slept.
+    /// party of an exchange, say) gets out of its way. A busy-polling worker spins and yields
+    /// the same way but never sleeps. Returns whether it slept.
     fn rest(&mut self, idle_turns: u32) -> bool {
-        if self.busy_poll {
-            std::hint::spin_loop();
-            return false;
-        }
         // Only idle turns read the clock.
         let now = Instant::now();
         if idle_turns == 1 {
@@ -464,7 +461,14 @@ impl Worker {
                 handovers: 0,
             };
         }
-        if idle_turns >= SPIN_TURNS_BEFORE_NAP || self.idle.handovers >= HANDOVERS_BEFORE_SLEEP {
+        // A busy-polling worker never sleeps (a wake-up costs more than its latency budget),
+        // but still yields a core it shares: spinning there would hold the other party off
+        // for a whole time slice.
+        let may_sleep = !self.busy_poll;
+        if may_sleep
+            && (idle_turns >= SPIN_TURNS_BEFORE_NAP
+                || self.idle.handovers >= HANDOVERS_BEFORE_SLEEP)
+        {
             self.sleep();
             return true;
         }
@@ -778,5 +782,31 @@ impl Outbound {
             return Err(Status::NotConnected);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_polling_worker_yields_its_core_but_never_sleeps() {
+        let mut worker = Worker::new(Vec::new(), MaxMsgSize::DEFAULT, true, None);
+        let start = Instant::now();
+        let mut turns = 0;
+        while turns < 2 * SPIN_TURNS_BEFORE_NAP || start.elapsed() < Duration::from_millis(5) {
+            turns += 1;
+            assert!(!worker.rest(turns), "it slept after {turns} idle turns");
+        }
+        assert!(
+            worker.quick_yields > 0 || worker.idle.handovers > 0,
+            "it never yielded its core in {turns} idle turns"
+        );
+    }
+
+    #[test]
+    fn an_adaptive_worker_sleeps_once_idle_long_enough() {
+        let mut worker = Worker::new(Vec::new(), MaxMsgSize::DEFAULT, false, None);
+        assert!((1..=SPIN_TURNS_BEFORE_NAP).any(|turn| worker.rest(turn)));
     }
 }
