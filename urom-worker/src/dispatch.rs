@@ -396,52 +396,51 @@ impl Worker {
         admitted
     }
 
-    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel and dispatches each where it
-    /// lies in the channel. A host whose notifications wait in its backlog is not served until
-    /// it has drained them: its commands wait in its ring, the other hosts go on.
+    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel, in one pass over those
+    /// that have arrived, and dispatches each where it lies in the channel. A host whose
+    /// notifications wait in its backlog is not served until it has drained them: its commands
+    /// wait in its ring, the other hosts go on.
     fn serve_host(&mut self, slot: usize) -> bool {
-        let mut taken = 0u32;
-        for _ in 0..FRAMES_PER_TURN {
-            let lagging = self.outbound[slot]
+        let Self {
+            inbound,
+            outbound,
+            plugins,
+            domains,
+            outbox,
+            answer,
+            max,
+            counters,
+            ..
+        } = self;
+        let Some(host) = inbound[slot].as_mut() else {
+            return false;
+        };
+        let caught_up = |hosts: &[Option<Outbound>]| {
+            hosts[slot]
                 .as_ref()
-                .is_some_and(|host| !host.backlog.is_empty());
-            let (Some(host), false) = (self.inbound[slot].as_mut(), lagging) else {
-                break;
-            };
-            let dest_id = dest_id(slot, host.generation);
-            // The first frame is looked for; the rest of the turn's are those that arrived
-            // with it (the next turn looks again).
-            let frame = if taken == 0 {
-                host.rx.recv()
-            } else {
-                host.rx.recv_arrived()
-            };
-            let frame = match frame {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(e) => {
-                    self.drop_host(slot, &e.to_string());
-                    break;
-                }
-            };
-            self.counters.command(frame.len());
-            let mut router = Router {
-                hosts: &mut self.outbound,
-                outbox: &mut self.outbox,
-                max: self.max,
-                counters: &mut self.counters,
-            };
-            dispatch(
-                &mut self.plugins,
-                &mut self.domains,
-                &mut router,
-                &mut self.answer,
-                dest_id,
-                frame,
-            );
-            taken += 1;
+                .is_none_or(|host| host.backlog.is_empty())
+        };
+        if !caught_up(outbound) {
+            return false;
         }
+        let dest_id = dest_id(slot, host.generation);
+        let mut router = Router {
+            hosts: outbound,
+            outbox,
+            max: *max,
+            counters,
+        };
+        let mut taken = 0u32;
+        let received = host.rx.recv_each(FRAMES_PER_TURN, |frame| {
+            taken += 1;
+            router.counters.command(frame.len());
+            dispatch(plugins, domains, &mut router, answer, dest_id, frame);
+            caught_up(router.hosts)
+        });
         self.counters.ring_batch(taken);
+        if let Err(e) = received {
+            self.drop_host(slot, &e.to_string());
+        }
         taken > 0
     }
 
