@@ -164,7 +164,11 @@ fn through_host_api(path: &str) {
         sent += BURST as u64;
         worker.turn();
         engine.progress();
-        assert_eq!(COMPLETED.with(std::cell::Cell::get), sent, "one progress completes a burst");
+        assert_eq!(
+            COMPLETED.with(std::cell::Cell::get),
+            sent,
+            "one progress completes a burst"
+        );
     }
     let ns = start.elapsed().as_nanos() as f64 / (bursts() * BURST) as f64;
     println!("per command: through the host API and the worker {ns:5.1} ns");

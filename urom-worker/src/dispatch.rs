@@ -29,7 +29,8 @@ use urom_core::transport::{
     FrameSender, Transport, WaitMode,
 };
 use urom_wire::data::{
-    DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, peek_command_identity, write_notify_headers,
+    DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, fast_command, peek_command_identity,
+    write_notify_headers,
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -563,12 +564,14 @@ fn dispatch(
     dest_id: u64,
     frame: &[u8],
 ) {
-    let (plugin_id, urom_context, status) = match FrameRepr::<DataMessage>::parse(frame, router.max)
-    {
-        Ok(FrameRepr {
-            body: DataMessage::Command(command),
-            ..
-        }) => {
+    // A well-formed command, the one kind the hot path sees, is read in a few compares; any
+    // other frame the full parse reads (and says what is wrong with it).
+    let parsed = match fast_command(frame, router.max) {
+        Some(command) => Ok(DataMessage::Command(command)),
+        None => FrameRepr::<DataMessage>::parse(frame, router.max).map(|frame| frame.body),
+    };
+    let (plugin_id, urom_context, status) = match parsed {
+        Ok(DataMessage::Command(command)) => {
             let plugin = PluginId::new(command.plugin)
                 .ok()
                 .and_then(|id| plugins.get_mut(id.index()))
@@ -598,10 +601,7 @@ fn dispatch(
             };
             (command.plugin, command.urom_context, status)
         }
-        Ok(FrameRepr {
-            body: DataMessage::Notify(notify),
-            ..
-        }) => {
+        Ok(DataMessage::Notify(notify)) => {
             warn!("a host sent a notification; only commands are accepted");
             (notify.plugin, notify.urom_context, Status::InvalidValue)
         }

@@ -25,8 +25,8 @@ use crate::wire::control::{
     ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
 };
 use crate::wire::data::{
-    COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
-    write_command_headers,
+    COMMAND_PAYLOAD_OFFSET, DataMessage, fast_notification, max_command_payload,
+    max_notify_payload, write_command_headers,
 };
 use crate::wire::domain::DomainMessage;
 use crate::wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
@@ -400,15 +400,15 @@ fn complete(
     frame: &[u8],
     max: MaxMsgSize,
 ) -> Result<(), WorkerProtocolError> {
-    let notify = match FrameRepr::<DataMessage>::parse(frame, max) {
-        Ok(FrameRepr {
-            body: DataMessage::Notify(notify),
-            ..
-        }) => notify,
-        Ok(FrameRepr {
-            body: DataMessage::Command(_),
-            ..
-        }) => return Err(WorkerProtocolError::Command),
+    // A well-formed notification, the one kind the hot path sees, is read in a few compares;
+    // any other frame the full parse reads (and says what is wrong with it).
+    let parsed = match fast_notification(frame, max) {
+        Some(notify) => Ok(DataMessage::Notify(notify)),
+        None => FrameRepr::<DataMessage>::parse(frame, max).map(|frame| frame.body),
+    };
+    let notify = match parsed {
+        Ok(DataMessage::Notify(notify)) => notify,
+        Ok(DataMessage::Command(_)) => return Err(WorkerProtocolError::Command),
         Err(e) => return Err(WorkerProtocolError::Malformed(e)),
     };
     let handle = TaskHandle::from_u64(notify.urom_context);
