@@ -367,34 +367,31 @@ fn receive(
 ) -> Result<usize, (usize, WorkerFailure)> {
     let max = conn.max_msg_size();
     let mut completed = 0;
-    // The first frame is looked for; the rest of the batch is what arrived with it.
-    let mut first = true;
-    loop {
-        let frame = if first {
-            first = false;
-            conn.recv()
-        } else {
-            conn.recv_arrived()
-        };
-        match frame {
-            Ok(Some(frame)) => match complete(tasks, frame, max) {
-                Ok(()) => completed += 1,
-                Err(WorkerProtocolError::Malformed(DecodeError::UnexpectedKind(kind)))
-                    if DomainMessage::is_domain_kind(kind) =>
-                {
-                    if let Err(e) = domain.accept(frame, max) {
-                        return Err((completed, WorkerFailure::Protocol(e)));
-                    }
+    let mut broken = None;
+    // Every notification that has arrived, in one pass.
+    let received = conn.split().1.recv_each(usize::MAX, |frame| {
+        match complete(tasks, frame, max) {
+            Ok(()) => completed += 1,
+            Err(WorkerProtocolError::Malformed(DecodeError::UnexpectedKind(kind)))
+                if DomainMessage::is_domain_kind(kind) =>
+            {
+                if let Err(e) = domain.accept(frame, max) {
+                    broken = Some(WorkerFailure::Protocol(e));
                 }
-                Err(e) => return Err((completed, WorkerFailure::Protocol(e))),
-            },
-            Ok(None) => return Ok(completed),
-            Err(e) => return Err((completed, WorkerFailure::Lost(e))),
+            }
+            Err(e) => broken = Some(WorkerFailure::Protocol(e)),
         }
+        broken.is_none()
+    });
+    match (broken, received) {
+        (Some(failure), _) => Err((completed, failure)),
+        (None, Err(e)) => Err((completed, WorkerFailure::Lost(e))),
+        (None, Ok(_)) => Ok(completed),
     }
 }
 
 /// Completes the task `frame` answers, running its callback.
+#[inline]
 fn complete(
     tasks: &mut TaskSlots,
     frame: &[u8],
