@@ -1,11 +1,12 @@
 //! The data-path decoder: any bytes either fail with an error or parse to a command or
-//! notification that the hot-path writers reproduce byte for byte.
+//! notification that the hot-path writers reproduce byte for byte, and that the hot paths' fast
+//! parses read alike.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use urom_wire::data::{
-    COMMAND_PAYLOAD_OFFSET, DataMessage, NOTIFY_PAYLOAD_OFFSET, write_command_headers,
-    write_notify_headers,
+    COMMAND_PAYLOAD_OFFSET, DataMessage, NOTIFY_PAYLOAD_OFFSET, fast_command, fast_notification,
+    write_command_headers, write_notify_headers,
 };
 use urom_wire::frame::frame_length;
 use urom_wire::{FrameRepr, MaxMsgSize};
@@ -13,7 +14,18 @@ use urom_wire::{FrameRepr, MaxMsgSize};
 fuzz_target!(|data: &[u8]| {
     let max = MaxMsgSize::DEFAULT;
     let claimed = frame_length(data, max);
-    let Ok(frame) = FrameRepr::<DataMessage>::parse(data, max) else {
+    let parsed = FrameRepr::<DataMessage>::parse(data, max);
+    // The hot paths' fast parses read exactly what the full parse reads as their kind.
+    let body = parsed.as_ref().ok().map(|frame| frame.body);
+    assert_eq!(
+        fast_command(data, max).map(DataMessage::Command),
+        body.filter(|body| matches!(body, DataMessage::Command(_)))
+    );
+    assert_eq!(
+        fast_notification(data, max).map(DataMessage::Notify),
+        body.filter(|body| matches!(body, DataMessage::Notify(_)))
+    );
+    let Ok(frame) = parsed else {
         return;
     };
     assert_eq!(claimed, Ok(Some(data.len())));

@@ -174,6 +174,90 @@ fn in_order_and_intact<P: Pair>() {
     }
 }
 
+/// `recv_each` hands the frames that arrived in order and intact, at most `limit` of them,
+/// stops after the frame its closure refuses more after, releases a frame `recv` still lent,
+/// and loses none as the ring fills and wraps lap after lap.
+fn batched_receive<P: Pair>() {
+    let max = MaxMsgSize::new(512).unwrap();
+    let (mut a, mut b) = P::pair(max, SLOTS);
+    let mut buf = vec![0u8; 512];
+    let (mut sent, mut received) = (0u32, 0u32);
+    let mut passes = 0usize;
+    let start = Instant::now();
+    while received < 1000 {
+        // As many as fit: every lap of the ring wraps it.
+        loop {
+            match a.send(frame(sent, len_for(sent, 512), &mut buf)) {
+                Ok(()) => sent += 1,
+                Err(FrameSendError::Full) => break,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        passes += 1;
+        if passes % 7 == 0 {
+            // A frame lent by `recv` first; the pass below releases it.
+            if let Some(got) = b.recv().unwrap() {
+                check(received, got, len_for(received, 512));
+                received += 1;
+            }
+        }
+        let limit = 1 + passes % (SLOTS + 2);
+        let stop_after = 1 + passes % 3;
+        let mut in_pass = 0;
+        let handed = b
+            .split()
+            .1
+            .recv_each(limit, |got| {
+                check(received, got, len_for(received, 512));
+                received += 1;
+                in_pass += 1;
+                in_pass != stop_after
+            })
+            .unwrap();
+        assert_eq!(handed, in_pass, "pass {passes}");
+        assert!(
+            handed <= limit.min(stop_after),
+            "pass {passes}: {handed} frames"
+        );
+        if handed == 0 {
+            assert!(start.elapsed() < SOON, "no frame arrived");
+            b.wait_recv(SOON).unwrap();
+        }
+    }
+    // Everything sent arrives, nothing more.
+    while received < sent {
+        let handed = b
+            .split()
+            .1
+            .recv_each(usize::MAX, |got| {
+                check(received, got, len_for(received, 512));
+                received += 1;
+                true
+            })
+            .unwrap();
+        if handed == 0 {
+            assert!(start.elapsed() < SOON, "frames were lost");
+            b.wait_recv(SOON).unwrap();
+        }
+    }
+    assert_eq!(b.split().1.recv_each(usize::MAX, |_| true), Ok(0));
+    // After the peer closes, a pass reports it once everything was received.
+    a.close();
+    let deadline = Instant::now() + SOON;
+    loop {
+        match b
+            .split()
+            .1
+            .recv_each(usize::MAX, |_| panic!("no frame was left"))
+        {
+            Err(FrameRecvError::PeerGone(PeerGoneError::Closed)) => break,
+            Ok(0) => assert!(Instant::now() < deadline, "the close was not seen"),
+            other => panic!("after the close: {other:?}"),
+        }
+        let _ = b.wait_recv(Duration::from_millis(1));
+    }
+}
+
 fn empty_and_timeout<P: Pair>() {
     let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
     assert_eq!(b.recv().unwrap(), None);
@@ -468,6 +552,10 @@ macro_rules! conformance {
             #[test]
             fn frames_arrive_in_order_and_intact() {
                 in_order_and_intact::<$pair>();
+            }
+            #[test]
+            fn batched_receive_in_order_as_the_ring_wraps() {
+                batched_receive::<$pair>();
             }
             #[test]
             fn empty_recv_and_wait_timeout() {

@@ -11,7 +11,8 @@
 //!
 //! `len` must account for exactly the bytes that follow. On the hot path, write the headers with
 //! [`write_command_headers`] / [`write_notify_headers`] and the payload in place after them;
-//! [`DataMessage`] reads both kinds without copying. A worker that must answer a command frame
+//! [`DataMessage`] reads both kinds without copying, and [`fast_command`] / [`fast_notification`]
+//! read the one kind each hot path expects in a few word compares. A worker that must answer a command frame
 //! that failed validation learns whom to answer from [`peek_command_identity`].
 
 use static_assertions::assert_eq_size;
@@ -19,7 +20,7 @@ use zerocopy::little_endian::{I32, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::codec::{Message, check_exact_len, peek, prefix, put, reserved_zero};
-use crate::frame::{FRAME_HEADER_LEN, Frame, FrameKind};
+use crate::frame::{FRAME_HEADER_LEN, Frame, FrameKind, MAGIC, PROTOCOL_VERSION};
 use crate::{DecodeError, EncodeError, MaxMsgSize, Status};
 
 /// The wire layout of `struct urom_worker_cmd` without its payload.
@@ -177,6 +178,50 @@ pub fn peek_command_identity(frame: &[u8]) -> (u64, u64) {
     (word(FRAME_HEADER_LEN), word(FRAME_HEADER_LEN + 8))
 }
 
+/// The command in a whole frame of at most `max` bytes, when it is a well-formed command frame:
+/// the frames [`FrameRepr::<DataMessage>::parse`](crate::FrameRepr::parse) reads as a command,
+/// with the same result, read in a few word compares. `None` for any other frame: the full parse
+/// then says what it is, or what is wrong with it.
+#[inline]
+pub fn fast_command(frame: &[u8], max: MaxMsgSize) -> Option<Command<'_>> {
+    let rest = fast_frame_header(frame, FrameKind::Command, max)?;
+    let (header, payload) = prefix::<CommandHeader>(rest).ok()?;
+    (header.len.get() == payload.len() as u64).then(|| Command {
+        plugin: header.plugin.get(),
+        urom_context: header.urom_context.get(),
+        payload,
+    })
+}
+
+/// [`fast_command`] for a notification frame.
+#[inline]
+pub fn fast_notification(frame: &[u8], max: MaxMsgSize) -> Option<Notification<'_>> {
+    let rest = fast_frame_header(frame, FrameKind::Notify, max)?;
+    let (header, payload) = prefix::<NotifyHeader>(rest).ok()?;
+    (header.reserved.get() == 0).then(|| Notification {
+        plugin: header.plugin.get(),
+        urom_context: header.urom_context.get(),
+        status: Status::from_raw(header.status.get()),
+        payload,
+    })
+}
+
+/// The body of `frame` when its header is valid, says `kind` and the frame's exact length, and
+/// the frame fits `max`: the first eight bytes (magic, version, kind) compared as one word, the
+/// next eight (length, flags) as another.
+#[inline(always)]
+fn fast_frame_header(frame: &[u8], kind: FrameKind, max: MaxMsgSize) -> Option<&[u8]> {
+    let lead = u64::from(MAGIC) | u64::from(PROTOCOL_VERSION) << 32 | u64::from(kind.raw()) << 48;
+    let (first, rest) = frame.split_first_chunk::<8>()?;
+    let (second, rest) = rest.split_first_chunk::<8>()?;
+    let (_seq, body) = rest.split_first_chunk::<8>()?;
+    // `len <= max` first: the second word then says length `len` and zero flags.
+    (frame.len() <= max.get()
+        && u64::from_le_bytes(*first) == lead
+        && u64::from_le_bytes(*second) == frame.len() as u64)
+        .then_some(body)
+}
+
 #[inline]
 fn check_payload_len(header_len: usize, len: u64, body_len: usize) -> Result<(), DecodeError> {
     let claimed = usize::try_from(len).unwrap_or(usize::MAX);
@@ -269,6 +314,64 @@ fn write_headers<H: IntoBytes + Immutable>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FrameRepr;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Every frame the fast parses read, the full parse reads the same; every command or
+    /// notification the full parse reads, the fast one reads too.
+    fn fast_agrees(frame: &[u8], max: MaxMsgSize) {
+        let full = FrameRepr::<DataMessage>::parse(frame, max).map(|repr| repr.body);
+        assert_eq!(
+            fast_command(frame, max).map(DataMessage::Command),
+            full.ok()
+                .filter(|body| matches!(body, DataMessage::Command(_))),
+            "{frame:02x?}"
+        );
+        assert_eq!(
+            fast_notification(frame, max).map(DataMessage::Notify),
+            full.ok()
+                .filter(|body| matches!(body, DataMessage::Notify(_))),
+            "{frame:02x?}"
+        );
+    }
+
+    #[test]
+    fn fast_parses_agree_with_the_full_parse() {
+        let max = MaxMsgSize::new(MaxMsgSize::MIN).unwrap();
+        let mut frames = Vec::new();
+        // The last payload makes frames one word longer than `max` allows.
+        let largest = max.get() - COMMAND_PAYLOAD_OFFSET;
+        for payload_len in [0usize, 1, 16, largest, largest + 8] {
+            let mut frame = vec![0x5a; COMMAND_PAYLOAD_OFFSET + payload_len];
+            let roomy = MaxMsgSize::DEFAULT;
+            write_command_headers(&mut frame, 9, 4, 77, payload_len, roomy).unwrap();
+            frames.push(frame);
+            let mut frame = vec![0x5a; NOTIFY_PAYLOAD_OFFSET + payload_len];
+            write_notify_headers(&mut frame, 9, 4, 77, Status::NotFound, payload_len, roomy)
+                .unwrap();
+            frames.push(frame);
+        }
+        for frame in &frames {
+            let frame: &[u8] = frame;
+            fast_agrees(frame, max);
+            fast_agrees(frame, MaxMsgSize::DEFAULT);
+            // Cut short, or one byte too many.
+            fast_agrees(&frame[..frame.len() - 1], max);
+            fast_agrees(&frame[..FRAME_HEADER_LEN], max);
+            let mut longer = frame.to_vec();
+            longer.push(0);
+            fast_agrees(&longer, max);
+            // Every header byte changed, one at a time, in a few ways.
+            for at in 0..COMMAND_PAYLOAD_OFFSET.min(frame.len()) {
+                for change in [0x01u8, 0x80, 0xff] {
+                    let mut bad = frame.to_vec();
+                    bad[at] ^= change;
+                    fast_agrees(&bad, max);
+                }
+            }
+        }
+    }
 
     #[test]
     fn command_identity_is_read_leniently() {

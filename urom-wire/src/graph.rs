@@ -118,6 +118,7 @@ pub fn check_version(found: u64) -> Result<(), GraphError> {
     }
 }
 
+#[inline]
 fn pack(kind: u64, data: u64, buf: &mut [u8]) -> Result<usize, GraphError> {
     let wire = GraphMessage {
         kind: U64::new(kind),
@@ -126,6 +127,7 @@ fn pack(kind: u64, data: u64, buf: &mut [u8]) -> Result<usize, GraphError> {
     put_whole(buf, &wire).map_err(|_| GraphError::BufferTooSmall(buf.len()))
 }
 
+#[inline]
 fn unpack(bytes: &[u8]) -> Result<(u64, u64), GraphError> {
     let wire =
         GraphMessage::ref_from_bytes(bytes).map_err(|_| GraphError::BadLength(bytes.len()))?;
@@ -134,6 +136,7 @@ fn unpack(bytes: &[u8]) -> Result<(u64, u64), GraphError> {
 
 impl GraphCommand {
     /// Packs the command into the start of `buf`; returns its length.
+    #[inline]
     pub fn pack(&self, buf: &mut [u8]) -> Result<usize, GraphError> {
         match *self {
             Self::Loopback { data } => pack(CMD_LOOPBACK, data, buf),
@@ -141,6 +144,7 @@ impl GraphCommand {
     }
 
     /// Reads a packed command; `bytes` must hold exactly one.
+    #[inline]
     pub fn unpack(bytes: &[u8]) -> Result<Self, GraphError> {
         match unpack(bytes)? {
             (CMD_LOOPBACK, data) => Ok(Self::Loopback { data }),
@@ -151,6 +155,7 @@ impl GraphCommand {
 
 impl GraphNotification {
     /// Packs the notification into the start of `buf`; returns its length.
+    #[inline]
     pub fn pack(&self, buf: &mut [u8]) -> Result<usize, GraphError> {
         match *self {
             Self::Loopback { data } => pack(NOTIFY_LOOPBACK, data, buf),
@@ -158,6 +163,7 @@ impl GraphNotification {
     }
 
     /// Reads a packed notification; `bytes` must hold exactly one.
+    #[inline]
     pub fn unpack(bytes: &[u8]) -> Result<Self, GraphError> {
         match unpack(bytes)? {
             (NOTIFY_LOOPBACK, data) => Ok(Self::Loopback { data }),

@@ -9,11 +9,18 @@
 //! and `BURSTS=N` sets the bursts of 64 per measurement: with all three, under
 //! `valgrind --tool=callgrind`, the difference between two values of `BURSTS` counts the
 //! instructions of one command, free of the noise of a shared machine.
+//!
+//! `HOST_API=1` makes the host half the host API instead (`GraphHost::loopback_batch`, then the
+//! engine's progress and the completion callback, against a service of a `urom-daemon` this
+//! starts; the worker still runs on this thread): the instructions outside `Worker::turn` are
+//! then the host API's per command. Build `urom-daemon` and `urom-worker` first (same profile).
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use urom_core::abi::PluginLibrary;
+use urom_core::graph::{GraphHost, loopback_result};
+use urom_core::host::{CompletedTask, Idle, ProgressEngine, Service, Worker as HostWorker};
 use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{Channel, ChannelConfig, FrameSender, Transport, WaitMode};
 use urom_wire::MaxMsgSize;
@@ -44,6 +51,12 @@ fn main() {
     } else {
         3
     };
+    if std::env::var_os("HOST_API").is_some() {
+        for _ in 0..runs {
+            through_host_api(&path);
+        }
+        return;
+    }
     for _ in 0..runs {
         // Through a worker.
         let plugin = PluginLibrary::load(path.as_ref())
@@ -97,4 +110,66 @@ fn main() {
             through_worker - echoed
         );
     }
+}
+
+std::thread_local! {
+    static COMPLETED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn completed(task: &CompletedTask<'_>) {
+    black_box(loopback_result(task).expect("the loopback succeeds"));
+    COMPLETED.with(|done| done.set(done.get() + 1));
+}
+
+/// Bursts of loopbacks through the host API and a worker, both on this thread.
+fn through_host_api(path: &str) {
+    let plugins = urom_testkit::TempDir::new("urom-dispatch-cost");
+    let dir = urom_testkit::daemon::plugin_dir(&plugins, &[("urom-plugin-graph", "worker_graph")]);
+    let daemon = urom_testkit::daemon::start_daemon(
+        urom_testkit::binary("urom-daemon", "urom-daemon"),
+        dir.to_str().expect("a UTF-8 path"),
+        &[],
+        true,
+    );
+    let service = Service::<Idle>::new()
+        .set_socket(&daemon.socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .expect("a service");
+    let info = service.plugin("worker_graph").expect("the graph plugin");
+    let graph = GraphHost::init(info.id, info.version).expect("a known version");
+    let plugin = PluginLibrary::load(path.as_ref())
+        .expect("loading the plugin")
+        .open(info.id, MaxMsgSize::DEFAULT)
+        .expect("opening the plugin");
+    let (host, worker_side) = ShmConnection::pair(&config()).expect("a channel");
+    let mut worker = urom_worker::Worker::new(vec![plugin], MaxMsgSize::DEFAULT, true, None);
+    worker.admit(worker_side.into());
+    let mut engine = ProgressEngine::new();
+    let host = HostWorker::new()
+        .set_service(&service)
+        .set_id(1)
+        .set_plugins(graph.id())
+        .set_max_inflight_tasks(BURST)
+        .attach(&mut engine, host.into())
+        .map_err(|(_, e)| e)
+        .expect("attaching the worker");
+    let start = Instant::now();
+    let mut sent = 0u64;
+    for _ in 0..bursts() {
+        let went = graph
+            .loopback_batch(&host, sent, BURST, completed)
+            .expect("room for a burst");
+        assert_eq!(went, BURST, "a whole burst goes");
+        sent += BURST as u64;
+        worker.turn();
+        engine.progress();
+        assert_eq!(
+            COMPLETED.with(std::cell::Cell::get),
+            sent,
+            "one progress completes a burst"
+        );
+    }
+    let ns = start.elapsed().as_nanos() as f64 / (bursts() * BURST) as f64;
+    println!("per command: through the host API and the worker {ns:5.1} ns");
 }

@@ -29,7 +29,8 @@ use urom_core::transport::{
     FrameSender, Transport, WaitMode,
 };
 use urom_wire::data::{
-    DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, peek_command_identity, write_notify_headers,
+    DataMessage, NOTIFY_PAYLOAD_OFFSET, Notification, fast_command, peek_command_identity,
+    write_notify_headers,
 };
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -396,52 +397,51 @@ impl Worker {
         admitted
     }
 
-    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel and dispatches each where it
-    /// lies in the channel. A host whose notifications wait in its backlog is not served until
-    /// it has drained them: its commands wait in its ring, the other hosts go on.
+    /// Takes up to [`FRAMES_PER_TURN`] frames off one host channel, in one pass over those
+    /// that have arrived, and dispatches each where it lies in the channel. A host whose
+    /// notifications wait in its backlog is not served until it has drained them: its commands
+    /// wait in its ring, the other hosts go on.
     fn serve_host(&mut self, slot: usize) -> bool {
-        let mut taken = 0u32;
-        for _ in 0..FRAMES_PER_TURN {
-            let lagging = self.outbound[slot]
+        let Self {
+            inbound,
+            outbound,
+            plugins,
+            domains,
+            outbox,
+            answer,
+            max,
+            counters,
+            ..
+        } = self;
+        let Some(host) = inbound[slot].as_mut() else {
+            return false;
+        };
+        let caught_up = |hosts: &[Option<Outbound>]| {
+            hosts[slot]
                 .as_ref()
-                .is_some_and(|host| !host.backlog.is_empty());
-            let (Some(host), false) = (self.inbound[slot].as_mut(), lagging) else {
-                break;
-            };
-            let dest_id = dest_id(slot, host.generation);
-            // The first frame is looked for; the rest of the turn's are those that arrived
-            // with it (the next turn looks again).
-            let frame = if taken == 0 {
-                host.rx.recv()
-            } else {
-                host.rx.recv_arrived()
-            };
-            let frame = match frame {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(e) => {
-                    self.drop_host(slot, &e.to_string());
-                    break;
-                }
-            };
-            self.counters.command(frame.len());
-            let mut router = Router {
-                hosts: &mut self.outbound,
-                outbox: &mut self.outbox,
-                max: self.max,
-                counters: &mut self.counters,
-            };
-            dispatch(
-                &mut self.plugins,
-                &mut self.domains,
-                &mut router,
-                &mut self.answer,
-                dest_id,
-                frame,
-            );
-            taken += 1;
+                .is_none_or(|host| host.backlog.is_empty())
+        };
+        if !caught_up(outbound) {
+            return false;
         }
+        let dest_id = dest_id(slot, host.generation);
+        let mut router = Router {
+            hosts: outbound,
+            outbox,
+            max: *max,
+            counters,
+        };
+        let mut taken = 0u32;
+        let received = host.rx.recv_each(FRAMES_PER_TURN, |frame| {
+            taken += 1;
+            router.counters.command(frame.len());
+            dispatch(plugins, domains, &mut router, answer, dest_id, frame);
+            caught_up(router.hosts)
+        });
         self.counters.ring_batch(taken);
+        if let Err(e) = received {
+            self.drop_host(slot, &e.to_string());
+        }
         taken > 0
     }
 
@@ -568,12 +568,14 @@ fn dispatch(
     dest_id: u64,
     frame: &[u8],
 ) {
-    let (plugin_id, urom_context, status) = match FrameRepr::<DataMessage>::parse(frame, router.max)
-    {
-        Ok(FrameRepr {
-            body: DataMessage::Command(command),
-            ..
-        }) => {
+    // A well-formed command, the one kind the hot path sees, is read in a few compares; any
+    // other frame the full parse reads (and says what is wrong with it).
+    let parsed = match fast_command(frame, router.max) {
+        Some(command) => Ok(DataMessage::Command(command)),
+        None => FrameRepr::<DataMessage>::parse(frame, router.max).map(|frame| frame.body),
+    };
+    let (plugin_id, urom_context, status) = match parsed {
+        Ok(DataMessage::Command(command)) => {
             let plugin = PluginId::new(command.plugin)
                 .ok()
                 .and_then(|id| plugins.get_mut(id.index()))
@@ -603,10 +605,7 @@ fn dispatch(
             };
             (command.plugin, command.urom_context, status)
         }
-        Ok(FrameRepr {
-            body: DataMessage::Notify(notify),
-            ..
-        }) => {
+        Ok(DataMessage::Notify(notify)) => {
             warn!("a host sent a notification; only commands are accepted");
             (notify.plugin, notify.urom_context, Status::InvalidValue)
         }

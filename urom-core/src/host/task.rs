@@ -302,6 +302,7 @@ impl TaskSlots {
 
     /// Completes the in-flight task `handle`: frees it and runs its callback, which sees
     /// `response`.
+    #[inline]
     pub fn complete(
         &mut self,
         handle: TaskHandle,

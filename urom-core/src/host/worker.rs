@@ -25,8 +25,8 @@ use crate::wire::control::{
     ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
 };
 use crate::wire::data::{
-    COMMAND_PAYLOAD_OFFSET, DataMessage, max_command_payload, max_notify_payload,
-    write_command_headers,
+    COMMAND_PAYLOAD_OFFSET, DataMessage, fast_notification, max_command_payload,
+    max_notify_payload, write_command_headers,
 };
 use crate::wire::domain::DomainMessage;
 use crate::wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
@@ -367,48 +367,45 @@ fn receive(
 ) -> Result<usize, (usize, WorkerFailure)> {
     let max = conn.max_msg_size();
     let mut completed = 0;
-    // The first frame is looked for; the rest of the batch is what arrived with it.
-    let mut first = true;
-    loop {
-        let frame = if first {
-            first = false;
-            conn.recv()
-        } else {
-            conn.recv_arrived()
-        };
-        match frame {
-            Ok(Some(frame)) => match complete(tasks, frame, max) {
-                Ok(()) => completed += 1,
-                Err(WorkerProtocolError::Malformed(DecodeError::UnexpectedKind(kind)))
-                    if DomainMessage::is_domain_kind(kind) =>
-                {
-                    if let Err(e) = domain.accept(frame, max) {
-                        return Err((completed, WorkerFailure::Protocol(e)));
-                    }
+    let mut broken = None;
+    // Every notification that has arrived, in one pass.
+    let received = conn.split().1.recv_each(usize::MAX, |frame| {
+        match complete(tasks, frame, max) {
+            Ok(()) => completed += 1,
+            Err(WorkerProtocolError::Malformed(DecodeError::UnexpectedKind(kind)))
+                if DomainMessage::is_domain_kind(kind) =>
+            {
+                if let Err(e) = domain.accept(frame, max) {
+                    broken = Some(WorkerFailure::Protocol(e));
                 }
-                Err(e) => return Err((completed, WorkerFailure::Protocol(e))),
-            },
-            Ok(None) => return Ok(completed),
-            Err(e) => return Err((completed, WorkerFailure::Lost(e))),
+            }
+            Err(e) => broken = Some(WorkerFailure::Protocol(e)),
         }
+        broken.is_none()
+    });
+    match (broken, received) {
+        (Some(failure), _) => Err((completed, failure)),
+        (None, Err(e)) => Err((completed, WorkerFailure::Lost(e))),
+        (None, Ok(_)) => Ok(completed),
     }
 }
 
 /// Completes the task `frame` answers, running its callback.
+#[inline]
 fn complete(
     tasks: &mut TaskSlots,
     frame: &[u8],
     max: MaxMsgSize,
 ) -> Result<(), WorkerProtocolError> {
-    let notify = match FrameRepr::<DataMessage>::parse(frame, max) {
-        Ok(FrameRepr {
-            body: DataMessage::Notify(notify),
-            ..
-        }) => notify,
-        Ok(FrameRepr {
-            body: DataMessage::Command(_),
-            ..
-        }) => return Err(WorkerProtocolError::Command),
+    // A well-formed notification, the one kind the hot path sees, is read in a few compares;
+    // any other frame the full parse reads (and says what is wrong with it).
+    let parsed = match fast_notification(frame, max) {
+        Some(notify) => Ok(DataMessage::Notify(notify)),
+        None => FrameRepr::<DataMessage>::parse(frame, max).map(|frame| frame.body),
+    };
+    let notify = match parsed {
+        Ok(DataMessage::Notify(notify)) => notify,
+        Ok(DataMessage::Command(_)) => return Err(WorkerProtocolError::Command),
         Err(e) => return Err(WorkerProtocolError::Malformed(e)),
     };
     let handle = TaskHandle::from_u64(notify.urom_context);

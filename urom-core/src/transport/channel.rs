@@ -370,6 +370,14 @@ impl FrameReceiver for ChannelReceiver {
         each_half!(self, half => half.recv_arrived())
     }
 
+    #[inline]
+    fn recv_each<F>(&mut self, limit: usize, each: F) -> Result<usize, FrameRecvError>
+    where
+        F: FnMut(&[u8]) -> bool,
+    {
+        each_half!(self, half => half.recv_each(limit, each))
+    }
+
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
         each_half!(self, half => half.wait_recv(timeout))
     }

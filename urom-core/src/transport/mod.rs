@@ -108,6 +108,36 @@ pub trait FrameReceiver: HalfControl {
         self.recv()
     }
 
+    /// Hands every frame that has arrived, up to `limit`, to `each` in order, looking for the
+    /// first like [`FrameReceiver::recv`] and taking the rest like
+    /// [`FrameReceiver::recv_arrived`]; stops after a frame for which `each` returns `false`.
+    /// Returns how many frames it handed; each is released once `each` returns. An error ends
+    /// the pass after the frames handed before it (whom `each` saw).
+    ///
+    /// Over shared memory this is one pass over the ring: one look at each frame's ready mark
+    /// and no per-frame bookkeeping of a lent frame.
+    #[inline]
+    fn recv_each<F>(&mut self, limit: usize, mut each: F) -> Result<usize, FrameRecvError>
+    where
+        Self: Sized,
+        F: FnMut(&[u8]) -> bool,
+    {
+        let mut handed = 0;
+        while handed < limit {
+            let frame = if handed == 0 {
+                self.recv()?
+            } else {
+                self.recv_arrived()?
+            };
+            let Some(frame) = frame else { break };
+            handed += 1;
+            if !each(frame) {
+                break;
+            }
+        }
+        Ok(handed)
+    }
+
     /// Waits until a frame can be received (`Ok(true)`) or `timeout` passes (`Ok(false)`).
     ///
     /// Releases the frame returned by the last `recv`, like `recv` does. How it waits (spin or

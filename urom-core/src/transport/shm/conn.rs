@@ -372,6 +372,47 @@ impl FrameReceiver for ShmReceiver {
         Ok(frame)
     }
 
+    /// One pass over the ring: each frame's mark is looked at once, and each frame is
+    /// released as soon as `each` returns (the head published once per quarter ring, and when
+    /// the pass finds the ring empty, as `recv` does).
+    #[inline]
+    fn recv_each<F>(&mut self, limit: usize, mut each: F) -> Result<usize, FrameRecvError>
+    where
+        F: FnMut(&[u8]) -> bool,
+    {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        self.release_held();
+        let mut handed = 0;
+        let mut looked_again = false;
+        while handed < limit {
+            let Some(frame) = self
+                .ring
+                .peek()
+                .map_err(|c| FrameRecvError::Protocol(c.0))?
+            else {
+                // Empty: publish the head, notice a peer that is gone; look once more only
+                // when nothing came yet (a frame may have arrived meanwhile).
+                self.idle()?;
+                if handed > 0 || looked_again {
+                    break;
+                }
+                looked_again = true;
+                continue;
+            };
+            handed += 1;
+            let more = each(frame);
+            if self.ring.advance() {
+                self.signals.wake_peer_if(&self.flags().producer_waiting);
+            }
+            if !more {
+                break;
+            }
+        }
+        Ok(handed)
+    }
+
     fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
         if self.closed {
             return Err(FrameRecvError::Closed);
