@@ -352,13 +352,7 @@ fn rank_in_domain(
     urom_core::transport::ucx::MappedMemory,
     Domain<Running>,
 ) {
-    let service = Service::<Idle>::new()
-        .set_socket(socket)
-        .start()
-        .map_err(|(_, e)| e)
-        .unwrap();
-    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
-    let sandbox = SandboxHost::init(info.id, info.version).unwrap();
+    let (service, sandbox) = sandbox_service(socket);
     let mut engine = ProgressEngine::new();
     let worker = run_worker(
         &mut engine,
@@ -529,13 +523,7 @@ fn workers_write_timestamps_that_pair_sends_with_receives() {
     const PONG: u64 = 0x5678;
     let (_plugins, daemon) = local_daemon();
     let dir = TempDir::new("urom-sandbox-timestamps");
-    let service = Service::<Idle>::new()
-        .set_socket(&daemon.socket)
-        .start()
-        .map_err(|(_, e)| e)
-        .unwrap();
-    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
-    let host = SandboxHost::init(info.id, info.version).unwrap();
+    let (service, host) = sandbox_service(&daemon.socket);
     let mut engine = ProgressEngine::new();
     let stamp_dirs: Vec<_> = (0..2)
         .map(|i| {
@@ -645,19 +633,14 @@ fn a_timestamps_directory_that_is_not_one_keeps_the_worker_from_starting() {
     let dir = TempDir::new("urom-sandbox-timestamps-file");
     let file = dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();
-    let service = Service::<Idle>::new()
-        .set_socket(&daemon.socket)
-        .start()
-        .map_err(|(_, e)| e)
-        .unwrap();
-    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
+    let (service, host) = sandbox_service(&daemon.socket);
     let mut engine = ProgressEngine::new();
     let env = format!("{}={}", urom_core::sandbox::timestamps::ENV, file.display());
     let error = try_run_worker(
         &mut engine,
         Worker::new()
             .set_service(&service)
-            .set_plugins(info.id)
+            .set_plugins(host.id())
             .set_env([env]),
     )
     .map(drop)
@@ -679,4 +662,16 @@ fn a_timestamps_directory_that_is_not_one_keeps_the_worker_from_starting() {
             && logs.contains(&file.display().to_string()),
         "{logs}"
     );
+}
+
+/// Starts a service on the daemon at `socket` and the sandbox plugin's host side.
+fn sandbox_service(socket: &std::path::Path) -> (Service<Running>, SandboxHost) {
+    let service = Service::<Idle>::new()
+        .set_socket(socket)
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let info = service.plugin(sandbox::NAME).expect("the sandbox plugin");
+    let sandbox = SandboxHost::init(info.id, info.version).unwrap();
+    (service, sandbox)
 }
