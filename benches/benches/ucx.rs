@@ -176,6 +176,16 @@ fn bench(place: &Place<'_>, rounds: usize, perftest: bool) -> String {
         } else {
             (f64::NAN, f64::NAN)
         };
+        println!(
+            "{} round {round}: round trip {:.1} / {:.1} us ({:.2}), pipelined {:.3} / {:.3} M/s ({:.2})",
+            place.label,
+            ours_rt / 1000.0,
+            ucx_rt / 1000.0,
+            ours_rt / ucx_rt,
+            ours_rate / 1e6,
+            ucx_rate / 1e6,
+            ours_rate / ucx_rate,
+        );
         rows.push([
             ours_rt,
             ucx_rt,
@@ -271,22 +281,19 @@ fn round_trip_ns(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worker
     median(&mut times)
 }
 
-/// Loopbacks per second with [`IN_FLIGHT`] in flight.
+/// Loopbacks per second with [`IN_FLIGHT`] in flight, each free place refilled in one burst
+/// (`loopback_batch`) after each progress.
 fn rate(engine: &mut ProgressEngine, graph: &GraphHost, worker: &Worker<Running>) -> f64 {
     let first = ANSWERED.load(Ordering::Relaxed);
     let start = Instant::now();
     let mut submitted = 0;
     while ANSWERED.load(Ordering::Relaxed) - first < STREAM {
-        while submitted < STREAM
-            && submitted - (ANSWERED.load(Ordering::Relaxed) - first) < IN_FLIGHT
+        let in_flight = submitted - (ANSWERED.load(Ordering::Relaxed) - first);
+        let room = (IN_FLIGHT - in_flight).min(STREAM - submitted);
+        if room > 0
+            && let Ok(went) = graph.loopback_batch(worker, submitted as u64, room, answered)
         {
-            if graph
-                .loopback(worker, submitted as u64, 0, answered)
-                .is_err()
-            {
-                break;
-            }
-            submitted += 1;
+            submitted += went;
         }
         engine.progress();
     }

@@ -258,6 +258,79 @@ fn batched_receive<P: Pair>() {
     }
 }
 
+/// Receives until `received` reaches `sent`, checking each frame against `len`.
+fn receive_up_to<C: Transport>(
+    conn: &mut C,
+    received: &mut u32,
+    sent: u32,
+    len: impl Fn(u32) -> usize,
+) {
+    let start = Instant::now();
+    while *received < sent {
+        match conn.recv().unwrap() {
+            Some(got) => {
+                check(*received, got, len(*received));
+                *received += 1;
+            }
+            None => {
+                assert!(
+                    start.elapsed() < SOON,
+                    "frame {received} of {sent} did not arrive"
+                );
+                conn.wait_recv(Duration::from_millis(1)).unwrap();
+            }
+        }
+    }
+}
+
+/// A corked sender's frames arrive in order and intact once it uncorks, whatever their sizes
+/// (small ones that share a message, ones too large to share one), and it never holds back
+/// what the receiver needs to return credits: a burst that fills every slot reaches the peer
+/// by the time `send` answers `Full`, and a close sends what is held first.
+fn corked_bursts<P: Pair>() {
+    const MAX: usize = 20_000;
+    let (mut a, mut b) = P::pair(MaxMsgSize::new(MAX as u32).unwrap(), SLOTS);
+    let len = |seq: u32| {
+        if seq % 13 == 5 {
+            4 + (seq as usize * 4099) % (MAX - 3)
+        } else {
+            len_for(seq, 200)
+        }
+    };
+    let mut buf = vec![0u8; MAX];
+    let (mut sent, mut received) = (0u32, 0u32);
+    for burst in 0..60 {
+        a.split().0.cork();
+        let mut full = false;
+        for _ in 0..1 + burst % (SLOTS + 3) {
+            match a.send(frame(sent, len(sent), &mut buf)) {
+                Ok(()) => sent += 1,
+                Err(FrameSendError::Full) => {
+                    full = true;
+                    break;
+                }
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        if full {
+            receive_up_to(&mut b, &mut received, sent, len);
+        }
+        a.split().0.uncork().unwrap();
+        receive_up_to(&mut b, &mut received, sent, len);
+    }
+    a.split().0.cork();
+    for _ in 0..3 {
+        a.send(frame(sent, len(sent), &mut buf)).unwrap();
+        sent += 1;
+    }
+    a.close();
+    receive_up_to(&mut b, &mut received, sent, len);
+    assert_eq!(
+        b.wait_recv(SOON),
+        Err(FrameRecvError::PeerGone(PeerGoneError::Closed))
+    );
+}
+
 fn empty_and_timeout<P: Pair>() {
     let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
     assert_eq!(b.recv().unwrap(), None);
@@ -556,6 +629,10 @@ macro_rules! conformance {
             #[test]
             fn batched_receive_in_order_as_the_ring_wraps() {
                 batched_receive::<$pair>();
+            }
+            #[test]
+            fn corked_bursts_arrive_in_order_and_never_hold_back() {
+                corked_bursts::<$pair>();
             }
             #[test]
             fn empty_recv_and_wait_timeout() {

@@ -22,8 +22,14 @@
 //!
 //! ```text
 //! data     0 u64 sequence number of the frame (0, 1, 2, ... per direction)
+//! batch    0 u64 sequence number of its first frame
 //! control  0 u32 kind (UcxControlKind) | 4 u32 reserved (zero) | 8 u64 value
 //! ```
+//!
+//! A batch message carries several frames of one direction, numbered on from its header's
+//! sequence number, in one active message: its data is one entry per frame, each a `u32`
+//! length and then that many bytes, with nothing after the last ([`UcxBatchFrames`] reads
+//! them, [`emit_batch_entry`] writes one).
 //!
 //! A control message's value: for [`UcxControlKind::Credit`], how many frames the receiver has
 //! released so far in all; for [`UcxControlKind::SenderClosed`], how many frames the sender sent
@@ -42,8 +48,9 @@ use crate::{DecodeError, EncodeError};
 pub const UCX_HELLO_MAGIC: [u8; 8] = *b"UROMUCXH";
 /// The first bytes of a handshake answer.
 pub const UCX_ANSWER_MAGIC: [u8; 8] = *b"UROMUCXA";
-/// The handshake version this build speaks.
-pub const UCX_HANDSHAKE_VERSION: u32 = 1;
+/// The handshake version this build speaks: 2 since batch messages (a peer of version 1 would
+/// drop them).
+pub const UCX_HANDSHAKE_VERSION: u32 = 2;
 
 const HELLO: &str = "urom UCX hello";
 const ANSWER: &str = "urom UCX answer";
@@ -252,6 +259,73 @@ impl UcxDataRepr {
             },
         )
     }
+}
+
+/// Length of a batch entry's length field.
+pub const UCX_BATCH_ENTRY_HEADER_LEN: usize = 4;
+
+/// The frames of a batch message's data, in order. Each item is a frame, or the error that
+/// ends a malformed rest (an entry that claims more bytes than remain); nothing follows an
+/// error. Frame lengths are the transport's to check.
+#[derive(Debug, Clone)]
+pub struct UcxBatchFrames<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> UcxBatchFrames<'a> {
+    /// Reads the entries of `data`.
+    pub fn new(data: &'a [u8]) -> Self {
+        Self { rest: data }
+    }
+}
+
+impl<'a> Iterator for UcxBatchFrames<'a> {
+    type Item = Result<&'a [u8], DecodeError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let rest = core::mem::take(&mut self.rest);
+        let Some((len, body)) = rest.split_first_chunk::<UCX_BATCH_ENTRY_HEADER_LEN>() else {
+            return Some(Err(DecodeError::Truncated {
+                needed: UCX_BATCH_ENTRY_HEADER_LEN,
+                available: rest.len(),
+            }));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > body.len() {
+            return Some(Err(DecodeError::Truncated {
+                needed: len,
+                available: body.len(),
+            }));
+        }
+        let (frame, rest) = body.split_at(len);
+        self.rest = rest;
+        Some(Ok(frame))
+    }
+}
+
+/// Writes one batch entry for `frame` at the start of `buf`; returns its length,
+/// [`UCX_BATCH_ENTRY_HEADER_LEN`] more than the frame's.
+#[inline]
+pub fn emit_batch_entry(buf: &mut [u8], frame: &[u8]) -> Result<usize, EncodeError> {
+    let needed = UCX_BATCH_ENTRY_HEADER_LEN + frame.len();
+    let len = u32::try_from(frame.len()).map_err(|_| EncodeError::TooLong {
+        length: frame.len(),
+        max: u32::MAX as usize,
+    })?;
+    let Some(entry) = buf.get_mut(..needed) else {
+        return Err(EncodeError::BufferTooSmall {
+            needed,
+            available: buf.len(),
+        });
+    };
+    let (head, body) = entry.split_at_mut(UCX_BATCH_ENTRY_HEADER_LEN);
+    head.copy_from_slice(&len.to_le_bytes());
+    body.copy_from_slice(frame);
+    Ok(needed)
 }
 
 int_enum! {

@@ -9,15 +9,16 @@ use proptest::prelude::*;
 use seeds::assert_emits;
 use urom_wire::DecodeError;
 use urom_wire::ucx::{
-    UCX_CONTROL_LEN, UCX_DATA_HEADER_LEN, UCX_HANDSHAKE_LEN, UCX_HANDSHAKE_VERSION, UcxAnswerRepr,
-    UcxAnswerStatus, UcxControlKind, UcxControlRepr, UcxDataRepr, UcxHelloRepr,
+    UCX_BATCH_ENTRY_HEADER_LEN, UCX_CONTROL_LEN, UCX_DATA_HEADER_LEN, UCX_HANDSHAKE_LEN,
+    UCX_HANDSHAKE_VERSION, UcxAnswerRepr, UcxAnswerStatus, UcxBatchFrames, UcxControlKind,
+    UcxControlRepr, UcxDataRepr, UcxHelloRepr, emit_batch_entry,
 };
 
 // max 4096, 256 slots, no address.
-const HELLO: &str = "55524f4d55435848 01000000 00100000 00010000 00000000 0000000000000000";
+const HELLO: &str = "55524f4d55435848 02000000 00100000 00010000 00000000 0000000000000000";
 // max 1 MiB, 64 slots, a 3-byte address.
 const HELLO_ADDRESS: &str =
-    "55524f4d55435848 01000000 00001000 40000000 03000000 0000000000000000 aabbcc";
+    "55524f4d55435848 02000000 00001000 40000000 03000000 0000000000000000 aabbcc";
 const ANSWER_OK: &str = "55524f4d55435841 00000000 00100000 08000000 00000000 0000000000000000";
 const ANSWER_MAX: &str =
     "55524f4d55435841 02000000 00200000 08000000 02000000 0000000000000000 0102";
@@ -96,7 +97,7 @@ fn controls() -> [(&'static str, &'static str, UcxControlRepr); 2] {
 
 #[test]
 fn handshake_messages_parse_and_emit_their_golden_bytes() {
-    assert_eq!(UCX_HANDSHAKE_VERSION, 1);
+    assert_eq!(UCX_HANDSHAKE_VERSION, 2);
     for (name, golden, repr) in hellos() {
         let golden = hex(golden);
         assert_eq!(
@@ -141,6 +142,60 @@ fn headers_parse_and_emit_their_golden_bytes() {
     }
     assert_eq!(UcxControlKind::ReceiverClosed.raw(), 3);
     assert_eq!(UcxControlKind::CloseSeen.raw(), 4);
+}
+
+// A batch's data: the frames "abc", "" and "z".
+const BATCH: &str = "03000000 616263 00000000 01000000 7a";
+
+#[test]
+fn batch_entries_parse_and_emit_their_golden_bytes() {
+    let golden = hex(BATCH);
+    let frames: Vec<&[u8]> = UcxBatchFrames::new(&golden)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(frames, [&b"abc"[..], b"", b"z"]);
+    assert_emits("batch", &golden, |buf| {
+        frames.iter().fold(0, |at, frame| {
+            at + emit_batch_entry(&mut buf[at..], frame).unwrap()
+        })
+    });
+    assert_eq!(UcxBatchFrames::new(&[]).count(), 0);
+}
+
+#[test]
+fn bad_batches_end_with_an_error_after_the_good_entries() {
+    let golden = hex(BATCH);
+    // The last entry claims one byte more than is there.
+    let mut long = golden.clone();
+    long[11] = 2;
+    let read: Vec<_> = UcxBatchFrames::new(&long).collect();
+    assert_eq!(
+        read,
+        [
+            Ok(&b"abc"[..]),
+            Ok(b""),
+            Err(DecodeError::Truncated {
+                needed: 2,
+                available: 1
+            })
+        ]
+    );
+    // A length field cut short.
+    let read: Vec<_> = UcxBatchFrames::new(&golden[..9]).collect();
+    assert_eq!(
+        read.last(),
+        Some(&Err(DecodeError::Truncated {
+            needed: UCX_BATCH_ENTRY_HEADER_LEN,
+            available: 2
+        }))
+    );
+    assert!(matches!(
+        emit_batch_entry(&mut [0; 6], b"abc"),
+        Err(urom_wire::EncodeError::BufferTooSmall {
+            needed: 7,
+            available: 6
+        })
+    ));
 }
 
 #[test]
@@ -216,12 +271,21 @@ proptest! {
         if let Ok(control) = UcxControlRepr::parse(&bytes) {
             prop_assert_eq!(&control.to_bytes()[..], &bytes[..]);
         }
+        let frames: Result<Vec<&[u8]>, _> = UcxBatchFrames::new(&bytes).collect();
+        if let Ok(frames) = frames {
+            let mut out = vec![0; bytes.len()];
+            let written = frames.iter().fold(0, |at, frame| {
+                at + emit_batch_entry(&mut out[at..], frame).unwrap()
+            });
+            prop_assert_eq!(written, bytes.len());
+            prop_assert_eq!(&out, &bytes);
+        }
     }
 }
 
 #[test]
 fn fuzz_seed_corpus_matches_the_golden_vectors() {
-    let mut vectors = vec![("data", hex(DATA))];
+    let mut vectors = vec![("data", hex(DATA)), ("batch", hex(BATCH))];
     vectors.extend(hellos().map(|(name, golden, _)| (name, hex(golden))));
     vectors.extend(answers().map(|(name, golden, _)| (name, hex(golden))));
     vectors.extend(controls().map(|(name, golden, _)| (name, hex(golden))));

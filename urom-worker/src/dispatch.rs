@@ -431,6 +431,10 @@ impl Worker {
             max: *max,
             counters,
         };
+        // The pass's answers to this host leave together where that saves messages (UCX).
+        if let Some(host) = router.hosts[slot].as_mut() {
+            host.tx.cork();
+        }
         let mut taken = 0u32;
         let received = host.rx.recv_each(FRAMES_PER_TURN, |frame| {
             taken += 1;
@@ -438,8 +442,13 @@ impl Worker {
             dispatch(plugins, domains, &mut router, answer, dest_id, frame);
             caught_up(router.hosts)
         });
+        let uncorked = outbound[slot]
+            .as_mut()
+            .map_or(Ok(()), |host| host.tx.uncork());
         self.counters.ring_batch(taken);
         if let Err(e) = received {
+            self.drop_host(slot, &e.to_string());
+        } else if let Err(e) = uncorked {
             self.drop_host(slot, &e.to_string());
         }
         taken > 0

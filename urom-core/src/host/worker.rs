@@ -873,10 +873,11 @@ impl Worker<Running> {
 
     /// Submits up to `count` commands for `plugin` in one go: `fill(i, task)` writes the `i`th
     /// as for [`Worker::submit`]. A burst costs one look at the worker's state, and its
-    /// commands reach the worker in order, each in as few cache lines as its size allows.
-    /// Stops at the first command that cannot go now (every task slot in flight, the channel
-    /// full, a payload too big): returns how many went, or that command's error when none did.
-    /// Allocates nothing.
+    /// commands reach the worker in order, each in as few cache lines as its size allows over
+    /// shared memory, and together in as few messages as fit over UCX
+    /// ([`FrameSender::cork`]). Stops at the first command that cannot go now (every task
+    /// slot in flight, the channel full, a payload too big): returns how many went, or that
+    /// command's error when none did. Allocates nothing.
     pub fn submit_batch<F>(
         &self,
         plugin: u64,
@@ -888,12 +889,25 @@ impl Worker<Running> {
     {
         let mut core = self.data.core.borrow_mut();
         let (link, max) = core.running()?;
-        for i in 0..count {
-            if let Err(error) = link.submit_one(plugin, max, |task| fill(i, task)) {
-                return if i == 0 { Err(error) } else { Ok(i) };
+        link.conn.split().0.cork();
+        let mut went = 0;
+        let mut refused = None;
+        while went < count {
+            match link.submit_one(plugin, max, |task| fill(went, task)) {
+                Ok(_) => went += 1,
+                Err(error) => {
+                    refused = Some(error);
+                    break;
+                }
             }
         }
-        Ok(count)
+        // The commands that went are in flight whatever this says: a channel that fails here
+        // fails their tasks at the next progress, once each.
+        let _ = link.conn.split().0.uncork();
+        match refused {
+            Some(error) if went == 0 => Err(error),
+            _ => Ok(went),
+        }
     }
 
     /// Completes its in-flight tasks with `DOCA_ERROR_SHUTDOWN`, asks the service to destroy

@@ -357,6 +357,16 @@ impl FrameSender for ChannelSender {
     fn flush_wakes(&mut self) {
         each_half!(self, half => half.flush_wakes())
     }
+
+    #[inline]
+    fn cork(&mut self) {
+        each_half!(self, half => half.cork())
+    }
+
+    #[inline]
+    fn uncork(&mut self) -> Result<(), FrameSendError> {
+        each_half!(self, half => half.uncork())
+    }
 }
 
 impl FrameReceiver for ChannelReceiver {

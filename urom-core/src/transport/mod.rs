@@ -80,6 +80,20 @@ pub trait FrameSender: HalfControl {
         let _ = defer;
     }
 
+    /// Holds the frames sent from now on until [`FrameSender::uncork`], so that a transport
+    /// that pays per message (UCX: a call into the network stack and a packet each) sends a
+    /// burst as one. Each frame still takes its credit at `send`. A corked sender sends what
+    /// it holds before it answers [`FrameSendError::Full`] and before `wait_send` waits, so a
+    /// burst larger than the credits never holds itself up. Transports whose frames reach the
+    /// peer one by one at no extra cost (shared memory) ignore this.
+    fn cork(&mut self) {}
+
+    /// Sends the frames held since [`FrameSender::cork`] and stops holding them. An error
+    /// means the peer can no longer receive them, as from `send`.
+    fn uncork(&mut self) -> Result<(), FrameSendError> {
+        Ok(())
+    }
+
     /// Wakes the peer if it sleeps (or is about to) waiting for a frame: a system call only
     /// then, none while the peer is busy. It orders every frame sent before it against the
     /// peer's going to sleep with a full fence, so a peer that armed at the very moment of the

@@ -11,10 +11,14 @@ use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::time::TimeSpec;
 use ucx_sys as sys;
 use urom_wire::MaxMsgSize;
-use urom_wire::ucx::{UcxControlKind, UcxControlRepr, UcxDataRepr};
+use urom_wire::ucx::{
+    UCX_BATCH_ENTRY_HEADER_LEN, UcxControlKind, UcxControlRepr, UcxDataRepr, emit_batch_entry,
+};
 
 use super::UcxConnectError;
-use super::state::{self, AM_CONTROL, AM_DATA, RX, Slot, State, StateBox, TX};
+use super::state::{
+    self, AM_BATCH, AM_CONTROL, AM_DATA, BATCH_BYTES, RX, Slot, State, StateBox, TX,
+};
 use super::ucp::{self, Worker};
 use crate::sync::spin_hint;
 use crate::transport::{
@@ -188,10 +192,9 @@ impl Ucp {
         }
     }
 
-    /// Sends one frame; the caller checked that a credit and its send buffer are free.
-    fn send_frame(&mut self, frame: &[u8]) -> Result<(), FrameSendError> {
-        let state = self.state();
-        let seq = state.tx.sent;
+    /// Sends the frame numbered `seq`; the caller checked that a credit and its send buffer
+    /// are free.
+    fn send_frame(&mut self, seq: u64, frame: &[u8]) -> Result<(), FrameSendError> {
         let header = UcxDataRepr { seq }.to_bytes();
         let param = ucp::request_param(
             sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
@@ -217,20 +220,97 @@ impl Ucp {
             sys::StatusPtr::Failed(status) => Err(status),
             sys::StatusPtr::Request(request) => self.worker.wait(request, None),
         };
-        let state = self.state();
-        match outcome {
-            Ok(()) => {
-                state.tx.sent = seq + 1;
-                Ok(())
-            }
-            Err(status) => {
-                state.failed.get_or_insert(status);
-                // What the peer said before it went (a close) tells how it went.
-                self.worker.progress_all();
-                let how = self.state().tx_gone().unwrap_or(PeerGoneError::Died);
-                Err(FrameSendError::PeerGone(how))
-            }
+        outcome.map_err(|status| self.send_failed(status))
+    }
+
+    /// Holds the frame numbered `seq` for the next batch message, sending the batch first
+    /// when the frame does not fit, or sends it alone when no batch holds it; the caller
+    /// checked that a credit is free.
+    fn hold(&mut self, seq: u64, frame: &[u8]) -> Result<(), FrameSendError> {
+        let entry = UCX_BATCH_ENTRY_HEADER_LEN + frame.len();
+        if entry > BATCH_BYTES {
+            self.send_batch()?;
+            return self.send_frame(seq, frame);
         }
+        if self.state().tx.batch_len + entry > BATCH_BYTES {
+            self.send_batch()?;
+        }
+        let tx = &mut self.state().tx;
+        if tx.batch_frames == 0 {
+            tx.batch_first = seq;
+        }
+        // SAFETY: the batch buffer has `BATCH_BYTES` bytes, of which the `batch_len` first are
+        // held entries; UCX reads it only during a send that `send_batch` waits for, so nothing
+        // else uses the rest now.
+        let room = unsafe {
+            std::slice::from_raw_parts_mut(tx.batch.at(tx.batch_len), BATCH_BYTES - tx.batch_len)
+        };
+        let written = emit_batch_entry(room, frame).expect("room checked above");
+        tx.batch_len += written;
+        tx.batch_frames += 1;
+        Ok(())
+    }
+
+    /// Sends the frames [`Ucp::hold`] holds: one as a data message, more as one batch message
+    /// (eager, so that the receiver gets its bytes in one callback), waiting until UCX is done
+    /// with the buffer.
+    fn send_batch(&mut self) -> Result<(), FrameSendError> {
+        let tx = &mut self.state().tx;
+        let (frames, len, first) = (tx.batch_frames, tx.batch_len, tx.batch_first);
+        if frames == 0 {
+            return Ok(());
+        }
+        tx.batch_frames = 0;
+        tx.batch_len = 0;
+        let entries = tx.batch.at(0).cast_const();
+        if frames == 1 {
+            let frame = tx.batch.at(UCX_BATCH_ENTRY_HEADER_LEN).cast_const();
+            // SAFETY: the buffer holds one entry of `len` bytes, its frame after the length
+            // field; nothing writes the buffer until this send returned.
+            let frame =
+                unsafe { std::slice::from_raw_parts(frame, len - UCX_BATCH_ENTRY_HEADER_LEN) };
+            return self.send_frame(first, frame);
+        }
+        let header = UcxDataRepr { seq: first }.to_bytes();
+        let send = |ucp: &Self, op_attr| {
+            let mut param = ucp::request_param(
+                op_attr | sys::UCP_OP_ATTR_FIELD_FLAGS,
+                None,
+                std::ptr::null_mut(),
+            );
+            param.flags = sys::UCP_AM_SEND_FLAG_EAGER;
+            // SAFETY: `ep` is live; the header and the `len` bytes of entries stay put and
+            // unchanged until the send completed: at once, or in the wait below.
+            unsafe {
+                sys::ucp_am_send_nbx(
+                    ucp.ep,
+                    AM_BATCH,
+                    header.as_ptr().cast(),
+                    header.len(),
+                    entries.cast(),
+                    len,
+                    &param,
+                )
+            }
+        };
+        let outcome = match sys::status_ptr(send(self, sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL)) {
+            sys::StatusPtr::Done => Ok(()),
+            // UCX cannot take it at once: send it from where it lies and wait until it left.
+            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => {
+                self.worker.wait(send(self, 0), None)
+            }
+            sys::StatusPtr::Failed(status) => Err(status),
+            sys::StatusPtr::Request(request) => self.worker.wait(request, None),
+        };
+        outcome.map_err(|status| self.send_failed(status))
+    }
+
+    /// Records that a send failed with `status` and says how the peer went.
+    fn send_failed(&mut self, status: sys::ucs_status_t) -> FrameSendError {
+        self.state().failed.get_or_insert(status);
+        // What the peer said before it went (a close) tells how it went.
+        self.worker.progress_all();
+        FrameSendError::PeerGone(self.state().tx_gone().unwrap_or(PeerGoneError::Died))
     }
 
     /// Sends a frame that cannot go out at once (a large or a queued one) from a copy in its
@@ -672,6 +752,8 @@ pub struct UcxSender {
     mode: WaitMode,
     max: MaxMsgSize,
     closed: bool,
+    /// Frames sent are held for a batch message ([`FrameSender::cork`]).
+    corked: bool,
 }
 
 /// The receiving half of a [`UcxConnection`].
@@ -696,6 +778,7 @@ impl UcxConnection {
                 mode: config.wait,
                 max: config.max_msg_size,
                 closed: false,
+                corked: false,
             },
             rx: UcxReceiver {
                 link,
@@ -772,6 +855,10 @@ impl HalfControl for UcxSender {
             self.closed = true;
             let mut held = self.link.lock();
             let ucp = held.ucp();
+            if !ucp.crashed {
+                // A peer that cannot take them is gone, and learns nothing more anyway.
+                let _ = ucp.send_batch();
+            }
             let sent = ucp.state().tx.sent;
             let cell: *mut [u8; 16] = &mut ucp.state().controls.sender_closed;
             ucp.send_control(UcxControlKind::SenderClosed, sent, cell);
@@ -842,20 +929,41 @@ impl FrameSender for UcxSender {
         let mut held = self.link.lock();
         let ucp = held.ucp();
         if !ucp.tx_check()? {
-            // Credits may be waiting in the worker.
+            // Credits may be waiting in the worker, or (corked) for the frames held here.
+            ucp.send_batch()?;
             ucp.worker.progress_all();
             if !ucp.tx_check()? {
                 return Err(FrameSendError::Full);
             }
         }
-        ucp.send_frame(frame)
+        let seq = ucp.state().tx.sent;
+        if self.corked {
+            ucp.hold(seq, frame)?;
+        } else {
+            ucp.send_frame(seq, frame)?;
+        }
+        ucp.state().tx.sent = seq + 1;
+        Ok(())
     }
 
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
         if self.closed {
             return Err(FrameSendError::Closed);
         }
+        self.link.lock().ucp().send_batch()?;
         self.link.wait(TX, self.mode, timeout, |ucp| ucp.tx_check())
+    }
+
+    fn cork(&mut self) {
+        self.corked = true;
+    }
+
+    fn uncork(&mut self) -> Result<(), FrameSendError> {
+        self.corked = false;
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        self.link.lock().ucp().send_batch()
     }
 }
 

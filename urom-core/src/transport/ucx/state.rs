@@ -11,7 +11,9 @@ use std::ffi::c_void;
 use std::os::fd::RawFd;
 
 use ucx_sys as sys;
-use urom_wire::ucx::{UCX_CONTROL_LEN, UcxControlKind, UcxControlRepr, UcxDataRepr};
+use urom_wire::ucx::{
+    UCX_CONTROL_LEN, UcxBatchFrames, UcxControlKind, UcxControlRepr, UcxDataRepr,
+};
 
 use super::UcxConnectError;
 use super::ucp::{self, Worker};
@@ -21,6 +23,13 @@ use crate::transport::PeerGoneError;
 pub(super) const AM_DATA: u32 = 1;
 pub(super) const AM_CONTROL: u32 = 2;
 pub(super) const AM_HANDSHAKE: u32 = 3;
+/// Several frames in one message (a corked sender's burst).
+pub(super) const AM_BATCH: u32 = 4;
+
+/// Largest batch message: a corked sender's frames go out together in messages of at most
+/// this many bytes, which UCX sends eagerly in one fragment over its usual transports (their
+/// segments are 8 KiB, headers included).
+pub(super) const BATCH_BYTES: usize = 8 * 1024 - 256;
 
 /// Largest handshake message accepted (a hello or answer with a worker address).
 pub(super) const MAX_HANDSHAKE_LEN: usize = 64 << 10;
@@ -125,6 +134,14 @@ pub(super) struct Tx {
     ctx: Box<[CallbackCtx]>,
     /// The peer closed its receiving half.
     pub(super) peer_closed: bool,
+    /// Frames held for one batch message while the sender is corked: `batch_len` bytes of
+    /// entries in `batch` ([`BATCH_BYTES`]), `batch_frames` of them, the first numbered
+    /// `batch_first`. Only the sending code touches it; UCX reads it during a send that is
+    /// waited for.
+    pub(super) batch: RawBuf,
+    pub(super) batch_len: usize,
+    pub(super) batch_frames: usize,
+    pub(super) batch_first: u64,
 }
 
 /// The control messages this end sends, each from a header cell of its own that stays put
@@ -215,6 +232,10 @@ impl StateBox {
                 busy: Box::new([]),
                 ctx: Box::new([]),
                 peer_closed: false,
+                batch: RawBuf::empty(),
+                batch_len: 0,
+                batch_frames: 0,
+                batch_first: 0,
             },
             controls: Controls {
                 credit: [0; 16],
@@ -252,6 +273,7 @@ impl StateBox {
             (AM_DATA, on_data as ucp::AmHandler),
             (AM_CONTROL, on_control),
             (AM_HANDSHAKE, on_handshake),
+            (AM_BATCH, on_batch),
         ] {
             // SAFETY: the state outlives the worker: its owner destroys the worker first.
             unsafe { worker.set_handler(id, handler, arg)? };
@@ -291,6 +313,7 @@ impl State {
         self.tx.ctx = (0..slots)
             .map(|index| CallbackCtx { state: ptr, index })
             .collect();
+        self.tx.batch = RawBuf::new(BATCH_BYTES);
     }
 
     /// Wakes `half` if it sleeps.
@@ -477,27 +500,16 @@ fn receive(
     if state.rx.closed {
         return refuse;
     }
-    let Ok(UcxDataRepr { seq }) = UcxDataRepr::parse(header) else {
-        state.broken("a data message without a valid sequence number");
+    let Some(seq) = state.data_seq(header) else {
         return refuse;
     };
-    let rx = &mut state.rx;
-    if seq < rx.released || seq >= rx.released + rx.slots as u64 {
-        state.broken("the peer sent a frame beyond its credits");
+    let Some(index) = state.free_slot(seq, length) else {
         return refuse;
-    }
-    if length > state.max {
-        state.broken("the peer sent a frame longer than the maximum message size");
-        return refuse;
-    }
-    let index = (seq % rx.slots as u64) as usize;
-    if rx.slot[index] != Slot::Free {
-        state.broken("the peer sent a frame into a slot still in use");
-        return refuse;
-    }
-    let dst = rx.buf.at(index * state.max);
-    rx.len[index] = length;
+    };
     if rendezvous {
+        let rx = &mut state.rx;
+        let dst = rx.buf.at(index * state.max);
+        rx.len[index] = length;
         rx.slot[index] = Slot::Filling;
         rx.rendezvous += 1;
         let ctx = (&raw mut rx.ctx[index]).cast::<c_void>();
@@ -524,17 +536,120 @@ fn receive(
             }
         }
     } else {
-        if length > 0 {
-            // SAFETY: UCX passes `length` readable bytes at `data` (valid during this call);
-            // `dst` has room for `max >= length` bytes in a free slot nobody else touches.
-            unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), dst, length) };
-        }
-        state.rx.slot[index] = Slot::Ready;
-        state.rx.arrived += 1;
+        // SAFETY: UCX passes `length` readable bytes at `data`, valid during this call, which
+        // the slice does not outlive.
+        let frame = unsafe { callback_bytes(data, length) };
+        state.fill_slot(index, frame);
     }
     state.maybe_confirm_close();
     state.wake(RX);
     sys::UCS_OK
+}
+
+/// A batch message: several frames in order, each copied into its slot now.
+///
+/// # Safety
+///
+/// Called by UCX only, with the arguments it documents; `arg` is the state registered with
+/// the handler.
+unsafe extern "C" fn on_batch(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: UCX passes valid receive parameters.
+    let attr = unsafe { (*param).recv_attr };
+    if attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV != 0 {
+        // SAFETY: the registered state, called back while its lock is held.
+        return unsafe {
+            with_state(arg, sys::UCS_ERR_REJECTED, |state| {
+                state.broken("the peer sent a batch by rendezvous");
+                sys::UCS_ERR_REJECTED
+            })
+        };
+    }
+    // SAFETY: UCX passes the header it received, valid during this call, which the slice
+    // does not outlive.
+    let header = unsafe { callback_bytes(header, header_length) };
+    // SAFETY: as above, for an eager message's `length` bytes of data.
+    let data = unsafe { callback_bytes(data, length) };
+    // SAFETY: the registered state, called back while its lock is held.
+    unsafe { with_state(arg, sys::UCS_OK, |state| receive_batch(state, header, data)) }
+}
+
+fn receive_batch(state: &mut State, header: &[u8], data: &[u8]) -> sys::ucs_status_t {
+    if state.rx.closed {
+        return sys::UCS_OK;
+    }
+    let Some(first) = state.data_seq(header) else {
+        return sys::UCS_OK;
+    };
+    let mut seq = first;
+    for frame in UcxBatchFrames::new(data) {
+        let Ok(frame) = frame else {
+            state.broken("the peer sent a malformed batch");
+            break;
+        };
+        let Some(index) = state.free_slot(seq, frame.len()) else {
+            break;
+        };
+        state.fill_slot(index, frame);
+        seq = seq.saturating_add(1);
+    }
+    if seq == first {
+        state.broken("the peer sent an empty batch");
+    }
+    state.maybe_confirm_close();
+    state.wake(RX);
+    sys::UCS_OK
+}
+
+impl State {
+    /// A data or batch message's sequence number; `None` (the protocol broken) when its header
+    /// is not one.
+    fn data_seq(&mut self, header: &[u8]) -> Option<u64> {
+        match UcxDataRepr::parse(header) {
+            Ok(UcxDataRepr { seq }) => Some(seq),
+            Err(_) => {
+                self.broken("a data message without a valid sequence number");
+                None
+            }
+        }
+    }
+
+    /// The free slot for the frame numbered `seq` of `length` bytes; `None` (the protocol
+    /// broken) when the peer had no credit for it, it is too long or its slot is in use.
+    fn free_slot(&mut self, seq: u64, length: usize) -> Option<usize> {
+        let rx = &self.rx;
+        if seq < rx.released || seq >= rx.released + rx.slots as u64 {
+            self.broken("the peer sent a frame beyond its credits");
+            return None;
+        }
+        if length > self.max {
+            self.broken("the peer sent a frame longer than the maximum message size");
+            return None;
+        }
+        let index = (seq % rx.slots as u64) as usize;
+        if rx.slot[index] != Slot::Free {
+            self.broken("the peer sent a frame into a slot still in use");
+            return None;
+        }
+        Some(index)
+    }
+
+    /// Copies an eagerly received frame into the free slot `index` and marks it ready.
+    fn fill_slot(&mut self, index: usize, frame: &[u8]) {
+        let dst = self.rx.buf.at(index * self.max);
+        // SAFETY: slot `index` is free, so neither UCX nor a lent frame uses its `max >=
+        // frame.len()` bytes at `dst` (checked by `free_slot`); `frame` is UCX's buffer, apart.
+        unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len()) };
+        self.rx.len[index] = frame.len();
+        self.rx.slot[index] = Slot::Ready;
+        self.rx.arrived += 1;
+    }
 }
 
 /// A rendezvous receive completed.
