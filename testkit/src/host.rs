@@ -49,3 +49,49 @@ pub fn graph_host(service: &Service<Running>) -> GraphHost {
         .expect("the service offers the graph plugin");
     GraphHost::init(info.id, info.version).expect("the graph plugin's version is supported")
 }
+
+/// A daemon offering the graph and faulty plugins that also listens over UCX on 127.0.0.1 with
+/// a key of its own, and a service that reaches it there (as root, the daemon runs such hosts'
+/// workers as `nobody`); the directory holds the plugins and the key.
+#[cfg(feature = "ucx")]
+pub fn remote_service() -> (crate::TempDir, Daemon, Service<Running>) {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = crate::TempDir::new("urom-remote-service");
+    // The workers' user reads the plugins from here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "a test's shared secret").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let plugins = crate::daemon::plugin_dir(
+        &dir,
+        &[
+            ("urom-plugin-graph", "worker_graph"),
+            ("urom-plugin-faulty", "worker_faulty"),
+        ],
+    );
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port on 127.0.0.1")
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let key_path = key.to_str().expect("a UTF-8 path");
+    let mut flags = vec!["--listen-ucx", &address, "--key-file", key_path];
+    if nix::unistd::geteuid().is_root() {
+        flags.extend(["--remote-user", "nobody"]);
+    }
+    let daemon = crate::daemon::start_daemon(
+        crate::binary("urom-daemon", "urom-daemon"),
+        plugins.to_str().expect("a UTF-8 path"),
+        &flags,
+        true,
+    );
+    let service = Service::<Idle>::new()
+        .set_remote(&address)
+        .set_key_file(&key)
+        .set_identity("test")
+        .start()
+        .map_err(|(_, e)| e)
+        .unwrap_or_else(|e| panic!("the remote service did not start: {e}\n{}", daemon.log()));
+    (dir, daemon, service)
+}

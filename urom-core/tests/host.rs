@@ -106,11 +106,24 @@ fn bootstrap_flow_with_four_worker_threads() {
 #[test]
 fn bursts_submitted_in_one_batch_complete_in_order_as_the_rings_wrap() {
     let (_plugins, daemon) = start_daemon();
-    let service = start_service(&daemon);
+    bursts_complete_in_order(start_service(&daemon));
+}
+
+/// The same over UCX (on 127.0.0.1): each burst travels in as few batch messages as it fits,
+/// and so do the worker's answers to each pass.
+#[cfg(feature = "ucx")]
+#[test]
+fn bursts_submitted_in_one_batch_over_ucx_complete_in_order() {
+    let (_dir, _daemon, service) = urom_testkit::host::remote_service();
+    bursts_complete_in_order(service);
+}
+
+/// 20,000 loopbacks in bursts of 1 to 256, with as many tasks in flight as the channel has
+/// slots (256 each way): full bursts fill the rings, which they go round about 80 times. Every
+/// one completes, in order, and the worker still runs.
+fn bursts_complete_in_order(service: urom_core::host::Service<urom_core::host::Running>) {
     let graph = urom_testkit::host::graph_host(&service);
     let mut engine = ProgressEngine::new();
-    // As many tasks in flight as the channel has slots (256 each way): full bursts fill the
-    // rings, and 20,000 loopbacks go round them about 80 times.
     let worker = run_worker(
         &mut engine,
         Worker::new()
