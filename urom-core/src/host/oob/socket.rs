@@ -12,8 +12,11 @@
 //! waits forever on a rank that died. A rank that is alive but never takes part is not a
 //! failure: the caller decides how long to wait.
 //!
-//! The rendezvous does not authenticate ranks: listen on a Unix socket in a private directory,
-//! or on a network only the job's hosts reach.
+//! Over a Unix socket, ranks run as one user: rank 0 takes joins only from processes of its own
+//! user (or root), and a joining rank talks only to a rank 0 of its own user (or root), so
+//! another user of the machine can neither join nor pose as rank 0 at a shared path such as
+//! `/tmp`. Over TCP the rendezvous does not authenticate ranks: listen on a network only the
+//! job's hosts reach.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -332,6 +335,10 @@ impl SocketOob {
                 }),
             };
             match accepted {
+                Ok(Stream::Unix(stream)) if same_user(&stream).is_err() => {
+                    // Another user's connection is dropped like one that does not introduce
+                    // itself: the rank it claims may still join.
+                }
                 Ok(stream) => {
                     // A connection that does not introduce itself properly is dropped.
                     if let Some(link) = self.introduction(stream, deadline)
@@ -385,7 +392,18 @@ impl SocketOob {
     fn connect(&mut self, deadline: Instant) -> Result<(), OobError> {
         let stream = loop {
             let attempt = match &self.address {
-                RendezvousAddr::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+                RendezvousAddr::Unix(path) => match UnixStream::connect(path) {
+                    Ok(stream) => {
+                        if let Err(why) = same_user(&stream) {
+                            return Err(OobError::of_rank(
+                                0,
+                                format!("the rendezvous at {}: {why}", self.address),
+                            ));
+                        }
+                        Ok(Stream::Unix(stream))
+                    }
+                    Err(e) => Err(e),
+                },
                 RendezvousAddr::Tcp(address) => connect_tcp(address).map(Stream::Tcp),
             };
             match attempt {
@@ -635,6 +653,23 @@ fn stash(
             true
         }
         OobKind::Join | OobKind::Abort => true,
+    }
+}
+
+/// Whether the process at the other end of `stream` runs as this process's user (or as root):
+/// the ranks of one job do.
+fn same_user(stream: &UnixStream) -> Result<(), String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let peer = getsockopt(stream, PeerCredentials)
+        .map_err(|e| format!("cannot read the peer's user: {e}"))?
+        .uid();
+    let own = nix::unistd::geteuid().as_raw();
+    if peer == own || peer == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the process there runs as user {peer}, not as this rank's user {own}"
+        ))
     }
 }
 
