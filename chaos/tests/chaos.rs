@@ -556,13 +556,7 @@ fn broken_plugins_are_left_out_and_hold_up_no_host() {
     let mut report = Report::new(SCENARIO, seed);
     let root = workspace_root();
     let plugins = TempDir::new("urom-chaos-broken");
-    let dir = plugin_dir(
-        &plugins,
-        &[
-            ("urom-plugin-graph", "worker_graph"),
-            ("urom-plugin-faulty", "worker_faulty"),
-        ],
-    );
+    let dir = plugin_dir(&plugins, &urom_testkit::daemon::GRAPH_AND_FAULTY);
     let c_plugin = |name: &str, defines: &[&str]| {
         let built = c_shared_object(
             &root.join("plugins/c-loopback/loopback.c"),

@@ -106,17 +106,18 @@ pub fn start_daemon_command(
     daemon
 }
 
+/// The graph and faulty plugins (package and library name each), which most tests' daemons
+/// offer.
+pub const GRAPH_AND_FAULTY: [(&str, &str); 2] = [
+    ("urom-plugin-graph", "worker_graph"),
+    ("urom-plugin-faulty", "worker_faulty"),
+];
+
 /// A daemon offering the graph and faulty plugins (`worker_graph` and `worker_faulty`),
 /// started with `extra` flags; the directory holding the plugins goes with it.
 pub fn graph_and_faulty(extra: &[&str]) -> (TempDir, Daemon) {
     let plugins = TempDir::new("urom-plugins");
-    let dir = plugin_dir(
-        &plugins,
-        &[
-            ("urom-plugin-graph", "worker_graph"),
-            ("urom-plugin-faulty", "worker_faulty"),
-        ],
-    );
+    let dir = plugin_dir(&plugins, &GRAPH_AND_FAULTY);
     let daemon = start_daemon(
         binary("urom-daemon", "urom-daemon"),
         dir.to_str().expect("a UTF-8 path"),

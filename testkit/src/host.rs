@@ -63,13 +63,7 @@ pub fn remote_service() -> (crate::TempDir, Daemon, Service<Running>) {
     let key = dir.path().join("key");
     std::fs::write(&key, "a test's shared secret").unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let plugins = crate::daemon::plugin_dir(
-        &dir,
-        &[
-            ("urom-plugin-graph", "worker_graph"),
-            ("urom-plugin-faulty", "worker_faulty"),
-        ],
-    );
+    let plugins = crate::daemon::plugin_dir(&dir, &crate::daemon::GRAPH_AND_FAULTY);
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|listener| listener.local_addr())
         .expect("a free port on 127.0.0.1")

@@ -44,13 +44,7 @@ fn setup(tag: &str) -> Option<Setup> {
     let dir = TempDir::new("urom-two-machines");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let key = write_key(dir.path(), "key", b"a secret shared by both machines");
-    let plugins = plugin_dir(
-        &dir,
-        &[
-            ("urom-plugin-graph", "worker_graph"),
-            ("urom-plugin-faulty", "worker_faulty"),
-        ],
-    );
+    let plugins = plugin_dir(&dir, &urom_testkit::daemon::GRAPH_AND_FAULTY);
     let ip = network.hub_address(HOSTS);
     let port = network.run_in(SERVICE, || {
         std::net::TcpListener::bind((ip, 0))
