@@ -169,7 +169,6 @@ impl ChannelParams {
             })
             .ok_or(ChannelError::MessageTooLong {
                 len: self.max_message_length,
-                max_concurrent: self.max_concurrent,
             })?;
         Ok(ChannelConfig {
             max_msg_size,
@@ -267,13 +266,11 @@ pub enum ChannelError {
         /// The orchestrator's `--max-message-length`.
         orchestrator: u32,
     },
-    /// `--max-message-length` gives frames larger than the transport carries, or data
-    /// connections larger than it maps, with `--max-concurrent-messages`.
+    /// `--max-message-length` (from a peer's hello: the parser refuses it) gives frames
+    /// larger than the transport carries.
     MessageTooLong {
         /// The `--max-message-length`.
         len: u32,
-        /// The `--max-concurrent-messages`.
-        max_concurrent: u32,
     },
     /// A data connection could not be set up.
     DataSetup(ConnectError),
@@ -352,30 +349,12 @@ impl fmt::Display for ChannelError {
                  (--max-message-length {server}), the orchestrator {orchestrator}; start both \
                  with the same value"
             ),
-            Self::MessageTooLong {
-                len,
-                max_concurrent,
-            } => {
-                write!(
-                    f,
-                    "--max-message-length {len} is too long: with --max-concurrent-messages \
-                     {max_concurrent} it can be at most {} (payload bytes, headers excluded)",
-                    limits::max_message_length_for(*max_concurrent)
-                )?;
-                if limits::max_message_length_for(*max_concurrent) < limits::MAX_MESSAGE_LENGTH {
-                    let fewer = (1..=*max_concurrent)
-                        .rev()
-                        .find(|&n| limits::max_message_length_for(n) >= *len)
-                        .filter(|_| *len <= limits::MAX_MESSAGE_LENGTH);
-                    if let Some(fewer) = fewer {
-                        write!(f, ", or {len} with --max-concurrent-messages {fewer}")?;
-                    }
-                }
-                f.write_str(
-                    "; each data connection maps one frame slot per request in flight each \
-                     way, at most 2 GiB",
-                )
-            }
+            Self::MessageTooLong { len } => write!(
+                f,
+                "--max-message-length {len} is too long: a frame carries at most {} payload \
+                 bytes (headers excluded)",
+                limits::MAX_MESSAGE_LENGTH
+            ),
             Self::DataSetup(e) => write!(f, "data channel setup failed: {e}"),
             Self::ConsumerId(what) => write!(f, "consumer id exchange failed: {what}"),
             Self::Stopped => f.write_str("stopped by a signal during channel setup"),
@@ -1179,7 +1158,7 @@ mod tests {
             max_concurrent: 100,
         };
         let config = params.channel_config().unwrap();
-        assert_eq!(config.slots, 128);
+        assert_eq!(config.slots, 32);
         assert_eq!(config.max_msg_size.as_u32() as usize, BATCH_BYTES);
         let long = ChannelParams {
             max_message_length: 100_000,

@@ -135,6 +135,44 @@ pub fn message_length(prefix: &[u8], max_payload: usize) -> Result<Option<usize>
     }
 }
 
+/// The length of the whole `client_request` (`client_response` when `id` says so) at the start
+/// of `bytes`, when one is there complete and well formed with a payload of at most
+/// `max_payload` bytes: what [`message_length`] and [`GpuMessage::parse`] together accept as
+/// that kind, read in three word compares. `None` for anything else, a message not yet whole
+/// included: the full parse then says what it is, or what is wrong with it.
+///
+/// For the data path, where every message is a client request or response.
+#[inline]
+pub fn fast_client_message(bytes: &[u8], id: MsgId, max_payload: usize) -> Option<usize> {
+    let (headers, _) = bytes.split_first_chunk::<CLIENT_HEADER_LEN>()?;
+    let word = |at: usize| {
+        u32::from_be_bytes([
+            headers[at],
+            headers[at + 1],
+            headers[at + 2],
+            headers[at + 3],
+        ])
+    };
+    let (wire_size, msg_id, payload_len) = (word(0) as usize, word(4), word(8) as usize);
+    (msg_id == id.raw()
+        && payload_len <= max_payload
+        && wire_size == CLIENT_HEADER_LEN + payload_len
+        && wire_size <= bytes.len())
+    .then_some(wire_size)
+}
+
+/// Writes the headers of a `client_response` with a payload of `payload_len` bytes, which the
+/// caller has checked against its limit, at the start of `buf` (at least
+/// [`CLIENT_HEADER_LEN`] bytes); returns the whole response's length.
+#[inline]
+pub fn put_response_headers(buf: &mut [u8; CLIENT_HEADER_LEN], payload_len: u32) -> usize {
+    let wire_size = CLIENT_HEADER_LEN as u32 + payload_len;
+    buf[..4].copy_from_slice(&wire_size.to_be_bytes());
+    buf[4..8].copy_from_slice(&MsgId::ClientResponse.raw().to_be_bytes());
+    buf[8..].copy_from_slice(&payload_len.to_be_bytes());
+    wire_size as usize
+}
+
 /// The raw message id of the header at the start of `bytes`, or `None` when fewer than
 /// [`GPU_HEADER_LEN`] bytes are there. Nothing else is checked.
 ///
@@ -291,6 +329,72 @@ pub fn write_client_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whatever bytes follow: the fast read of a client message says what the full parse of
+    /// the message `message_length` delimits says, for both kinds.
+    fn fast_agrees(bytes: &[u8], max: usize) {
+        for id in [MsgId::ClientRequest, MsgId::ClientResponse] {
+            let full = match message_length(bytes, max) {
+                Ok(Some(len)) if len <= bytes.len() => {
+                    match GpuMessage::parse(&bytes[..len], max) {
+                        Ok(message) if message.msg_id() == id => Some(len),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            assert_eq!(
+                fast_client_message(bytes, id, max),
+                full,
+                "{id:?} {bytes:02x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_fast_read_of_client_messages_agrees_with_the_full_parse() {
+        let mut cases: std::vec::Vec<std::vec::Vec<u8>> = std::vec::Vec::new();
+        for payload in [&b""[..], b"A", b"ABCDEFGH", &[7u8; 16]] {
+            for message in [
+                GpuMessage::ClientRequest(payload),
+                GpuMessage::ClientResponse(payload),
+                GpuMessage::StartShutdown,
+                GpuMessage::ConsumerIdRequest { consumer_id: 4 },
+            ] {
+                let mut buf = std::vec![0u8; message.buffer_len() + 3];
+                let len = message.emit(&mut buf, 256).unwrap();
+                cases.push(buf[..len].to_vec());
+                // Followed by more bytes, cut short, and with each header byte changed.
+                cases.push(buf.clone());
+                cases.push(buf[..len - 1].to_vec());
+                for at in 0..CLIENT_HEADER_LEN.min(len) {
+                    for delta in [1u8, 0x80] {
+                        let mut changed = buf[..len].to_vec();
+                        changed[at] = changed[at].wrapping_add(delta);
+                        cases.push(changed);
+                    }
+                }
+            }
+        }
+        for case in &cases {
+            for max in [0, 1, 8, 16, 256] {
+                fast_agrees(case, max);
+            }
+        }
+    }
+
+    #[test]
+    fn response_headers_are_those_the_encoder_writes() {
+        let mut ours = [0u8; CLIENT_HEADER_LEN];
+        let mut theirs = [0u8; CLIENT_HEADER_LEN + 256];
+        for payload_len in [0u32, 1, 64, 256] {
+            assert_eq!(
+                put_response_headers(&mut ours, payload_len),
+                write_client_headers(&mut theirs, true, payload_len as usize, 256).unwrap()
+            );
+            assert_eq!(ours[..], theirs[..CLIENT_HEADER_LEN]);
+        }
+    }
 
     #[test]
     fn peek_msg_id_reads_any_whole_header() {

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 use urom_core::transport::{FrameRecvError, FrameSender, Transport};
-use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
+use urom_wire::gpu::{
+    CLIENT_HEADER_LEN, GpuMessage, MsgId, fast_client_message, put_response_headers,
+    write_client_headers,
+};
 
 /// How long a processor thread waits for a request before looking at its stop flag.
 const WAIT: Duration = Duration::from_millis(50);
@@ -51,12 +54,13 @@ fn copy_reversed(from: &[u8], to: &mut [u8]) {
 pub fn reverse_frame(frame: &[u8], out: &mut [u8], max_len: usize) -> Option<usize> {
     let (mut at, mut len) = (0, 0);
     while at < frame.len() {
-        let n = match message_length(&frame[at..], max_len) {
-            Ok(Some(n)) if at + n <= frame.len() => n,
-            _ => return None,
-        };
-        len += reverse_into(&frame[at..at + n], out.get_mut(len..)?, max_len)?;
+        let n = fast_client_message(&frame[at..], MsgId::ClientRequest, max_len)?;
+        let payload = &frame[at + CLIENT_HEADER_LEN..at + n];
+        let (headers, body) = out.get_mut(len..len + n)?.split_first_chunk_mut()?;
+        put_response_headers(headers, payload.len() as u32);
+        copy_reversed(payload, body);
         at += n;
+        len += n;
     }
     (len > 0).then_some(len)
 }

@@ -48,7 +48,7 @@ use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
 use urom_core::transport::{Armed, FrameReceiver, FrameSendError, FrameSender, Transport};
 use urom_wire::DecodeError;
-use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, message_length, peek_msg_id};
+use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, fast_client_message, message_length};
 
 use crate::limits::MIN_READ_BUFFER;
 
@@ -644,33 +644,17 @@ impl<T: Transport> DataPath<T> {
             let mut bad = false;
             while end < client.rend {
                 let available = &client.rbuf[end..client.rend];
-                let len = match message_length(available, self.max_len) {
-                    Ok(Some(len)) if len <= available.len() => len,
-                    Ok(_) => break,
-                    Err(DecodeError::TooLong { length, .. }) => {
-                        warn!(thread = self.index, peer = %client.peer, "a request with a payload of {} bytes exceeds --max-message-length {}; answering the requests before it, then disconnecting the client", length - CLIENT_HEADER_LEN, self.max_len);
-                        bad = true;
-                        break;
-                    }
-                    Err(e) => {
-                        warn!(thread = self.index, peer = %client.peer, "malformed message from client: {e}; answering the requests before it, then disconnecting it");
-                        bad = true;
-                        break;
-                    }
+                let len = match fast_client_message(available, MsgId::ClientRequest, self.max_len) {
+                    Some(len) => len,
+                    None => match check_request(available, self.max_len, self.index, client.peer) {
+                        Ok(Some(len)) => len,
+                        Ok(None) => break,
+                        Err(()) => {
+                            bad = true;
+                            break;
+                        }
+                    },
                 };
-                match GpuMessage::parse(&available[..len], self.max_len) {
-                    Ok(GpuMessage::ClientRequest(_)) => {}
-                    Ok(other) => {
-                        warn!(thread = self.index, peer = %client.peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; answering the requests before it, then disconnecting it");
-                        bad = true;
-                        break;
-                    }
-                    Err(e) => {
-                        warn!(thread = self.index, peer = %client.peer, "malformed client_request: {e}; answering the requests before it, then disconnecting it");
-                        bad = true;
-                        break;
-                    }
-                }
                 if count > 0 && end + len - client.rstart > self.frame_capacity {
                     frame_full = true;
                     break;
@@ -966,18 +950,48 @@ impl<T: Transport> DataPath<T> {
     }
 }
 
+/// The full check of the message at the start of `available`, for what the fast read does not
+/// take: its length once it is whole and a well-formed `client_request`, `None` while it is
+/// incomplete, `Err` (logged) when it is anything else.
+#[cold]
+fn check_request(
+    available: &[u8],
+    max_len: usize,
+    thread: usize,
+    peer: SocketAddr,
+) -> Result<Option<usize>, ()> {
+    let len = match message_length(available, max_len) {
+        Ok(Some(len)) if len <= available.len() => len,
+        Ok(_) => return Ok(None),
+        Err(DecodeError::TooLong { length, .. }) => {
+            warn!(thread, %peer, "a request with a payload of {} bytes exceeds --max-message-length {max_len}; answering the requests before it, then disconnecting the client", length - CLIENT_HEADER_LEN);
+            return Err(());
+        }
+        Err(e) => {
+            warn!(thread, %peer, "malformed message from client: {e}; answering the requests before it, then disconnecting it");
+            return Err(());
+        }
+    };
+    match GpuMessage::parse(&available[..len], max_len) {
+        Ok(GpuMessage::ClientRequest(_)) => Ok(Some(len)),
+        Ok(other) => {
+            warn!(thread, %peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; answering the requests before it, then disconnecting it");
+            Err(())
+        }
+        Err(e) => {
+            warn!(thread, %peer, "malformed client_request: {e}; answering the requests before it, then disconnecting it");
+            Err(())
+        }
+    }
+}
+
 /// Whether `frame` holds exactly `count` well-formed `client_response` messages.
 fn responses_valid(frame: &[u8], count: u32, max_len: usize) -> bool {
     let mut at = 0;
     for _ in 0..count {
-        match message_length(&frame[at..], max_len) {
-            Ok(Some(len))
-                if at + len <= frame.len()
-                    && peek_msg_id(&frame[at..]) == Some(MsgId::ClientResponse.raw()) =>
-            {
-                at += len;
-            }
-            _ => return false,
+        match fast_client_message(&frame[at..], MsgId::ClientResponse, max_len) {
+            Some(len) => at += len,
+            None => return false,
         }
     }
     at == frame.len()
