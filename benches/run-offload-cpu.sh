@@ -3,7 +3,11 @@
 # orchestrator, beside the bare TCP server of `cargo bench -p gpu-offload --bench offload`,
 # under the same client load (64-byte payloads, 128 in flight per client thread). Processor
 # threads share their server thread's CPU (`--cpu 0 --cpu 1` on both sides), the most frugal
-# placement on a machine with two CPUs, and poll 20 us after a burst (`--poll-us 20`).
+# placement on a machine with two CPUs, and poll 20 us after a burst (`--poll-us 20`). Each
+# data-path thread may hold every request the clients keep in flight
+# (`--max-concurrent-messages` 128 per client thread, as the bare server holds them all), so
+# that clients on one thread share hand-offs to the processor; `OFFLOAD_MAX_CONCURRENT` sets
+# another value (128 is the programs' default).
 #
 # Each round drives ours, then the bare server, for a few seconds each and reads their threads'
 # CPU time and context switches from /proc (`schedstat`, `status`, read by python3), which costs
@@ -18,6 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-4} rounds=${2:-3} seconds=${3:-3}
+max_concurrent=${OFFLOAD_MAX_CONCURRENT:-$((threads * 128))}
 have_perf=1
 command -v perf >/dev/null || { echo "perf is not installed: system calls are not counted" >&2; have_perf=0; }
 
@@ -120,12 +125,12 @@ measure() {
 }
 
 "$bin/gpu-offload-server" -c "$dir/channel.sock" -p 18600 -a 127.0.0.1 -l 30 --cpu 0 --cpu 1 \
-    >/dev/null 2>&1 &
+    --max-concurrent-messages "$max_concurrent" >/dev/null 2>&1 &
 server=$!
 pids+=("$server")
 sleep 0.3
 "$bin/gpu-offload-orchestrator" -c "$dir/channel.sock" -t 2 --cpu 0 --cpu 1 --poll-us 20 -l 30 \
-    >/dev/null 2>&1 &
+    --max-concurrent-messages "$max_concurrent" >/dev/null 2>&1 &
 orchestrator=$!
 pids+=("$orchestrator")
 GPU_OFFLOAD_BENCH_BARE=1 "$bench" >"$dir/bare" &
@@ -134,7 +139,7 @@ pids+=("$bare")
 sleep 1
 bare_port=$(sed 's/.*://' "$dir/bare")
 
-echo "$threads client thread(s), 64-byte payloads, 128 in flight per thread"
+echo "$threads client thread(s), 64-byte payloads, 128 in flight per thread; server and orchestrator: --max-concurrent-messages $max_concurrent"
 for round in $(seq "$rounds"); do
     echo "round $round"
     measure "server + CPU orchestrator" 18600 "$server" "$orchestrator"

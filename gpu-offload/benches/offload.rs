@@ -14,7 +14,9 @@
 //!   so that only the channel differs;
 //!
 //! for T = 1 and 4 client threads, 128 requests in flight per thread, 64-byte payloads; the
-//! throughput is in operations (requests answered and checked) per second.
+//! throughput is in operations (requests answered and checked) per second. Server and
+//! orchestrator run with `--max-concurrent-messages 512`, so that a data-path thread takes
+//! every request the clients keep in flight, as the bare server does.
 //!
 //! A VM's cores change speed over seconds, so the binary then runs both again interleaved,
 //! round after round, and prints the median MIOP/s of each and the median of the per-round
@@ -47,6 +49,11 @@ const QUICK_ENV: &str = "GPU_OFFLOAD_BENCH_QUICK";
 const ORCH_ARGS_ENV: &str = "GPU_OFFLOAD_BENCH_ORCH_ARGS";
 const PAYLOAD: usize = 64;
 const PIPELINE: usize = 128;
+/// Client thread counts measured.
+const CLIENT_THREADS: [usize; 2] = [1, 4];
+/// `--max-concurrent-messages` of server and orchestrator: every request the most client
+/// threads keep in flight.
+const SERVER_IN_FLIGHT: usize = 4 * PIPELINE;
 const MAX_LEN: usize = 256;
 /// Operations per client thread in one run of the interleaved comparison, and rounds.
 const ROUND_OPS: u64 = 100_000;
@@ -138,7 +145,9 @@ const ORCHESTRATOR: &str = env!("CARGO_BIN_EXE_gpu-offload-orchestrator");
 /// arguments before their own) on `channel`.
 fn start_ours(mut server: Command, mut orchestrator: Command, channel: &str, dir: TempDir) -> Ours {
     let cpus = server_cpus();
+    let in_flight = SERVER_IN_FLIGHT.to_string();
     server.args(["-c", channel, "-p", "0", "-a", "127.0.0.1", "-l", "30"]);
+    server.args(["--max-concurrent-messages", &in_flight]);
     for cpu in &cpus {
         server.args(["--cpu", cpu]);
     }
@@ -162,6 +171,7 @@ fn start_ours(mut server: Command, mut orchestrator: Command, channel: &str, dir
     let orchestrator = ChildGuard(
         orchestrator
             .args(["-c", channel, "-t", &cpus.len().to_string(), "-l", "30"])
+            .args(["--max-concurrent-messages", &in_flight])
             .stdout(Stdio::null())
             .spawn()
             .expect("starting the orchestrator"),
@@ -322,7 +332,7 @@ fn main() {
     if !quick {
         let mut group = criterion.benchmark_group("gpu_offload");
         group.throughput(Throughput::Elements(1));
-        for threads in [1usize, 4] {
+        for threads in CLIENT_THREADS {
             for (name, addr) in [("ours", ours.addr), ("bare", bare_addr)] {
                 group.bench_function(format!("{name}_{threads}t"), |b| {
                     b.iter_custom(|iters| {
@@ -357,7 +367,7 @@ fn main() {
         "interleaved: {rounds} rounds of {ROUND_OPS} requests per client thread, {PAYLOAD}-byte \
          payloads, {PIPELINE} in flight per thread"
     );
-    for threads in [1usize, 4] {
+    for threads in CLIENT_THREADS {
         let (mut ours_rates, mut bare_rates, mut ratios) = (vec![], vec![], vec![]);
         let (mut remote_rates, mut remote_ratios) = (vec![], vec![]);
         for _ in 0..rounds {
