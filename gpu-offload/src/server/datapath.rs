@@ -12,13 +12,14 @@
 //! 1. collect readiness from epoll (edge-triggered); while answers are due and the last turn
 //!    wrote to no client, only now and then ([`POLL_WHILE_AWAITING`]);
 //! 2. take every response off the data connection: the orchestrator answers each thread's
-//!    requests in order, so the FIFO's head names the client; append it to that client's
-//!    write buffer;
+//!    requests in order, so the FIFO's head names the client; write it to that client straight
+//!    from the ring when nothing of the client's is unwritten, and keep what the socket does
+//!    not take (or all of it, behind unwritten bytes) in its write buffer;
 //! 3. for each readable client, read all that is there and forward every complete request,
 //!    as the client sent it, to the orchestrator, as long as the thread has a free in-flight
 //!    entry and the client has room for the response (otherwise the client waits: it alone,
 //!    nobody else); the entries that step 2 freed serve at once;
-//! 4. write each client's pending responses with one `write`.
+//! 4. write each client's buffered responses with one `write`.
 //!
 //! The data connection's sends do not wake the processor one by one: after step 3 the thread
 //! wakes it once for all the frames of the turn, with a system call only if it sleeps
@@ -250,6 +251,8 @@ pub(crate) struct DataPath<T> {
     peer_hung_up: bool,
     /// Frames forwarded since the processor was last woken (`flush_wakes`).
     unflushed: usize,
+    /// Responses went to a client straight from the ring since the last `flush`.
+    wrote_directly: bool,
 }
 
 impl<T: Transport> DataPath<T> {
@@ -297,6 +300,7 @@ impl<T: Transport> DataPath<T> {
             served: 0,
             peer_hung_up: false,
             unflushed: 0,
+            wrote_directly: false,
         })
     }
 
@@ -797,13 +801,23 @@ impl<T: Transport> DataPath<T> {
                 self.close(slot, false);
                 continue;
             }
-            if client.wend + frame.len() > client.wbuf.len() {
+            // With nothing unwritten before them, the responses go to the socket straight
+            // from the ring (the kernel's copy is their only one); what it does not take now
+            // waits in the write buffer, as after an error, which `flush` meets again.
+            let mut rest = frame;
+            if client.unwritten() == 0 {
+                if let Ok(n) = client.stream.write(frame) {
+                    rest = &frame[n..];
+                    self.wrote_directly = true;
+                }
+            }
+            if client.wend + rest.len() > client.wbuf.len() {
                 client.wbuf.copy_within(client.wstart..client.wend, 0);
                 client.wend -= client.wstart;
                 client.wstart = 0;
             }
-            client.wbuf[client.wend..client.wend + frame.len()].copy_from_slice(frame);
-            client.wend += frame.len();
+            client.wbuf[client.wend..client.wend + rest.len()].copy_from_slice(rest);
+            client.wend += rest.len();
             self.served += u64::from(count);
             client.answered += 1;
             if !client.in_dirty {
@@ -819,9 +833,9 @@ impl<T: Transport> DataPath<T> {
     }
 
     /// Writes every client's pending responses, one `write` each; returns whether anything
-    /// was written.
+    /// was written, in this call or straight from the ring since the last.
     fn flush(&mut self) -> bool {
-        let mut wrote = false;
+        let mut wrote = std::mem::take(&mut self.wrote_directly);
         while let Some(slot) = self.dirty.pop() {
             let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
                 continue;
