@@ -30,7 +30,9 @@ fn check_fast_read(bytes: &[u8]) {
         _ => None,
     };
     for id in [MsgId::ClientRequest, MsgId::ClientResponse] {
-        let expected = full.filter(|(kind, _)| *kind == id).map(|(_, length)| length);
+        let expected = full
+            .filter(|(kind, _)| *kind == id)
+            .map(|(_, length)| length);
         assert_eq!(
             fast_client_message(bytes, id, DEFAULT_MAX_MESSAGE_LENGTH),
             expected
