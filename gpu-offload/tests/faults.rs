@@ -1,5 +1,5 @@
 //! Faults of the server's own making: descriptors kept after clients leave, spinning when it
-//! runs out of descriptors.
+//! runs out of descriptors, clients that find every frame slot taken.
 
 mod common;
 
@@ -64,6 +64,39 @@ fn clients_that_half_close_get_every_answer_then_eof_and_are_released() {
         after, before,
         "the server kept descriptors of clients that had left"
     );
+    stack.stop_with(SIGINT, true);
+}
+
+#[test]
+fn clients_that_find_every_frame_slot_taken_wait_and_get_their_answers() {
+    // One data-path thread with 128 requests in flight has 32 frame slots each way; 100 clients
+    // of one request each need 100 frames, so while the orchestrator is stopped the ring fills
+    // and the rest wait for slots, not for in-flight entries.
+    const CLIENTS: usize = 100;
+    let stack = Stack::start(&two_cpus()[..1], 1, &[], &[]);
+    round_trip(&stack, b"warm");
+    stack.orchestrator.signal(SIGSTOP);
+    let mut streams: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let mut stream = stack.connect();
+            stream
+                .write_all(&request_frame(format!("client {i:03}").as_bytes()))
+                .unwrap();
+            stream
+        })
+        .collect();
+    // Time for the server to take every request and fill the ring.
+    std::thread::sleep(Duration::from_millis(300));
+    stack.orchestrator.signal(SIGCONT);
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let reversed: Vec<u8> = format!("client {i:03}").bytes().rev().collect();
+        let want = frame(5, &reversed);
+        assert_eq!(
+            read_exactly(stream, want.len()),
+            want,
+            "client {i}: a wrong answer"
+        );
+    }
     stack.stop_with(SIGINT, true);
 }
 

@@ -14,6 +14,8 @@ use urom_wire::gpu::CLIENT_HEADER_LEN;
 
 pub const SIGINT: i32 = 2;
 pub const SIGTERM: i32 = 15;
+pub const SIGCONT: i32 = 18;
+pub const SIGSTOP: i32 = 19;
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 pub const SERVER: &str = env!("CARGO_BIN_EXE_gpu-offload-server");
