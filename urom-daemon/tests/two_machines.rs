@@ -204,7 +204,8 @@ fn a_host_cannot_destroy_or_attach_to_another_hosts_worker(setup: &Setup) {
 
 fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setup) {
     let mut host = setup
-        .remote_host(&setup.key, "rank-0", &["load", "1", "2", "1000000"])
+        .remote_host(&setup.key, "rank-0", &["load", "1", "2"])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -215,9 +216,16 @@ fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setu
         "{}",
         setup.daemon.log()
     );
-    // At once: the load lasts seconds, the kill must land in it.
+    // The load lasts until its standard input ends, so the kill lands in it.
     let victim = setup.daemon.worker_pid(1).expect("worker 1 runs");
     signal(victim, Signal::SIGKILL);
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "failing",
+        "no task failed after worker 1 was killed: {}",
+        setup.daemon.log()
+    );
+    drop(host.stdin.take());
     let completed = lines.next().unwrap().unwrap();
     let numbers: Vec<u64> = completed
         .strip_prefix("completed ")

@@ -6,16 +6,20 @@
 //! * `spawn ID`: starts worker ID with the graph plugin, runs one loopback, prints
 //!   `running ID`, and keeps the worker until its standard input ends.
 //! * `attach ID`: tries to use worker ID; prints `attached ID`.
-//! * `load ID1 ID2 COUNT`: starts workers ID1 and ID2, prints `running`, then keeps up to 64
-//!   loopbacks in flight to each until COUNT were submitted, and prints `completed GOOD BAD
-//!   SUBMITTED` once every one of them completed, then checks that a worker still answers
-//!   and prints `answering`.
+//! * `load ID1 ID2`: starts workers ID1 and ID2, prints `running`, then keeps up to 64
+//!   loopbacks in flight to each, and prints `failing` when the first of them fails. Once its
+//!   standard input ends it submits no more, prints `completed GOOD BAD SUBMITTED` when every
+//!   one submitted has completed, then checks that a worker still answers and prints
+//!   `answering`. The test ends the load, so however fast loopbacks run it lasts until the
+//!   test has seen what it waits for.
 //!
 //! A refusal or failure prints `refused <reason>` and exits 3; a bad command line exits 2.
 
 use std::cell::Cell;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use urom_core::graph::{GraphHost, loopback_result};
@@ -69,8 +73,8 @@ fn main() -> ExitCode {
             Some(id) => attach(&service, id),
             None => return usage(),
         },
-        ["load", a, b, count] => match (number(a), number(b), number(count)) {
-            (Some(a), Some(b), Some(count)) => load(&service, [a, b], count),
+        ["load", a, b] => match (number(a), number(b)) {
+            (Some(a), Some(b)) => load(&service, [a, b]),
             _ => return usage(),
         },
         _ => return usage(),
@@ -83,7 +87,7 @@ fn main() -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: urom-remote-host ADDRESS KEY IDENTITY (connect | spawn ID | attach ID | load ID1 ID2 COUNT)"
+        "usage: urom-remote-host ADDRESS KEY IDENTITY (connect | spawn ID | attach ID | load ID1 ID2)"
     );
     ExitCode::from(2)
 }
@@ -157,25 +161,38 @@ fn attach(service: &Service<Running>, id: u64) -> Result<(), String> {
     Ok(())
 }
 
-fn load(service: &Service<Running>, ids: [u64; 2], count: u64) -> Result<(), String> {
+fn load(service: &Service<Running>, ids: [u64; 2]) -> Result<(), String> {
     let graph = graph(service)?;
     let mut engine = ProgressEngine::new();
     let workers = [
         start(&mut engine, service, &graph, ids[0])?,
         start(&mut engine, service, &graph, ids[1])?,
     ];
+    let input_ended = Arc::new(AtomicBool::new(false));
+    let watching = Arc::clone(&input_ended);
+    std::thread::spawn(move || {
+        for _ in std::io::stdin().lock().lines() {}
+        watching.store(true, Ordering::Relaxed);
+    });
     say("running");
     let deadline = Instant::now() + PATIENCE;
     let mut submitted = 0;
-    while submitted < count {
+    let mut failing = false;
+    while !input_ended.load(Ordering::Relaxed) {
         for worker in &workers {
             if graph.loopback(worker, submitted, 0, record).is_ok() {
                 submitted += 1;
             }
         }
         engine.progress();
+        if !failing && DONE.with(Cell::get).1 > 0 {
+            failing = true;
+            say("failing");
+        }
         if Instant::now() > deadline {
-            return Err(format!("only {submitted} of {count} tasks submitted"));
+            return Err(format!(
+                "the load still ran after {PATIENCE:?} ({submitted} tasks)"
+            ));
         }
     }
     wait_for(&mut engine, submitted)?;
