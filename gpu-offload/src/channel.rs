@@ -34,10 +34,10 @@
 //! byte as the client sent them, concatenated (at most [`BATCH_BYTES`], or one message when a
 //! message is longer): a pipelining client's requests cross in one frame. The answer to a frame
 //! is one frame holding the `client_response` of each of its requests, in order, and the
-//! orchestrator answers a connection's frames in the order they came. Each connection has a
-//! power of two of slots in each direction, at least `--max-concurrent-messages` (up to 1024),
-//! so the server, which never has more messages than that in flight per thread, rarely finds
-//! a ring full (and waits when it does).
+//! orchestrator answers a connection's frames in the order they came. Each connection has
+//! `--max-concurrent-messages` slots in each direction, rounded up to a power of two, at most
+//! [`MAX_CHANNEL_SLOTS`](limits::MAX_CHANNEL_SLOTS): frames hold many requests, so the server
+//! rarely finds a ring full, and a client whose frame finds it full waits for a slot.
 
 #[cfg(feature = "ucx")]
 mod ucx;
