@@ -9,24 +9,21 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 use urom_core::transport::{FrameRecvError, FrameSender, Transport};
-use urom_wire::gpu::{
-    CLIENT_HEADER_LEN, GpuMessage, MsgId, fast_client_message, put_response_headers,
-    write_client_headers,
-};
+use urom_wire::gpu::{CLIENT_HEADER_LEN, MsgId, fast_client_message, put_response_headers};
 
 /// How long a processor thread waits for a request before looking at its stop flag.
 const WAIT: Duration = Duration::from_millis(50);
 
-/// Writes the response to `request` into `out`: the payload's bytes in reverse order. Returns
-/// the response's length, or `None` when `request` is not a well-formed `client_request`.
+/// Writes the response to the `client_request` at the start of `requests` into `out`: the
+/// payload's bytes in reverse order. Returns the request's length, which is the response's, or
+/// `None` when no well-formed `client_request` starts `requests` or `out` is too small.
 #[inline]
-pub fn reverse_into(request: &[u8], out: &mut [u8], max_len: usize) -> Option<usize> {
-    let Ok(GpuMessage::ClientRequest(payload)) = GpuMessage::parse(request, max_len) else {
-        return None;
-    };
-    let len = write_client_headers(out, true, payload.len(), max_len).ok()?;
-    copy_reversed(payload, &mut out[CLIENT_HEADER_LEN..len]);
-    Some(len)
+pub fn reverse_into(requests: &[u8], out: &mut [u8], max_len: usize) -> Option<usize> {
+    let n = fast_client_message(requests, MsgId::ClientRequest, max_len)?;
+    let (headers, body) = out.get_mut(..n)?.split_first_chunk_mut()?;
+    put_response_headers(headers, (n - CLIENT_HEADER_LEN) as u32);
+    copy_reversed(&requests[CLIENT_HEADER_LEN..n], body);
+    Some(n)
 }
 
 /// Writes `from`'s bytes into `to` (of the same length) in reverse order, in one pass: sixteen
@@ -53,15 +50,9 @@ fn copy_reversed(from: &[u8], to: &mut [u8]) {
 /// sequence or `out` is too small.
 #[inline]
 pub fn reverse_frame(frame: &[u8], out: &mut [u8], max_len: usize) -> Option<usize> {
-    let (mut at, mut len) = (0, 0);
-    while at < frame.len() {
-        let n = fast_client_message(&frame[at..], MsgId::ClientRequest, max_len)?;
-        let payload = &frame[at + CLIENT_HEADER_LEN..at + n];
-        let (headers, body) = out.get_mut(len..len + n)?.split_first_chunk_mut()?;
-        put_response_headers(headers, payload.len() as u32);
-        copy_reversed(payload, body);
-        at += n;
-        len += n;
+    let mut len = 0;
+    while len < frame.len() {
+        len += reverse_into(&frame[len..], out.get_mut(len..)?, max_len)?;
     }
     (len > 0).then_some(len)
 }
@@ -197,6 +188,7 @@ impl CpuProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use urom_wire::gpu::GpuMessage;
 
     #[test]
     fn payloads_of_every_length_are_reversed() {
