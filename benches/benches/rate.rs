@@ -17,7 +17,8 @@
 //! numbers to trust on a VM whose cores change speed over seconds. This process (the host side)
 //! runs on core 0, its peers on core 1 (in the two-thread case, one host and one worker on
 //! each core). `benches/run-rate-bench.sh [rounds]` runs it; with `UROM_RATE_PROFILE` set, the
-//! binary measures only the host-API rate at 64 in flight, `rounds` times, for a profiler.
+//! binary measures only the host-API rate at 64 in flight, `rounds` times, for a profiler
+//! (`UROM_RATE_PROFILE=pair`: the two-thread case instead).
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -487,9 +488,20 @@ fn main() {
 
         if std::env::var_os("UROM_RATE_PROFILE").is_some() {
             // Only the host-API rate, for a profiler to watch.
+            let pair = std::env::var_os("UROM_RATE_PROFILE").is_some_and(|v| v == "pair");
             for _ in 0..rounds {
-                let b64 = api_rate(&mut engine, graph, &worker, 64);
-                println!("(b) 64 in flight: {:5.1} M/s", b64 / 1e6);
+                if pair {
+                    jobs.send(Job::Rate).expect("the second host thread runs");
+                    let start = Instant::now();
+                    api_rate(&mut pair_engine, graph, &pair_worker, 64);
+                    rate.recv().expect("the second host thread's rate");
+                    let b2 = (2 * API_COMMANDS) as f64 / start.elapsed().as_secs_f64();
+                    println!("(b) 2x2: {:5.1} M/s", b2 / 1e6);
+                    std::thread::sleep(Duration::from_millis(300));
+                } else {
+                    let b64 = api_rate(&mut engine, graph, &worker, 64);
+                    println!("(b) 64 in flight: {:5.1} M/s", b64 / 1e6);
+                }
             }
             let _ = jobs.send(Job::Stop);
             return;

@@ -26,6 +26,11 @@ use crate::transport::shm::FIRST_NAP;
 /// How soon a context that cannot be woken is looked at again while the engine sleeps.
 pub const POLL_SOON: Duration = Duration::from_millis(1);
 
+/// How many progress calls in a row find nothing before one yields the core (and as many after
+/// that before the next): a few microseconds of polling, after which a worker sharing this
+/// thread's core may be what the tasks in flight wait for.
+const FRUITLESS_POLLS_BEFORE_YIELD: u32 = 256;
+
 /// A context the engine polls.
 pub(crate) trait Poll {
     /// Does what is ready (receive, complete tasks, run callbacks); returns how much.
@@ -68,6 +73,8 @@ pub struct ProgressEngine {
     contexts: Vec<Weak<RefCell<dyn Poll>>>,
     tasks: Vec<Box<dyn OneShot>>,
     notifier: Option<Notifier>,
+    /// Progress calls in a row that found nothing to do.
+    fruitless: u32,
 }
 
 impl ProgressEngine {
@@ -85,7 +92,10 @@ impl ProgressEngine {
     }
 
     /// Polls every connected context once; returns how much work was done (frames received,
-    /// tasks completed). Contexts that were dropped are disconnected.
+    /// tasks completed). Contexts that were dropped are disconnected. One call in every
+    /// [`FRUITLESS_POLLS_BEFORE_YIELD`] in a row that find nothing yields the core
+    /// (`sched_yield`), so that a loop of progress calls does not hold off a worker or another
+    /// host that shares the core; alone on its core, a yield returns at once.
     pub fn progress(&mut self) -> usize {
         let mut work = 0;
         self.contexts.retain(|context| match context.upgrade() {
@@ -100,7 +110,22 @@ impl ProgressEngine {
         });
         let before = self.tasks.len();
         self.tasks.retain_mut(|task| !task.poll());
-        work + (before - self.tasks.len())
+        let work = work + (before - self.tasks.len());
+        if self.yield_due(work) {
+            std::thread::yield_now();
+        }
+        work
+    }
+
+    /// Counts the progress calls in a row that did no work; whether this one should yield the
+    /// core (every [`FRUITLESS_POLLS_BEFORE_YIELD`] of them).
+    fn yield_due(&mut self, work: usize) -> bool {
+        if work > 0 {
+            self.fruitless = 0;
+            return false;
+        }
+        self.fruitless = self.fruitless.wrapping_add(1);
+        self.fruitless % FRUITLESS_POLLS_BEFORE_YIELD == 0
     }
 
     /// A descriptor that becomes readable when, after [`ProgressEngine::request_notification`],
@@ -227,5 +252,25 @@ impl ProgressEngine {
             self.notifier = Some(Notifier { epoll, timer });
         }
         Ok(self.notifier.as_ref().expect("made just above"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_fruitless_progress_calls_yields_now_and_then() {
+        let mut engine = ProgressEngine::new();
+        let mut yields =
+            |calls: u32, work: usize| (0..calls).filter(|_| engine.yield_due(work)).count();
+        assert_eq!(yields(FRUITLESS_POLLS_BEFORE_YIELD - 1, 0), 0);
+        assert_eq!(yields(1, 0), 1);
+        assert_eq!(yields(3 * FRUITLESS_POLLS_BEFORE_YIELD, 0), 3);
+        // Work starts the count again.
+        assert_eq!(yields(FRUITLESS_POLLS_BEFORE_YIELD - 1, 0), 0);
+        assert_eq!(yields(1, 1), 0);
+        assert_eq!(yields(FRUITLESS_POLLS_BEFORE_YIELD - 1, 0), 0);
+        assert_eq!(yields(1, 0), 1);
     }
 }

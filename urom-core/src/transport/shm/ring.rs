@@ -33,6 +33,11 @@
 //! and only reloads it when the cached value says the ring is full. Wait and close flags sit on a
 //! third line that is written only when a side goes to sleep or closes.
 //!
+//! Both sides prefetch: the producer takes the lines of a slot a few frames ahead of its tail
+//! for writing, the consumer fetches the slot [`READ_AHEAD`] frames ahead of its head whenever
+//! it finds a frame, so that the lines of a burst cross between the cores together rather than
+//! one after another.
+//!
 //! Nothing the peer writes is trusted: a length larger than the slot (or a stamped frame too
 //! short to hold its header) or a head that moves backwards or past the producer is reported as
 //! [`RingCorrupt`], never followed.
@@ -61,6 +66,11 @@ const _: () = assert!(MARK_AT % 8 == 0 && MARK_END <= 64 && LENGTH_AT + 4 <= MAR
 
 /// Most slots the producer prefetches ahead of its tail.
 const PREFETCH_DISTANCE: u64 = 8;
+/// Most slots the consumer prefetches ahead of its head. Well short of the producer's
+/// [`PREFETCH_DISTANCE`]: at that distance the two sides take the same line from each other
+/// at every frame (a stream of 64-byte frames fell from 61 to 24 M/s), and past it the lines
+/// come too early for a fast producer (45 M/s at 16); at 4 the stream reached 80 M/s.
+const READ_AHEAD: u64 = 4;
 
 /// A value alone on its own cache-line pair.
 #[repr(C, align(128))]
@@ -281,6 +291,21 @@ impl RingMem {
         let _ = (position, offset);
     }
 
+    /// Hints the CPU to fetch the first cache line of the slot holding `position`.
+    #[inline(always)]
+    fn prefetch_read(&self, position: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let line = self.slot_ptr(position);
+            // SAFETY: `prefetcht0` reads and writes nothing architecturally and never faults,
+            // whatever the address.
+            unsafe {
+                core::arch::asm!("prefetcht0 [{0}]", in(reg) line, options(nostack, preserves_flags, readonly))
+            };
+        }
+        let _ = position;
+    }
+
     #[cfg(loom)]
     fn cell(&self, position: u64) -> &loom::cell::UnsafeCell<()> {
         let cell = self
@@ -477,6 +502,8 @@ pub(crate) struct Consumer {
     published: u64,
     batch: u64,
     taken: Option<Taken>,
+    /// How many slots ahead of its head the consumer prefetches once it finds a frame.
+    read_ahead: u64,
 }
 
 // SAFETY: as for `Producer`: access goes through `RingMem` only, one consumer by `&mut self`.
@@ -490,6 +517,7 @@ impl Consumer {
             published: 0,
             batch: (mem.capacity() / 4).max(1),
             taken: None,
+            read_ahead: (mem.capacity() / 4).clamp(1, READ_AHEAD),
         }
     }
 
@@ -543,6 +571,10 @@ impl Consumer {
                 let Some(taken) = self.check(mark)? else {
                     return Ok(None);
                 };
+                // Slots lie a page or more apart, out of the hardware prefetcher's reach: while
+                // frames keep coming, fetch the one a few slots on (a line the producer wrote,
+                // or one it has yet to write, which costs nothing more) alongside this one.
+                self.mem.prefetch_read(self.head + self.read_ahead);
                 #[cfg(loom)]
                 self.mem.cell(self.head).with(|_| ());
                 if taken.restored {
