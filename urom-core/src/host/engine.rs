@@ -93,7 +93,7 @@ impl ProgressEngine {
 
     /// Polls every connected context once; returns how much work was done (frames received,
     /// tasks completed). Contexts that were dropped are disconnected. One call in every
-    /// [`FRUITLESS_POLLS_BEFORE_YIELD`] in a row that find nothing yields the core
+    /// 256 in a row that find nothing yields the core
     /// (`sched_yield`), so that a loop of progress calls does not hold off a worker or another
     /// host that shares the core; alone on its core, a yield returns at once.
     pub fn progress(&mut self) -> usize {
