@@ -688,6 +688,56 @@ macro_rules! conformance {
     };
 }
 
+/// A pass that stops early (its closure wants no more, as a worker's does for a host whose
+/// notifications wait) hands every frame it took back to the sender at once: the sender can
+/// fill the ring again. Over shared memory the consumer otherwise publishes its head a quarter
+/// of the ring at a time. (Over UCX, credits go back in halves of the window, by message.)
+fn early_stop_gives_back_its_slots<P: Pair>() {
+    const RING: usize = 16;
+    let max = MaxMsgSize::new(512).unwrap();
+    let (mut a, mut b) = P::pair(max, RING);
+    let mut buf = vec![0u8; 512];
+    let mut sent = 0u32;
+    while a.send(frame(sent, 64, &mut buf)) == Ok(()) {
+        sent += 1;
+    }
+    assert_eq!(sent as usize, RING, "the ring holds {RING} frames");
+    let mut received = 0u32;
+    let handed = b
+        .split()
+        .1
+        .recv_each(usize::MAX, |got| {
+            check(received, got, 64);
+            received += 1;
+            received < 3
+        })
+        .unwrap();
+    assert_eq!(handed, 3);
+    for _ in 0..3 {
+        assert_eq!(
+            a.send(frame(sent, 64, &mut buf)),
+            Ok(()),
+            "frame {sent}: the slots the pass took were not given back"
+        );
+        sent += 1;
+    }
+}
+
+#[test]
+fn loopback_early_stop_gives_back_its_slots() {
+    early_stop_gives_back_its_slots::<Loopback>();
+}
+
+#[test]
+fn shm_early_stop_gives_back_its_slots() {
+    early_stop_gives_back_its_slots::<Shm>();
+}
+
+#[test]
+fn channel_over_shm_early_stop_gives_back_its_slots() {
+    early_stop_gives_back_its_slots::<ChannelOverShm>();
+}
+
 conformance!(loopback, Loopback);
 conformance!(shm, Shm);
 conformance!(channel_over_shm, ChannelOverShm);

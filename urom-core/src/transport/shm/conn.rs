@@ -407,6 +407,12 @@ impl FrameReceiver for ShmReceiver {
                 self.signals.wake_peer_if(&self.flags().producer_waiting);
             }
             if !more {
+                // The caller stops taking frames for a while (a host whose notifications
+                // wait, say): every slot released so far goes back to the producer now, not
+                // when a quarter of the ring has been read.
+                if self.ring.publish() {
+                    self.signals.wake_peer_if(&self.flags().producer_waiting);
+                }
                 break;
             }
         }
