@@ -70,9 +70,11 @@ print(sum(ns - before.get(tid, (0, 0))[0] for tid, (ns, _) in after.items()),
 PY
 }
 
-# client PORT SECONDS: runs the client against PORT in the background, output in $dir/client.
+# client PORT SECONDS: runs the client against PORT in the background, output in $dir/client;
+# it runs two seconds longer than the readings of the servers' threads, which must end before
+# the bare server's threads (one per client connection) do.
 client() {
-    timeout -s INT -k 10 "$(($2 + 1))" "$bin/gpu-offload-client" -s 127.0.0.1 -p "$1" \
+    timeout -s INT -k 10 "$(($2 + 2))" "$bin/gpu-offload-client" -s 127.0.0.1 -p "$1" \
         -t "$threads" -i 1000000000 -m "$message" -e "$expected" \
         --max-concurrent-messages 128 -l 30 >"$dir/client" 2>"$dir/client.err" &
     client_pid=$!
