@@ -18,6 +18,8 @@ use urom_core::transport::{Channel, ChannelConfig};
 pub(crate) struct Arrive {
     pub(crate) hosts: mpsc::Sender<Channel>,
     pub(crate) wake: Arc<EventFd>,
+    /// Set after each host handed over, so that the worker's turn looks at `hosts` only then.
+    pub(crate) pending: Arc<AtomicBool>,
 }
 
 impl Arrive {
@@ -25,6 +27,7 @@ impl Arrive {
     /// closes it: the host learns it is gone).
     fn send(&self, channel: Channel) {
         if self.hosts.send(channel).is_ok() {
+            self.pending.store(true, Ordering::Release);
             // A full counter already wakes it.
             let _ = self.wake.write(1);
         }

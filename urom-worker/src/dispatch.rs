@@ -59,6 +59,8 @@ const HANDED_OVER: Duration = Duration::from_nanos(1500);
 /// How many such yields an idle worker makes before it sleeps: it shares its core, and its
 /// polling would only delay whoever runs there.
 const HANDOVERS_BEFORE_SLEEP: u32 = 3;
+/// How many idle turns a spinning worker makes between two reads of the clock.
+const TURNS_PER_CLOCK_READ: u32 = 8;
 /// How many idle turns a worker spins, then yields, before it sleeps (unless it busy-polls);
 /// counted, so that a busy worker reads no clock.
 const SPIN_TURNS_BEFORE_NAP: u32 = 4096;
@@ -70,6 +72,8 @@ struct Idle {
     since: Instant,
     /// Yields in it that handed the core over.
     handovers: u32,
+    /// Whether it still spins (reading the clock only every [`TURNS_PER_CLOCK_READ`] turns).
+    spinning: bool,
 }
 /// How long one sleep lasts at most while some host channel or plugin cannot wake the worker
 /// (or a host's notifications wait for room in its ring).
@@ -174,6 +178,7 @@ impl Worker {
             idle: Idle {
                 since: Instant::now(),
                 handovers: 0,
+                spinning: true,
             },
             quick_yields: 0,
         }
@@ -243,6 +248,7 @@ impl Worker {
                 arrive: Arrive {
                     hosts: arrive,
                     wake: Arc::new(wake),
+                    pending: Arc::new(AtomicBool::new(false)),
                 },
                 stop: Arc::new(AtomicBool::new(false)),
             }
@@ -384,7 +390,15 @@ impl Worker {
         self.inbound.iter().flatten().count()
     }
 
+    /// Admits the hosts the acceptors handed over; costs one load of a flag when there are none.
     fn admit_arrivals(&mut self) -> bool {
+        let Some(arrivals) = &self.arrivals else {
+            return false;
+        };
+        let pending = &arrivals.arrive.pending;
+        if !(pending.load(Ordering::Relaxed) && pending.swap(false, Ordering::Acquire)) {
+            return false;
+        }
         let mut admitted = false;
         while let Some(channel) = self
             .arrivals
@@ -462,12 +476,19 @@ impl Worker {
     /// party of an exchange, say) gets out of its way. A busy-polling worker spins and yields
     /// the same way but never sleeps. Returns whether it slept.
     fn rest(&mut self, idle_turns: u32) -> bool {
+        // While it spins, a worker reads the clock only every few idle turns: a read costs as
+        // much as a turn, and the next command waits for the turn it arrives in to end.
+        if idle_turns > 1 && self.idle.spinning && idle_turns % TURNS_PER_CLOCK_READ != 0 {
+            std::hint::spin_loop();
+            return false;
+        }
         // Only idle turns read the clock.
         let now = Instant::now();
         if idle_turns == 1 {
             self.idle = Idle {
                 since: now,
                 handovers: 0,
+                spinning: true,
             };
         }
         // A busy-polling worker never sleeps (a wake-up costs more than its latency budget),
@@ -485,6 +506,7 @@ impl Worker {
         if now.duration_since(self.idle.since) < PURE_SPIN * (1 << doublings) {
             std::hint::spin_loop();
         } else {
+            self.idle.spinning = false;
             thread::yield_now();
             if now.elapsed() >= HANDED_OVER {
                 self.idle.handovers += 1;
