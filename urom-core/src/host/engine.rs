@@ -92,10 +92,10 @@ impl ProgressEngine {
     }
 
     /// Polls every connected context once; returns how much work was done (frames received,
-    /// tasks completed). Contexts that were dropped are disconnected. One call in every
-    /// 256 in a row that find nothing yields the core
-    /// (`sched_yield`), so that a loop of progress calls does not hold off a worker or another
-    /// host that shares the core; alone on its core, a yield returns at once.
+    /// tasks completed). Contexts that were dropped are disconnected. One call in every 256 in
+    /// a row that find nothing yields the core (`sched_yield`), so that a loop of progress calls
+    /// does not hold off a worker or another host that shares the core; alone on its core, a
+    /// yield returns at once.
     pub fn progress(&mut self) -> usize {
         let mut work = 0;
         self.contexts.retain(|context| match context.upgrade() {

@@ -572,8 +572,8 @@ impl Consumer {
                     return Ok(None);
                 };
                 // Slots lie a page or more apart, out of the hardware prefetcher's reach: while
-                // frames keep coming, fetch the one a few slots on (a line the producer wrote,
-                // or one it has yet to write, which costs nothing more) alongside this one.
+                // frames keep coming, fetch the one a few slots on alongside this one (a line
+                // the producer wrote, or one it has yet to write; see `READ_AHEAD`).
                 self.mem.prefetch_read(self.head + self.read_ahead);
                 #[cfg(loom)]
                 self.mem.cell(self.head).with(|_| ());
