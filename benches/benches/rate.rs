@@ -485,17 +485,22 @@ fn main() {
             .recv()
             .expect("the second host thread failed to start its worker");
         let mut next = 1u64;
+        // Both host threads at 64 in flight: the commands of both over the time until both
+        // were done.
+        let mut pair_rate = || {
+            jobs.send(Job::Rate).expect("the second host thread runs");
+            let start = Instant::now();
+            api_rate(&mut pair_engine, graph, &pair_worker, 64);
+            rate.recv().expect("the second host thread's rate");
+            (2 * API_COMMANDS) as f64 / start.elapsed().as_secs_f64()
+        };
 
         if std::env::var_os("UROM_RATE_PROFILE").is_some() {
             // Only the host-API rate, for a profiler to watch.
             let pair = std::env::var_os("UROM_RATE_PROFILE").is_some_and(|v| v == "pair");
             for _ in 0..rounds {
                 if pair {
-                    jobs.send(Job::Rate).expect("the second host thread runs");
-                    let start = Instant::now();
-                    api_rate(&mut pair_engine, graph, &pair_worker, 64);
-                    rate.recv().expect("the second host thread's rate");
-                    let b2 = (2 * API_COMMANDS) as f64 / start.elapsed().as_secs_f64();
+                    let b2 = pair_rate();
                     println!("(b) 2x2: {:5.1} M/s", b2 / 1e6);
                     std::thread::sleep(Duration::from_millis(300));
                 } else {
@@ -522,12 +527,7 @@ fn main() {
             } else {
                 f64::NAN
             };
-            jobs.send(Job::Rate).expect("the second host thread runs");
-            let start = Instant::now();
-            api_rate(&mut pair_engine, graph, &pair_worker, 64);
-            rate.recv().expect("the second host thread's rate");
-            // The commands of both over the time until both were done.
-            let b2 = (2 * API_COMMANDS) as f64 / start.elapsed().as_secs_f64();
+            let b2 = pair_rate();
             let c2 = if ucx {
                 ucx_rate(2).unwrap_or(f64::NAN)
             } else {
