@@ -8,6 +8,8 @@
 //!   written as a good server would be (this binary re-run as a child process: one thread per
 //!   connection, reads all that is there, answers the whole batch with one write), the floor
 //!   of the TCP part;
+//! * `gpu_offload/cuda_<T>t` (feature `cuda`, on a machine with a GPU): the same server with
+//!   `gpu-offload-orchestrator --processor cuda`, beside the CPU processor;
 //! * `gpu_offload/remote_<T>t` (feature `ucx`, as root with `ip`): the same server and
 //!   orchestrator on two machines, network namespaces joined by a veth pair, the channel over
 //!   UCX on TCP (`-c ucx://IP:PORT`); the client runs on the server's machine, as for `ours`,
@@ -142,7 +144,7 @@ const SERVER: &str = env!("CARGO_BIN_EXE_gpu-offload-server");
 const ORCHESTRATOR: &str = env!("CARGO_BIN_EXE_gpu-offload-orchestrator");
 
 /// Our server and orchestrator, started by `server` and `orchestrator` (the programs, with any
-/// arguments before their own) on `channel`.
+/// arguments before their own, the processor's among them) on `channel`.
 fn start_ours(mut server: Command, mut orchestrator: Command, channel: &str, dir: TempDir) -> Ours {
     let cpus = server_cpus();
     let in_flight = SERVER_IN_FLIGHT.to_string();
@@ -185,17 +187,34 @@ fn start_ours(mut server: Command, mut orchestrator: Command, channel: &str, dir
     }
 }
 
-/// Server and orchestrator on this machine, over shared memory.
-fn start_local() -> Ours {
+/// Server and orchestrator on this machine, over shared memory, with `processor` (`cpu` or
+/// `cuda`).
+fn start_local(processor: &str) -> Ours {
     let dir = TempDir::new("gpu-offload-bench");
     let socket = dir.path().join("channel.sock");
     let socket = socket.to_str().unwrap().to_owned();
-    start_ours(
-        Command::new(SERVER),
-        Command::new(ORCHESTRATOR),
-        &socket,
-        dir,
-    )
+    let mut orchestrator = Command::new(ORCHESTRATOR);
+    orchestrator.args(["--processor", processor]);
+    start_ours(Command::new(SERVER), orchestrator, &socket, dir)
+}
+
+/// The CUDA processor's stack, where this build has it and this machine has a GPU.
+#[cfg(feature = "cuda")]
+fn start_cuda() -> Option<Ours> {
+    match gpu_offload::orchestrator::cuda::Gpu::open(None) {
+        Ok(_) => Some(start_local("cuda")),
+        Err(why) => {
+            println!("CUDA processor skipped: {why}");
+            None
+        }
+    }
+}
+
+/// Without the `cuda` feature there are no CUDA figures.
+#[cfg(not(feature = "cuda"))]
+fn start_cuda() -> Option<Ours> {
+    println!("CUDA processor skipped: built without the cuda feature (--features cuda)");
+    None
 }
 
 /// Server and orchestrator on two machines (network namespaces), over UCX on TCP; clients run
@@ -320,7 +339,8 @@ fn main() {
         run_bare();
         return;
     }
-    let ours = start_local();
+    let ours = start_local("cpu");
+    let cuda = start_cuda();
     let (_bare, bare_addr) = start_bare();
     let remote = start_remote();
     let quick = std::env::var_os(QUICK_ENV).is_some();
@@ -333,7 +353,11 @@ fn main() {
         let mut group = criterion.benchmark_group("gpu_offload");
         group.throughput(Throughput::Elements(1));
         for threads in CLIENT_THREADS {
-            for (name, addr) in [("ours", ours.addr), ("bare", bare_addr)] {
+            let cuda_addr = cuda.as_ref().map(|cuda| ("cuda", cuda.addr));
+            for (name, addr) in [("ours", ours.addr), ("bare", bare_addr)]
+                .into_iter()
+                .chain(cuda_addr)
+            {
                 group.bench_function(format!("{name}_{threads}t"), |b| {
                     b.iter_custom(|iters| {
                         let per_thread = iters.div_ceil(threads as u64).max(1);
@@ -370,6 +394,7 @@ fn main() {
     for threads in CLIENT_THREADS {
         let (mut ours_rates, mut bare_rates, mut ratios) = (vec![], vec![], vec![]);
         let (mut remote_rates, mut remote_ratios) = (vec![], vec![]);
+        let (mut cuda_rates, mut cuda_ratios) = (vec![], vec![]);
         for _ in 0..rounds {
             let ours_rate = client::run(&config(ours.addr, threads, ROUND_OPS))
                 .unwrap()
@@ -380,6 +405,13 @@ fn main() {
             ours_rates.push(ours_rate);
             bare_rates.push(bare_rate);
             ratios.push(ours_rate / bare_rate);
+            if let Some(cuda) = &cuda {
+                let cuda_rate = client::run(&config(cuda.addr, threads, ROUND_OPS))
+                    .unwrap()
+                    .miops();
+                cuda_rates.push(cuda_rate);
+                cuda_ratios.push(cuda_rate / ours_rate);
+            }
             if let Some(remote) = &remote {
                 let remote_rate = remote
                     .run(&config(remote_addr(remote), threads, ROUND_OPS))
@@ -394,6 +426,13 @@ fn main() {
             median(&mut bare_rates),
             median(&mut ratios)
         );
+        if !cuda_rates.is_empty() {
+            println!(
+                "  {threads} client thread(s): ours with the CUDA processor {:.3} MIOP/s, cuda/cpu {:.2} (median of per-round ratios)",
+                median(&mut cuda_rates),
+                median(&mut cuda_ratios)
+            );
+        }
         if !remote_rates.is_empty() {
             println!(
                 "  {threads} client thread(s): ours on two machines (UCX over TCP) {:.3} MIOP/s, two machines/one {:.2} (median of per-round ratios)",
@@ -403,6 +442,9 @@ fn main() {
         }
     }
     ours.stop();
+    if let Some(cuda) = cuda {
+        cuda.stop();
+    }
     if let Some(remote) = remote {
         remote.stop();
     }

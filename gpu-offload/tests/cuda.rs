@@ -26,7 +26,8 @@ fn the_cuda_processor_reverses_every_message() {
     check_every_shape(&stack, &[0, 1, 2, 63, 64, 255, 256]);
     let log = stack.orchestrator_log();
     assert!(log.contains("kernel launched"), "{log}");
-    stack.stop_with(SIGINT, true);
+    let log = stack.stop_with(SIGINT, true);
+    assert!(log.contains("kernel stopped"), "{log}");
 }
 
 #[test]

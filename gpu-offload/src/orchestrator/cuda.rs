@@ -1,24 +1,30 @@
 //! The CUDA processor: a persistent kernel, one warp per server data-path thread, polling
 //! request slots in pinned host memory mapped into the GPU's address space.
 //!
-//! Memory, one `cuMemHostAlloc(DEVICEMAP | PORTABLE)` allocation:
+//! Memory, one `cuMemHostAlloc(DEVICEMAP | PORTABLE)` allocation; channel `c` holds `slots`
+//! slots of `stride` bytes from `c * slots * stride`, each:
 //!
 //! ```text
-//! 0                  u32 stop flag, set by the CPU to end the kernel (own 128-byte line)
-//! 128 + c * CH       channel c: `slots` slots of SLOT bytes (SLOT = 16 + max length,
-//!                    rounded up to 128), each:
-//!                      0  u32 state   0 free (CPU's), 1 request (GPU's), 2 response (CPU's)
-//!                      4  u32 length  payload bytes
-//!                      16 payload
+//! 0       u64 header: state (low 32 bits) | payload length << 32; states: 0 free (the CPU's),
+//!         1 request and 3 stop (the GPU's), 2 response (the CPU's)
+//! 16      request payload (the longest message, rounded up to 16 bytes)
+//! 16 + P  response payload (as long)
 //! ```
 //!
-//! Per channel, a CPU feeder thread takes frames of requests off the data connection and posts
-//! each request in the next slot (payload, length, then state 1 with Release); the kernel's
-//! warp for that channel waits for state 1 in slot order, reverses the payload in place (the
-//! lanes share the bytes), fences, and sets state 2; the feeder picks responses up in slot
-//! order, frees each slot (state 0), and sends one frame of responses per frame of requests.
-//! Requests are answered in the order they came, which the server relies on. The kernel runs until the CPU sets the stop flag; the main thread
-//! watches it with `cuStreamQuery`.
+//! The stride rounds that up to 128 bytes. Per channel, a CPU feeder thread takes frames of
+//! requests off the data connection and posts each request in the next slot (payload, then the
+//! header with Release). The kernel's warp for the channel works in slot order: lane 0 waits
+//! for the oldest slot to be taken, then each lane reads the header of one slot from there on,
+//! and the run of requests from the oldest is done at once, each lane reversing one payload
+//! into its slot's response area with 16-byte accesses. The loads of a run overlap, so a run of
+//! up to 32 requests costs about one PCIe round trip to read and one to answer, not one per
+//! request. The feeder picks the responses up in slot order, frees each slot, and sends one
+//! frame of responses per frame of requests: requests are answered in the order they came,
+//! which the server relies on.
+//!
+//! To stop, the CPU answers what is in flight and posts the stop state in each channel's next
+//! slot, where the warp looks anyway; the main thread watches the kernel with `cuStreamQuery`
+//! and stops waiting for it after [`KERNEL_STOP_WAIT`].
 //!
 //! Without a driver or NVRTC, [`Gpu::open`] says so in one line instead of failing inside
 //! cudarc (which panics when the library is absent).
@@ -28,12 +34,12 @@ use core::fmt;
 use std::collections::VecDeque;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    CudaContext, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
+    CudaContext, CudaModule, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
 use tracing::{error, info, warn};
 use urom_core::transport::{FrameSender, Transport};
@@ -93,54 +99,135 @@ fn driver(op: &'static str) -> impl FnOnce(DriverError) -> CudaError {
 
 const KERNEL_NAME: &str = "reverse_requests";
 const KERNEL: &str = r#"
-extern "C" __global__ void reverse_requests(unsigned char *base,
+#define FREE 0u
+#define REQUEST 1u
+#define RESPONSE 2u
+#define STOP 3u
+#define ALL_LANES 0xffffffffu
+#define REQUEST_OFFSET 16u
+
+__device__ __forceinline__ unsigned long long bswap64(unsigned long long x)
+{
+    const unsigned int lo = (unsigned int)x;
+    const unsigned int hi = (unsigned int)(x >> 32);
+    return ((unsigned long long)__byte_perm(lo, 0, 0x0123) << 32) | __byte_perm(hi, 0, 0x0123);
+}
+
+/* The 16 bytes of the 32 in `a` then `b` (little-endian) that start at byte `r`, reversed. */
+__device__ __forceinline__ ulonglong2 reversed_window(ulonglong2 a, ulonglong2 b, unsigned int r)
+{
+    const unsigned long long x = r < 8 ? a.x : a.y;
+    const unsigned long long y = r < 8 ? a.y : b.x;
+    const unsigned long long z = r < 8 ? b.x : b.y;
+    const unsigned int shift = (r & 7u) * 8u;
+    const unsigned long long lo = shift ? (x >> shift) | (y << (64u - shift)) : x;
+    const unsigned long long hi = shift ? (y >> shift) | (z << (64u - shift)) : y;
+    return make_ulonglong2(bswap64(hi), bswap64(lo));
+}
+
+/* Writes the `len` bytes at `in` to `out` in reverse order, 16 bytes at a time; both are
+   16-byte aligned. Output chunk j holds input bytes [len - 16 - 16j, len - 16j) reversed: the
+   window at byte len % 16 of input chunks c0 - j and c0 - j + 1, c0 = len / 16 - 1. So the
+   loads reach from the 16 bytes before `in` to the 16 after its last whole chunk (the slot's
+   header and response area; the bytes they feed land past `len` in `out`). */
+__device__ void reverse_payload(const unsigned char *in, unsigned char *out, unsigned int len)
+{
+    const ulonglong2 *src = (const ulonglong2 *)in;
+    ulonglong2 *dst = (ulonglong2 *)out;
+    const unsigned int chunks = (len + 15u) / 16u;
+    const unsigned int r = len & 15u;
+    int c = (int)(len / 16u) - 1;
+    ulonglong2 above = __ldcv(&src[c + 1]);
+    unsigned int j = 0;
+    for (; j + 4u <= chunks; j += 4u, c -= 4) {
+        const ulonglong2 in0 = __ldcv(&src[c]);
+        const ulonglong2 in1 = __ldcv(&src[c - 1]);
+        const ulonglong2 in2 = __ldcv(&src[c - 2]);
+        const ulonglong2 in3 = __ldcv(&src[c - 3]);
+        __stwt(&dst[j], reversed_window(in0, above, r));
+        __stwt(&dst[j + 1u], reversed_window(in1, in0, r));
+        __stwt(&dst[j + 2u], reversed_window(in2, in1, r));
+        __stwt(&dst[j + 3u], reversed_window(in3, in2, r));
+        above = in3;
+    }
+    for (; j < chunks; ++j, --c) {
+        const ulonglong2 below = __ldcv(&src[c]);
+        __stwt(&dst[j], reversed_window(below, above, r));
+        above = below;
+    }
+}
+
+extern "C" __global__ void reverse_requests(unsigned char *rings,
                                             unsigned long long channel_stride,
                                             unsigned int slot_stride,
                                             unsigned int slots,
-                                            volatile unsigned int *stop)
+                                            unsigned int max_len,
+                                            unsigned int response_offset)
 {
     const unsigned int lane = threadIdx.x;
-    unsigned char *ring = base + (unsigned long long)blockIdx.x * channel_stride;
+    unsigned char *ring = rings + (unsigned long long)blockIdx.x * channel_stride;
+    const unsigned int window = slots < 32u ? slots : 32u;
     unsigned int next = 0;
     for (;;) {
-        volatile unsigned int *state =
-            (volatile unsigned int *)(ring + (unsigned long long)next * slot_stride);
-        int go = 0;
+        /* Lane 0 alone waits for the oldest slot to be taken. */
+        unsigned int first = FREE;
         if (lane == 0) {
-            for (;;) {
-                if (*state == 1u) { go = 1; break; }
-                if (*stop != 0u) { go = 2; break; }
-            }
+            volatile unsigned long long *header =
+                (volatile unsigned long long *)(ring + (unsigned long long)next * slot_stride);
+            do {
+                first = (unsigned int)*header;
+            } while (first == FREE);
         }
-        go = __shfl_sync(0xffffffffu, go, 0);
-        if (go == 2) {
+        first = __shfl_sync(ALL_LANES, first, 0);
+        if (first == STOP) {
             return;
         }
-        __threadfence_system();
-        volatile unsigned char *slot = (volatile unsigned char *)state;
-        const unsigned int len = ((volatile unsigned int *)slot)[1];
-        volatile unsigned char *data = slot + 16;
-        for (unsigned int i = lane; i < len / 2; i += 32) {
-            const unsigned char a = data[i];
-            const unsigned char b = data[len - 1 - i];
-            data[i] = b;
-            data[len - 1 - i] = a;
+        /* Then each lane reads one header from the oldest on, and the run of requests from
+           the oldest is answered together, until the oldest is not a request. */
+        for (;;) {
+            unsigned int at = next + lane;
+            if (at >= slots) {
+                at -= slots;
+            }
+            unsigned char *slot = ring + (unsigned long long)at * slot_stride;
+            unsigned long long header = 0;
+            if (lane < window) {
+                header = *(volatile unsigned long long *)slot;
+            }
+            const unsigned int requests =
+                __ballot_sync(ALL_LANES, (unsigned int)header == REQUEST);
+            const unsigned int run = requests == ALL_LANES ? 32u : __ffs(~requests) - 1u;
+            if (run == 0) {
+                break;
+            }
+            __threadfence_system();
+            if (lane < run) {
+                const unsigned int len = (unsigned int)(header >> 32);
+                reverse_payload(slot + REQUEST_OFFSET, slot + response_offset,
+                                len < max_len ? len : max_len);
+            }
+            __threadfence_system();
+            if (lane < run) {
+                *(volatile unsigned long long *)slot = (header & ~0xffffffffull) | RESPONSE;
+            }
+            next += run;
+            if (next >= slots) {
+                next -= slots;
+            }
         }
-        __syncwarp();
-        __threadfence_system();
-        if (lane == 0) {
-            *state = 2u;
-        }
-        next = (next + 1 == slots) ? 0 : next + 1;
     }
 }
 "#;
 
-const STOP_LINE: usize = 128;
-const PAYLOAD_OFFSET: usize = 16;
-const FREE: u32 = 0;
-const REQUEST: u32 = 1;
-const RESPONSE: u32 = 2;
+/// Where a slot's request payload starts (the kernel's `REQUEST_OFFSET`).
+const REQUEST_OFFSET: usize = 16;
+/// Slot states: the low 32 bits of a slot's header (the kernel's `#define`s).
+const FREE: u64 = 0;
+const REQUEST: u64 = 1;
+const RESPONSE: u64 = 2;
+const STOP: u64 = 3;
+/// How long stopping waits for the kernel to answer what is in flight and end.
+pub const KERNEL_STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// An opened GPU.
 pub struct Gpu {
@@ -226,13 +313,13 @@ impl HostMemory {
         Ok(memory)
     }
 
-    /// The `u32` at `offset` as an atomic.
-    fn word(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset % 4 == 0 && offset + 4 <= self.len);
-        // SAFETY: in bounds and 4-byte aligned (checked above; the base is page aligned); the
-        // memory lives as long as `self`; the GPU accesses it only with volatile 32-bit loads
-        // and stores, so treating it as an atomic is sound.
-        unsafe { &*(self.host.wrapping_add(offset) as *const AtomicU32) }
+    /// The slot header at `offset` as an atomic.
+    fn header(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset % 8 == 0 && offset + 8 <= self.len);
+        // SAFETY: in bounds and 8-byte aligned (checked above; the base is page aligned); the
+        // memory lives as long as `self`; the GPU accesses headers only with volatile 64-bit
+        // loads and stores, so treating one as an atomic is sound.
+        unsafe { &*(self.host.wrapping_add(offset) as *const AtomicU64) }
     }
 
     /// Copies `src` to `offset`; the caller owns those bytes (its state word says so).
@@ -268,28 +355,53 @@ impl Drop for HostMemory {
     }
 }
 
-/// Where the slots of a channel sit.
-#[derive(Clone, Copy)]
+/// Where the slots of the channels sit.
+#[derive(Clone, Copy, Debug)]
 struct Geometry {
     slots: usize,
     slot_stride: usize,
     channel_stride: usize,
+    response_offset: usize,
     max_len: usize,
 }
 
 impl Geometry {
-    fn slot(&self, channel: usize, slot: usize) -> usize {
-        STOP_LINE + channel * self.channel_stride + slot * self.slot_stride
+    fn new(max_len: usize, slots: usize) -> Self {
+        let payload_area = max_len.next_multiple_of(16);
+        let response_offset = REQUEST_OFFSET + payload_area;
+        let slot_stride = (response_offset + payload_area).next_multiple_of(128);
+        Self {
+            slots,
+            slot_stride,
+            channel_stride: slots * slot_stride,
+            response_offset,
+            max_len,
+        }
     }
+
+    fn slot(&self, channel: usize, slot: usize) -> usize {
+        channel * self.channel_stride + slot * self.slot_stride
+    }
+}
+
+/// How far a feeder got: requests posted (`head`) and responses taken (`tail`), in slots.
+#[derive(Clone, Copy, Debug, Default)]
+struct RingPosition {
+    head: usize,
+    tail: usize,
 }
 
 /// The running kernel and its feeders.
 pub struct CudaProcessor {
     gpu: Gpu,
+    // Unloading a module waits for its kernels to end: it must outlive the kernel.
+    _module: Arc<CudaModule>,
     stream: Arc<CudaStream>,
     memory: Arc<HostMemory>,
+    geometry: Geometry,
+    channels: usize,
     feeders_stop: Arc<AtomicBool>,
-    feeders: Vec<JoinHandle<Option<()>>>,
+    feeders: Vec<JoinHandle<Option<RingPosition>>>,
 }
 
 impl CudaProcessor {
@@ -308,65 +420,63 @@ impl CudaProcessor {
         let function = module
             .load_function(KERNEL_NAME)
             .map_err(driver("cuModuleGetFunction"))?;
-        let max_len = params.max_message_length as usize;
-        let slot_stride = (PAYLOAD_OFFSET + max_len).next_multiple_of(128);
-        let slots = params.max_concurrent as usize;
-        let geometry = Geometry {
-            slots,
-            slot_stride,
-            channel_stride: slots * slot_stride,
-            max_len,
-        };
+        let geometry = Geometry::new(
+            params.max_message_length as usize,
+            params.max_concurrent as usize,
+        );
         let channels = conns.len();
-        let memory = Arc::new(HostMemory::new(
-            &ctx,
-            STOP_LINE + channels * geometry.channel_stride,
-        )?);
+        let memory = Arc::new(HostMemory::new(&ctx, channels * geometry.channel_stride)?);
         let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+        let kernel_u32 = |value: usize| u32::try_from(value).expect("checked by the channel");
         let channel_stride = geometry.channel_stride as u64;
-        let slot_stride_arg = slot_stride as u32;
-        let slots_arg = slots as u32;
-        let stop_ptr: u64 = memory.device;
+        let slot_stride = kernel_u32(geometry.slot_stride);
+        let slots = kernel_u32(geometry.slots);
+        let max_len = kernel_u32(geometry.max_len);
+        let response_offset = kernel_u32(geometry.response_offset);
         let mut launch = stream.launch_builder(&function);
         launch
             .arg(&memory.device)
             .arg(&channel_stride)
-            .arg(&slot_stride_arg)
-            .arg(&slots_arg)
-            .arg(&stop_ptr);
+            .arg(&slot_stride)
+            .arg(&slots)
+            .arg(&max_len)
+            .arg(&response_offset);
         let config = LaunchConfig {
             grid_dim: (channels as u32, 1, 1),
             block_dim: (32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the arguments match the kernel's parameters in number and type; the memory
-        // they point to stays allocated until `stop` has synchronized the stream.
+        // they point to stays allocated until the kernel has ended (`stop`).
         unsafe { launch.launch(config) }.map_err(driver("cuLaunchKernel"))?;
         info!(
             ordinal = gpu.ordinal,
             warps = channels,
-            slots,
+            slots = geometry.slots,
             "kernel launched"
         );
-        let feeders_stop = Arc::new(AtomicBool::new(false));
-        let mut feeders = Vec::with_capacity(channels);
+        let mut processor = Self {
+            gpu,
+            _module: module,
+            stream,
+            memory,
+            geometry,
+            channels,
+            feeders_stop: Arc::new(AtomicBool::new(false)),
+            feeders: Vec::with_capacity(channels),
+        };
         for (index, conn) in conns.into_iter().enumerate() {
-            let shared = Arc::clone(&memory);
-            let stop = Arc::clone(&feeders_stop);
+            let shared = Arc::clone(&processor.memory);
+            let stop = Arc::clone(&processor.feeders_stop);
             let spawned = super::spawn_pinned(
                 format!("cuda-feeder-{index}"),
                 cpus.get(index).copied(),
                 move || feed(conn, index, &shared, geometry, &stop),
             );
             match spawned {
-                Ok(feeder) => feeders.push(feeder),
+                Ok(feeder) => processor.feeders.push(feeder),
                 Err(e) => {
-                    feeders_stop.store(true, Ordering::Relaxed);
-                    for feeder in feeders {
-                        let _ = feeder.join();
-                    }
-                    memory.word(0).store(1, Ordering::Release);
-                    let _ = stream.synchronize();
+                    processor.stop();
                     return Err(CudaError::Driver {
                         op: "starting the feeder threads",
                         reason: e.to_string(),
@@ -374,52 +484,107 @@ impl CudaProcessor {
                 }
             }
         }
-        Ok(Self {
-            gpu,
-            stream,
-            memory,
-            feeders_stop,
-            feeders,
-        })
+        Ok(processor)
     }
 
     /// An error once the kernel ended or failed.
     pub fn check(&mut self) -> Result<(), CudaError> {
-        // SAFETY: the stream is alive (owned by `self`).
-        let status = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
-        match status {
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(()),
-            sys::CUresult::CUDA_SUCCESS => Err(CudaError::KernelFailed(
+        match self.query() {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(CudaError::KernelFailed(
                 "it returned before being told to stop".to_owned(),
             )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the kernel has ended, or the error it ended with.
+    fn query(&self) -> Result<bool, CudaError> {
+        // SAFETY: the stream is alive (owned by `self`).
+        match unsafe { sys::cuStreamQuery(self.stream.cu_stream()) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
             other => Err(CudaError::KernelFailed(format!("{other:?}"))),
         }
     }
 
-    /// Stops the feeders, then the kernel, and waits for it.
-    pub fn stop(self) {
+    /// Stops the feeders, takes the responses still in flight, posts the stop state in each
+    /// channel's next slot, and waits up to [`KERNEL_STOP_WAIT`] for the kernel to end.
+    pub fn stop(mut self) {
+        let deadline = Instant::now() + KERNEL_STOP_WAIT;
         self.feeders_stop.store(true, Ordering::Relaxed);
-        for feeder in self.feeders {
-            let _ = feeder.join();
+        let mut positions = vec![RingPosition::default(); self.channels];
+        for (position, feeder) in positions.iter_mut().zip(std::mem::take(&mut self.feeders)) {
+            if let Ok(Some(reached)) = feeder.join() {
+                *position = reached;
+            }
         }
-        self.memory.word(0).store(1, Ordering::Release);
+        for (channel, position) in positions.into_iter().enumerate() {
+            if !post_stop(&self.memory, self.geometry, channel, position, deadline) {
+                warn!(
+                    channel,
+                    "the kernel did not answer the requests in flight in time"
+                );
+            }
+        }
         let _ = self.gpu.ctx.bind_to_thread();
-        if let Err(e) = self.stream.synchronize() {
-            error!("the kernel ended with an error: {e}");
+        loop {
+            match self.query() {
+                Ok(true) => break info!("kernel stopped"),
+                Ok(false) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(false) => {
+                    error!(
+                        "the kernel did not stop within {} s; the driver ends it with this process",
+                        KERNEL_STOP_WAIT.as_secs()
+                    );
+                    // The kernel may still use the memory, and unloading its module would
+                    // wait for it: leave both to the end of the process.
+                    std::mem::forget(self);
+                    return;
+                }
+                Err(e) => break error!("{e}"),
+            }
         }
-        info!("kernel stopped");
     }
 }
 
+/// Takes the responses of `channel` still in flight at `position` (until `deadline`), then
+/// posts the stop state in its next slot; false if the responses did not come in time.
+fn post_stop(
+    memory: &HostMemory,
+    geometry: Geometry,
+    channel: usize,
+    mut position: RingPosition,
+    deadline: Instant,
+) -> bool {
+    while position.tail < position.head {
+        let header = memory.header(geometry.slot(channel, position.tail % geometry.slots));
+        if header.load(Ordering::Acquire) as u32 as u64 == RESPONSE {
+            header.store(FREE, Ordering::Release);
+            position.tail += 1;
+        } else if Instant::now() < deadline {
+            std::hint::spin_loop();
+        } else {
+            return false;
+        }
+    }
+    memory
+        .header(geometry.slot(channel, position.head % geometry.slots))
+        .store(STOP, Ordering::Release);
+    true
+}
+
 /// One channel's feeder: posts each request of each frame to the kernel, and sends back one
-/// frame of responses per frame of requests, in order.
+/// frame of responses per frame of requests, in order. Returns how far it got.
 fn feed<T: Transport>(
     mut conn: T,
     index: usize,
     memory: &HostMemory,
     geometry: Geometry,
     stop: &AtomicBool,
-) {
+) -> RingPosition {
     let capacity = conn.max_msg_size().as_u32() as usize;
     // The frame being posted (copied out of the ring so the ring slot is free at once).
     let mut staged = vec![0u8; capacity].into_boxed_slice();
@@ -430,17 +595,17 @@ fn feed<T: Transport>(
     let mut gathered = 0u32;
     // Requests per frame, oldest first, for frames not yet answered.
     let mut frames: VecDeque<u32> = VecDeque::with_capacity(geometry.slots + 1);
-    let (mut head, mut tail) = (0usize, 0usize);
-    let mut served = 0u64;
+    let mut position = RingPosition::default();
     'feed: while !stop.load(Ordering::Relaxed) {
         let mut progress = false;
         // Responses, in slot order; a frame goes back once all its requests are done.
-        while tail < head {
-            let slot = geometry.slot(index, tail % geometry.slots);
-            if memory.word(slot).load(Ordering::Acquire) != RESPONSE {
+        while position.tail < position.head {
+            let slot = geometry.slot(index, position.tail % geometry.slots);
+            let header = memory.header(slot).load(Ordering::Acquire);
+            if header as u32 as u64 != RESPONSE {
                 break;
             }
-            let len = memory.word(slot + 4).load(Ordering::Relaxed) as usize;
+            let len = (header >> 32) as usize;
             let Ok(total) = write_client_headers(&mut out[out_len..], true, len, geometry.max_len)
             else {
                 error!(
@@ -450,14 +615,13 @@ fn feed<T: Transport>(
                 break 'feed;
             };
             memory.read(
-                slot + PAYLOAD_OFFSET,
+                slot + geometry.response_offset,
                 &mut out[out_len + CLIENT_HEADER_LEN..out_len + total],
             );
-            memory.word(slot).store(FREE, Ordering::Release);
+            memory.header(slot).store(FREE, Ordering::Release);
             out_len += total;
             gathered += 1;
-            tail += 1;
-            served += 1;
+            position.tail += 1;
             progress = true;
             if frames.front() == Some(&gathered) {
                 if !super::send_waiting(&mut conn, &out[..out_len], index) {
@@ -471,20 +635,19 @@ fn feed<T: Transport>(
             }
         }
         // Requests of the staged frame, while slots are free.
-        while staged_at < staged_len && head - tail < geometry.slots {
+        while staged_at < staged_len && position.head - position.tail < geometry.slots {
             let Ok(Some(len)) = message_length(&staged[staged_at..staged_len], geometry.max_len)
             else {
                 break;
             };
             let payload = &staged[staged_at + CLIENT_HEADER_LEN..staged_at + len];
-            let slot = geometry.slot(index, head % geometry.slots);
-            memory.write(slot + PAYLOAD_OFFSET, payload);
+            let slot = geometry.slot(index, position.head % geometry.slots);
+            memory.write(slot + REQUEST_OFFSET, payload);
             memory
-                .word(slot + 4)
-                .store(payload.len() as u32, Ordering::Relaxed);
-            memory.word(slot).store(REQUEST, Ordering::Release);
+                .header(slot)
+                .store((payload.len() as u64) << 32 | REQUEST, Ordering::Release);
             staged_at += len;
-            head += 1;
+            position.head += 1;
             progress = true;
         }
         // The next frame, once the staged one is posted.
@@ -527,14 +690,15 @@ fn feed<T: Transport>(
             conn.split().0.flush_wakes();
         }
         if !progress {
-            if head == tail && staged_at == staged_len {
+            if position.head == position.tail && staged_at == staged_len {
                 let _ = conn.wait_recv(Duration::from_millis(50));
             } else {
                 std::hint::spin_loop();
             }
         }
     }
-    info!(thread = index, requests = served, "feeder stopped");
+    info!(thread = index, requests = position.tail, "feeder stopped");
+    position
 }
 
 /// How many whole `client_request` messages `frame` holds; `None` unless it is one or more
@@ -588,18 +752,22 @@ mod tests {
     }
 
     #[test]
-    fn slots_do_not_overlap() {
-        let geometry = Geometry {
-            slots: 4,
-            slot_stride: (PAYLOAD_OFFSET + 256).next_multiple_of(128),
-            channel_stride: 4 * (PAYLOAD_OFFSET + 256).next_multiple_of(128),
-            max_len: 256,
-        };
-        assert_eq!(geometry.slot(0, 0), STOP_LINE);
-        assert!(geometry.slot(0, 1) >= geometry.slot(0, 0) + PAYLOAD_OFFSET + 256);
-        assert_eq!(
-            geometry.slot(1, 0),
-            geometry.slot(0, 3) + geometry.slot_stride
-        );
+    fn every_access_of_the_kernel_stays_in_its_slot() {
+        for max_len in (0..=300).chain([4095, 4096, 65535]) {
+            let geometry = Geometry::new(max_len, 4);
+            let stride = geometry.slot_stride;
+            assert_eq!(stride % 128, 0, "{geometry:?}");
+            assert_eq!(geometry.response_offset % 16, 0, "{geometry:?}");
+            // The request area ends where the response area starts.
+            assert!(REQUEST_OFFSET + max_len <= geometry.response_offset);
+            // The kernel's loads for the longest payload: up to the 16 bytes after its last
+            // whole chunk. Its stores: whole chunks from the response offset.
+            assert!(
+                REQUEST_OFFSET + 16 * (max_len / 16 + 1) <= stride,
+                "{geometry:?}"
+            );
+            assert!(geometry.response_offset + max_len.next_multiple_of(16) <= stride);
+            assert_eq!(geometry.slot(1, 0), geometry.slot(0, 3) + stride);
+        }
     }
 }

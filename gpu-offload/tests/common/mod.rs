@@ -141,8 +141,9 @@ impl Stack {
         );
     }
 
-    /// Stops both with `signal` sent to `which` and checks that both exit 0.
-    pub fn stop_with(mut self, signal: i32, server_side: bool) {
+    /// Stops both with `signal` sent to `which`, checks that both exit 0, and returns the
+    /// orchestrator's log.
+    pub fn stop_with(mut self, signal: i32, server_side: bool) -> String {
         if server_side {
             self.server.signal(signal);
         } else {
@@ -162,6 +163,7 @@ impl Stack {
             self.server_log(),
             self.orchestrator_log()
         );
+        self.orchestrator_log()
     }
 }
 
