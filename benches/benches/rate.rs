@@ -18,7 +18,8 @@
 //! runs on core 0, its peers on core 1 (in the two-thread case, one host and one worker on
 //! each core). `benches/run-rate-bench.sh [rounds]` runs it; with `UROM_RATE_PROFILE` set, the
 //! binary measures only the host-API rate at 64 in flight, `rounds` times, for a profiler
-//! (`UROM_RATE_PROFILE=pair`: the two-thread case instead).
+//! (`UROM_RATE_PROFILE=pair`: the two-thread case instead; `lone`: the lone command's round
+//! trip).
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -496,13 +497,16 @@ fn main() {
         };
 
         if std::env::var_os("UROM_RATE_PROFILE").is_some() {
-            // Only the host-API rate, for a profiler to watch.
-            let pair = std::env::var_os("UROM_RATE_PROFILE").is_some_and(|v| v == "pair");
+            // Only the host-API rate (or the lone command), for a profiler to watch.
+            let mode = std::env::var("UROM_RATE_PROFILE").unwrap_or_default();
             for _ in 0..rounds {
-                if pair {
+                if mode == "pair" {
                     let b2 = pair_rate();
                     println!("(b) 2x2: {:5.1} M/s", b2 / 1e6);
                     std::thread::sleep(Duration::from_millis(300));
+                } else if mode == "lone" {
+                    let lone_ns = api_round_trip(&mut engine, graph, &worker);
+                    println!("lone command: {lone_ns:5.1} ns");
                 } else {
                     let b64 = api_rate(&mut engine, graph, &worker, 64);
                     println!("(b) 64 in flight: {:5.1} M/s", b64 / 1e6);
