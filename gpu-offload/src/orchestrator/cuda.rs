@@ -17,8 +17,8 @@
 //! for the oldest slot to be taken, then each lane reads the header of one slot from there on,
 //! and the run of requests from the oldest is done at once, each lane reversing one payload
 //! into its slot's response area with 16-byte accesses. The loads of a run overlap, so a run of
-//! up to 32 requests costs about one PCIe round trip to read and one to answer, not one per
-//! request. The feeder picks the responses up in slot order, frees each slot, and sends one
+//! up to 32 requests costs about three PCIe round trips (the headers, the payloads, the fence
+//! before the responses are published), where one request at a time cost four each. The feeder picks the responses up in slot order, frees each slot, and sends one
 //! frame of responses per frame of requests: requests are answered in the order they came,
 //! which the server relies on.
 //!
@@ -243,6 +243,11 @@ const FREE: u64 = 0;
 const REQUEST: u64 = 1;
 const RESPONSE: u64 = 2;
 const STOP: u64 = 3;
+/// A slot header's state.
+fn state(header: u64) -> u64 {
+    header & 0xffff_ffff
+}
+
 /// How long stopping waits for the kernel to answer what is in flight and end.
 pub const KERNEL_STOP_WAIT: Duration = Duration::from_secs(5);
 
@@ -459,7 +464,8 @@ impl CudaProcessor {
         }
         let memory = Arc::new(HostMemory::new(&ctx, channels * geometry.channel_stride)?);
         let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
-        let kernel_u32 = |value: usize| u32::try_from(value).expect("checked by the channel");
+        // Messages are at most 16 MiB (`MaxMsgSize::MAX`), so a slot's offsets fit in a u32.
+        let kernel_u32 = |value: usize| u32::try_from(value).expect("a slot of at most 32 MiB");
         let channel_stride = geometry.channel_stride as u64;
         let slot_stride = kernel_u32(geometry.slot_stride);
         let slots = kernel_u32(geometry.slots);
@@ -593,7 +599,7 @@ fn post_stop(
 ) -> bool {
     while position.tail < position.head {
         let header = memory.header(geometry.slot(channel, position.tail % geometry.slots));
-        if header.load(Ordering::Acquire) as u32 as u64 == RESPONSE {
+        if state(header.load(Ordering::Acquire)) == RESPONSE {
             header.store(FREE, Ordering::Release);
             position.tail += 1;
         } else if Instant::now() < deadline {
@@ -634,7 +640,7 @@ fn feed<T: Transport>(
         while position.tail < position.head {
             let slot = geometry.slot(index, position.tail % geometry.slots);
             let header = memory.header(slot).load(Ordering::Acquire);
-            if header as u32 as u64 != RESPONSE {
+            if state(header) != RESPONSE {
                 break;
             }
             let len = (header >> 32) as usize;
