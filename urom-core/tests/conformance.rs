@@ -8,7 +8,8 @@ use urom_core::transport::loopback::LoopbackConnection;
 use urom_core::transport::shm::ShmConnection;
 use urom_core::transport::{Channel, ChannelConfig};
 use urom_core::transport::{
-    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, Transport, WaitMode,
+    FrameReceiver, FrameRecvError, FrameSendError, FrameSender, PeerGoneError, ReadAhead,
+    Transport, WaitMode,
 };
 use urom_core::wire::MaxMsgSize;
 
@@ -176,10 +177,12 @@ fn in_order_and_intact<P: Pair>() {
 
 /// `recv_each` hands the frames that arrived in order and intact, at most `limit` of them,
 /// stops after the frame its closure refuses more after, releases a frame `recv` still lent,
-/// and loses none as the ring fills and wraps lap after lap.
-fn batched_receive<P: Pair>() {
+/// and loses none as a ring of `slots` fills and wraps lap after lap, with the receiver
+/// fetching `read_ahead` (far differs from near only in a ring of more than 16 slots).
+fn batched_receive<P: Pair>(slots: usize, read_ahead: ReadAhead) {
     let max = MaxMsgSize::new(512).unwrap();
-    let (mut a, mut b) = P::pair(max, SLOTS);
+    let (mut a, mut b) = P::pair(max, slots);
+    b.split().1.set_read_ahead(read_ahead);
     let mut buf = vec![0u8; 512];
     let (mut sent, mut received) = (0u32, 0u32);
     let mut passes = 0usize;
@@ -201,7 +204,7 @@ fn batched_receive<P: Pair>() {
                 received += 1;
             }
         }
-        let limit = 1 + passes % (SLOTS + 2);
+        let limit = 1 + passes % (slots + 2);
         let stop_after = 1 + passes % 3;
         let mut in_pass = 0;
         let handed = b
@@ -628,7 +631,11 @@ macro_rules! conformance {
             }
             #[test]
             fn batched_receive_in_order_as_the_ring_wraps() {
-                batched_receive::<$pair>();
+                batched_receive::<$pair>(SLOTS, ReadAhead::Near);
+            }
+            #[test]
+            fn batched_receive_reading_far_ahead_in_order_as_the_ring_wraps() {
+                batched_receive::<$pair>(128, ReadAhead::Far);
             }
             #[test]
             fn corked_bursts_arrive_in_order_and_never_hold_back() {

@@ -19,7 +19,7 @@ use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::auth;
 use crate::transport::{
     Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender,
-    Transport,
+    ReadAhead, Transport,
 };
 use crate::wire::control::{
     ControlMessage, EndpointKind, SealedUcxAddress, SpawnWorker, WORKER_ID_ANY, WorkerExit,
@@ -321,8 +321,11 @@ impl Link {
         shared: &Shared,
         id: u64,
         max_inflight: usize,
-        conn: Channel,
+        mut conn: Channel,
     ) -> Result<Self, WorkerStartError> {
+        // The worker answers each command as it dispatches it, one notification at a time, and
+        // this host reads them right behind it.
+        conn.split().1.set_read_ahead(ReadAhead::Far);
         let max = shared.max_msg_size;
         let tasks = TaskSlots::new(max_inflight, max.get(), max_notify_payload(max))
             .map_err(|_| WorkerStartError::MaxInflight(max_inflight))?;

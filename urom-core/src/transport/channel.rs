@@ -20,7 +20,7 @@ use super::shm::{HugePages, MIN_SLOTS, ShmConnectError, ShmConnection, ShmReceiv
 use super::ucx::{UcxConnectError, UcxConnection, UcxReceiver, UcxSender};
 use super::{
     Armed, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, PeerGoneError,
-    Transport, WaitMode,
+    ReadAhead, Transport, WaitMode,
 };
 
 /// Settings of a channel.
@@ -402,6 +402,10 @@ impl FrameReceiver for ChannelReceiver {
 
     fn disarm(&mut self) {
         each_half!(self, half => half.disarm())
+    }
+
+    fn set_read_ahead(&mut self, read_ahead: ReadAhead) {
+        each_half!(self, half => half.set_read_ahead(read_ahead))
     }
 }
 

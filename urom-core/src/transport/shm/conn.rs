@@ -14,7 +14,7 @@ use super::wait::{self, Half, PEER_CHECK_EVERY, Signals};
 use crate::sync::{AtomicU32, Ordering};
 use crate::transport::{
     Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
-    PeerGoneError, Transport, WaitMode,
+    PeerGoneError, ReadAhead, Transport, WaitMode,
 };
 
 /// What both halves of one side share: the mapping their rings live in and the socket whose
@@ -456,5 +456,9 @@ impl FrameReceiver for ShmReceiver {
     /// clears it, so that arming again is not fresh and the next sleep may be long.
     fn disarm(&mut self) {
         self.signals.drain_own();
+    }
+
+    fn set_read_ahead(&mut self, read_ahead: ReadAhead) {
+        self.ring.set_read_ahead(read_ahead);
     }
 }
