@@ -2,9 +2,9 @@
 //!
 //! The loop owns a [`Counters`] and bumps its plain integer fields as commands come in and
 //! notifications go out: no atomic read-modify-write, no lock, no system call on the hot path.
-//! Now and then ([`Counters::due`]: every [`PUBLISH_EVERY`] commands while busy, and on the
-//! first idle turn after any change) the loop copies the totals into a [`Published`] block with
-//! relaxed stores; whoever wants the counts (the daemon link's thread) loads them from there.
+//! Now and then ([`Counters::due`]: every [`PUBLISH_EVERY`] commands, and once the worker has
+//! been idle for [`PUBLISH_AFTER_IDLE_TURNS`] turns or is about to sleep after any change) the
+//! loop copies the totals into a [`Published`] block with relaxed stores; whoever wants the counts (the daemon link's thread) loads them from there.
 //! A reader may see one field from one publication and the next field from the next: each
 //! field is a total that only grows, so the worst it sees is a count a few commands old.
 
@@ -19,6 +19,10 @@ pub const STATUS_SLOTS: usize = 31;
 
 /// Commands between two publications while the worker is busy.
 pub const PUBLISH_EVERY: u64 = 256;
+/// Idle turns in a row after which a change is published. A worker answering one command at a
+/// time has a few idle turns between two commands: publishing on the first of them put a burst
+/// of stores after every command (a tenth of such a worker's time) and delayed the next.
+pub const PUBLISH_AFTER_IDLE_TURNS: u32 = 64;
 
 /// The counts as the worker loop keeps them.
 #[derive(Debug, Clone, Default)]
@@ -81,16 +85,18 @@ impl Counters {
         self.commands + self.notifications + u64::from(self.hosts)
     }
 
-    /// Whether the counts should be published now: after [`PUBLISH_EVERY`] commands when
-    /// `busy`, after any change when not.
+    /// Whether the counts should be published now, `idle_turns` turns into an idle spell (0
+    /// while busy): after [`PUBLISH_EVERY`] commands, or after any change once the worker has
+    /// been idle for [`PUBLISH_AFTER_IDLE_TURNS`] turns.
     #[inline]
-    pub fn due(&self, busy: bool) -> bool {
+    pub fn due(&self, idle_turns: u32) -> bool {
         let changed = self.mark().wrapping_sub(self.published_at);
-        if busy {
-            changed >= PUBLISH_EVERY
-        } else {
-            changed != 0
-        }
+        changed >= PUBLISH_EVERY || (changed != 0 && idle_turns >= PUBLISH_AFTER_IDLE_TURNS)
+    }
+
+    /// Whether anything changed since the last publication.
+    pub fn changed(&self) -> bool {
+        self.mark() != self.published_at
     }
 
     /// Copies the totals into `block` (relaxed stores only).
@@ -214,7 +220,7 @@ mod tests {
     fn counts_are_published_when_due_and_read_back() {
         let mut counters = Counters::default();
         let block = Published::default();
-        assert!(!counters.due(false));
+        assert!(!counters.due(PUBLISH_AFTER_IDLE_TURNS));
         counters.command(64);
         counters.command(64);
         counters.notification(Status::Success, 72);
@@ -223,13 +229,19 @@ mod tests {
         counters.ring_batch(2);
         counters.ring_batch(1);
         counters.backlog(100);
-        assert!(counters.due(false));
+        assert!(counters.changed());
+        assert!(counters.due(PUBLISH_AFTER_IDLE_TURNS));
         assert!(
-            !counters.due(true),
+            !counters.due(0),
             "busy: not before {PUBLISH_EVERY} commands"
         );
+        assert!(
+            !counters.due(PUBLISH_AFTER_IDLE_TURNS - 1),
+            "not in the first idle turns, which come between two commands"
+        );
         counters.publish(&block);
-        assert!(!counters.due(false));
+        assert!(!counters.changed());
+        assert!(!counters.due(PUBLISH_AFTER_IDLE_TURNS));
 
         let mut errors = error_buffer();
         let (totals, entries) = block.load(7, &mut errors);
@@ -259,7 +271,7 @@ mod tests {
         for _ in 0..PUBLISH_EVERY {
             counters.command(1);
         }
-        assert!(counters.due(true));
+        assert!(counters.due(0));
         assert_eq!(counters.totals(7).in_flight, PUBLISH_EVERY as u32 - 1);
     }
 }

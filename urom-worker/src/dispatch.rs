@@ -114,6 +114,8 @@ struct Arrivals {
 pub struct Worker {
     /// Indexed by the bit of the plugin id.
     plugins: Vec<Option<LoadedPlugin>>,
+    /// Where in `plugins` the loaded ones are: a turn visits only those, not the whole table.
+    loaded: Box<[usize]>,
     /// The receiving halves of the hosts' channels, by slot.
     inbound: Vec<Option<Inbound>>,
     /// The sending halves, by the same slots.
@@ -159,8 +161,10 @@ impl Worker {
             let id = PluginId::new(plugin.id()).expect("plugin ids are checked when parsed");
             table[id.index()] = Some(plugin);
         }
+        let loaded = (0..table.len()).filter(|&i| table[i].is_some()).collect();
         Self {
             plugins: table,
+            loaded,
             inbound: Vec::new(),
             outbound: Vec::new(),
             next_generation: 1,
@@ -296,18 +300,17 @@ impl Worker {
         while !stop.load(Ordering::Relaxed) {
             turns = turns.wrapping_add(1);
             let worked = self.turn();
+            idle_turns = if worked {
+                0
+            } else {
+                idle_turns.saturating_add(1)
+            };
             if let Some(block) = &self.published
-                && self.counters.due(worked)
+                && self.counters.due(idle_turns)
             {
                 self.counters.publish(block);
             }
-            let mut slept = false;
-            if worked {
-                idle_turns = 0;
-            } else {
-                idle_turns = idle_turns.saturating_add(1);
-                slept = self.rest(idle_turns);
-            }
+            let slept = idle_turns > 0 && self.rest(idle_turns);
             // Checked once per sleep, or now and then when busy: never per command.
             if (slept || turns % PARENT_CHECK_TURNS == 0) && self.parent_gone() {
                 warn!("the process that started this worker has ended; stopping");
@@ -334,7 +337,10 @@ impl Worker {
             max: self.max,
             counters: &mut self.counters,
         };
-        for plugin in self.plugins.iter_mut().flatten() {
+        for &index in &self.loaded {
+            let Some(plugin) = self.plugins[index].as_mut() else {
+                continue;
+            };
             match plugin.progress(&mut router) {
                 Ok(progressed) => worked |= progressed,
                 Err(Status::Unexpected) => {
@@ -526,6 +532,12 @@ impl Worker {
     /// backlog; [`FIRST_NAP`] after a channel was armed afresh; [`LONG_SLEEP`] otherwise. It
     /// does not sleep at all when arming finds work waiting.
     fn sleep(&mut self) {
+        // Counts that changed in the short spell before this sleep are not left unpublished.
+        if let Some(block) = &self.published
+            && self.counters.changed()
+        {
+            self.counters.publish(block);
+        }
         self.wake.clear();
         let mut ready = false;
         let mut timeout = LONG_SLEEP;
