@@ -4,7 +4,8 @@
 //! notifications go out: no atomic read-modify-write, no lock, no system call on the hot path.
 //! Now and then ([`Counters::due`]: every [`PUBLISH_EVERY`] commands, and once the worker has
 //! been idle for [`PUBLISH_AFTER_IDLE_TURNS`] turns or is about to sleep after any change) the
-//! loop copies the totals into a [`Published`] block with relaxed stores; whoever wants the counts (the daemon link's thread) loads them from there.
+//! loop copies the totals into a [`Published`] block with relaxed stores; whoever wants the
+//! counts (the daemon link's thread) loads them from there.
 //! A reader may see one field from one publication and the next field from the next: each
 //! field is a total that only grows, so the worst it sees is a count a few commands old.
 
