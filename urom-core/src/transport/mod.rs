@@ -35,6 +35,7 @@ pub mod stream;
 pub mod ucx;
 
 pub use channel::{Channel, ChannelConfig, ChannelReceiver, ChannelSender, ConnectError};
+pub use shm::ReadAhead;
 
 /// What either half of a connection can be asked besides moving frames.
 pub trait HalfControl {
@@ -181,21 +182,6 @@ pub trait FrameReceiver: HalfControl {
     fn set_read_ahead(&mut self, read_ahead: ReadAhead) {
         let _ = read_ahead;
     }
-}
-
-/// How far ahead of the next frame a receiving half asks the CPU to fetch, where its transport
-/// keeps frames in a ring it can fetch from (shared memory; over UCX this changes nothing).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReadAhead {
-    /// A few frames: for a receiver that takes bursts its peer wrote while it was busy, or a
-    /// stream it cannot keep up with.
-    #[default]
-    Near,
-    /// Many frames: for a receiver that mostly reads right behind a peer sending one frame at
-    /// a time (a host reading its worker's notifications, each sent as its command is
-    /// dispatched). Fetching a few frames on would take the lines the peer is about to write
-    /// and stall it.
-    Far,
 }
 
 /// How a receiving half stands after [`FrameReceiver::arm`].

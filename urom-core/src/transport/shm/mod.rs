@@ -21,4 +21,5 @@ pub use conn::{ShmConnection, ShmReceiver, ShmSender};
 pub use handshake::ShmConnectError;
 pub use layout::{MAX_MAPPING_LEN, MAX_SLOTS, MIN_SLOTS, ShmLayoutError};
 pub use mapping::HugePages;
+pub use ring::ReadAhead;
 pub use wait::FIRST_NAP;

@@ -47,7 +47,6 @@ use core::ptr::NonNull;
 use urom_wire::frame::FrameHeader;
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
-use crate::transport::ReadAhead;
 
 /// Distance that keeps two fields off each other's cache line, including the adjacent line the
 /// hardware prefetcher pulls in with it.
@@ -79,6 +78,22 @@ const NEAR_READ_AHEAD: u64 = 4;
 /// Host-API loopbacks at 64 in flight went from 18 to 22 M/s with the host's notifications
 /// read this far ahead, against 20 M/s with no read-ahead at all (16: 19 M/s, 28 and more: 21).
 const FAR_READ_AHEAD: u64 = 20;
+
+/// How far ahead of the next frame a receiving half asks the CPU to fetch, where its transport
+/// keeps frames in a ring it can fetch from (shared memory; over UCX this changes nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(loom, allow(dead_code))]
+pub enum ReadAhead {
+    /// A few frames: for a receiver that takes bursts its peer wrote while it was busy, or a
+    /// stream it cannot keep up with.
+    #[default]
+    Near,
+    /// Many frames: for a receiver that mostly reads right behind a peer sending one frame at
+    /// a time (a host reading its worker's notifications, each sent as its command is
+    /// dispatched). Fetching a few frames on would take the lines the peer is about to write
+    /// and stall it.
+    Far,
+}
 
 /// The distance in slots of `read_ahead` in a ring of `capacity` slots: at most a quarter of
 /// the ring.
@@ -540,6 +555,7 @@ impl Consumer {
     }
 
     /// Sets how far ahead of its head the consumer prefetches.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn set_read_ahead(&mut self, read_ahead: ReadAhead) {
         self.read_ahead = read_ahead_slots(read_ahead, self.mem.capacity());
     }
