@@ -334,53 +334,6 @@ fn corked_bursts<P: Pair>() {
     );
 }
 
-/// Frames written in place (`send_with`) arrive in order and intact among frames sent by copy,
-/// whether the room lent is the largest frame's (a shared-memory slot lends its own) or more
-/// than a slot lends (the scratch buffer's); a full connection refuses one without sending it.
-fn written_in_place<P: Pair>() {
-    const MAX: usize = 300;
-    let (mut a, mut b) = P::pair(MaxMsgSize::new(MAX as u32).unwrap(), SLOTS);
-    let mut buf = vec![0u8; MAX];
-    let mut scratch = vec![0u8; MAX];
-    let mut large_scratch = vec![0u8; 4 * MAX];
-    let mut got = Vec::new();
-    for seq in 0..300u32 {
-        let len = len_for(seq, MAX);
-        let fill = |room: &mut [u8]| frame(seq, len, room).len();
-        let tx = a.split().0;
-        match seq % 3 {
-            0 => tx.send(frame(seq, len, &mut buf)).unwrap(),
-            1 => tx
-                .send_with(&mut scratch, |room| {
-                    assert_eq!(room.len(), MAX);
-                    fill(room)
-                })
-                .unwrap(),
-            _ => tx.send_with(&mut large_scratch, fill).unwrap(),
-        }
-        recv_one(&mut b, &mut got).unwrap();
-        check(seq, &got, len);
-    }
-    // Nothing more: the receiver hands back every slot it read.
-    assert_eq!(b.recv().unwrap(), None);
-    let mut n = 0u32;
-    while a
-        .split()
-        .0
-        .send_with(&mut scratch, |room| frame(n, 10, room).len())
-        .is_ok()
-    {
-        n += 1;
-        assert!(n as usize <= SLOTS, "more frames accepted than slots");
-    }
-    assert_eq!(n as usize, SLOTS);
-    for seq in 0..n {
-        recv_one(&mut b, &mut got).unwrap();
-        check(seq, &got, 10);
-    }
-    assert_eq!(b.recv().unwrap(), None);
-}
-
 fn empty_and_timeout<P: Pair>() {
     let (mut a, mut b) = P::pair(MaxMsgSize::DEFAULT, SLOTS);
     assert_eq!(b.recv().unwrap(), None);
@@ -687,10 +640,6 @@ macro_rules! conformance {
             #[test]
             fn corked_bursts_arrive_in_order_and_never_hold_back() {
                 corked_bursts::<$pair>();
-            }
-            #[test]
-            fn frames_written_in_place_arrive_intact() {
-                written_in_place::<$pair>();
             }
             #[test]
             fn empty_recv_and_wait_timeout() {

@@ -61,8 +61,8 @@ pub const SHM_HELLO_DESCRIPTORS: usize = 5;
 /// The first bytes of a mapping: `b"UROMSHM\0"` as a little-endian integer.
 pub const MAPPING_MAGIC: u64 = u64::from_le_bytes(*b"UROMSHM\0");
 /// The mapping layout version this build speaks (2: slots marked by the frame's own sequence
-/// number; 3: also frames placed after the mark, see `urom_core`'s shared-memory ring).
-pub const MAPPING_VERSION: u32 = 3;
+/// number, see `urom_core`'s shared-memory ring).
+pub const MAPPING_VERSION: u32 = 2;
 
 const HELLO: &str = "urom shared-memory hello";
 const ACK: &str = "urom shared-memory ack";

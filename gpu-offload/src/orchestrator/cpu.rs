@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use urom_core::transport::{FrameReceiver, FrameRecvError, FrameSender, Transport};
+use urom_core::transport::{FrameRecvError, FrameSender, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, MsgId, fast_client_message, put_response_headers};
 
 /// How long a processor thread waits for a request before looking at its stop flag.
@@ -98,9 +98,13 @@ pub fn serve<T: Transport>(
         }
         let mut worked = false;
         loop {
-            let (tx, rx) = conn.split();
-            let requests = match rx.recv() {
-                Ok(Some(requests)) => requests,
+            let len = match conn.recv() {
+                Ok(Some(requests)) => reverse_frame(requests, &mut out, max_len).unwrap_or_else(|| {
+                    // The server checks every request, so this does not happen; an empty
+                    // answer keeps the frames in step and makes the server drop the client.
+                    warn!(thread = index, "the server sent something other than well-formed client_requests; answered empty");
+                    0
+                }),
                 Ok(None) => break,
                 Err(FrameRecvError::PeerGone(how)) => {
                     info!(thread = index, "data connection closed: {how}");
@@ -111,19 +115,7 @@ pub fn serve<T: Transport>(
                     break 'serve ProcessorEnd::ServerGone;
                 }
             };
-            if stop.load(Ordering::Relaxed) {
-                break 'serve ProcessorEnd::ServerGone;
-            }
-            // The responses are written straight into the ring where it lends its memory.
-            let answer = |room: &mut [u8]| {
-                reverse_frame(requests, room, max_len).unwrap_or_else(|| {
-                    // The server checks every request, so this does not happen; an empty
-                    // answer keeps the frames in step and makes the server drop the client.
-                    warn!(thread = index, "the server sent something other than well-formed client_requests; answered empty");
-                    0
-                })
-            };
-            if !super::send_waiting_by(tx, index, |tx| tx.send_with(&mut out, answer)) {
+            if stop.load(Ordering::Relaxed) || !super::send_waiting(&mut conn, &out[..len], index) {
                 break 'serve ProcessorEnd::ServerGone;
             }
             served += 1;

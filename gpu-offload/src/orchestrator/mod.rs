@@ -235,25 +235,14 @@ fn spawn_pinned<T: Send + 'static>(
 
 /// Sends `frame` to the server, waiting while the ring is full (it empties as the server
 /// takes responses). `false`, with a log line, once the server is gone.
-#[cfg(feature = "cuda")]
 fn send_waiting<T: Transport>(conn: &mut T, frame: &[u8], thread: usize) -> bool {
-    send_waiting_by(conn.split().0, thread, |tx| tx.send(frame))
-}
-
-/// Sends with `send` (a frame each time, the same one), waiting while the ring is full, as
-/// [`send_waiting`] does.
-fn send_waiting_by<S: FrameSender>(
-    tx: &mut S,
-    thread: usize,
-    mut send: impl FnMut(&mut S) -> Result<(), FrameSendError>,
-) -> bool {
     loop {
-        match send(tx) {
+        match conn.send(frame) {
             Ok(()) => return true,
             Err(FrameSendError::Full) => {
                 // The server must be awake to make room.
-                tx.flush_wakes();
-                if let Err(e) = tx.wait_send(Duration::from_millis(50)) {
+                conn.split().0.flush_wakes();
+                if let Err(e) = conn.wait_send(Duration::from_millis(50)) {
                     info!(thread, "cannot answer: {e}");
                     return false;
                 }

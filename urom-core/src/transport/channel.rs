@@ -340,14 +340,6 @@ impl FrameSender for ChannelSender {
         each_half!(self, half => half.send(frame))
     }
 
-    #[inline]
-    fn send_with<F>(&mut self, scratch: &mut [u8], fill: F) -> Result<(), FrameSendError>
-    where
-        F: FnOnce(&mut [u8]) -> usize,
-    {
-        each_half!(self, half => half.send_with(scratch, fill))
-    }
-
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
         each_half!(self, half => half.wait_send(timeout))
     }

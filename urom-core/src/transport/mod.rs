@@ -63,26 +63,6 @@ pub trait FrameSender: HalfControl {
     /// the caller's: send it again after [`FrameSender::wait_send`] or after doing other work.
     fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError>;
 
-    /// Sends the frame `fill` writes into the room it is lent (`scratch.len()` bytes) and
-    /// whose length it returns. Where the transport can lend its own memory for a frame that
-    /// large (shared memory: the next slot), the frame is written there and sent without the
-    /// copy [`FrameSender::send`] makes; elsewhere it is written into `scratch` and sent from
-    /// there. Errors as for `send`; on [`FrameSendError::Full`] `fill` may have run, but the
-    /// frame did not go: call again (with a `fill` that writes the same frame).
-    ///
-    /// # Panics
-    ///
-    /// If `fill` returns a length larger than the room it was lent.
-    #[inline]
-    fn send_with<F>(&mut self, scratch: &mut [u8], fill: F) -> Result<(), FrameSendError>
-    where
-        Self: Sized,
-        F: FnOnce(&mut [u8]) -> usize,
-    {
-        let len = fill(scratch);
-        self.send(&scratch[..len])
-    }
-
     /// Waits until a frame can be sent (`Ok(true)`) or `timeout` passes (`Ok(false)`).
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError>;
 

@@ -241,27 +241,29 @@ impl FrameSender for ShmSender {
 
     #[inline]
     fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError> {
-        self.check_open()?;
-        let pushed = self.ring.push(frame);
-        self.sent(pushed, frame.len())
-    }
-
-    /// Writes the frame into the next slot, after the mark, when the slot has room for
-    /// `scratch.len()` bytes there (it has for any frame when the largest frame leaves 16 bytes
-    /// of its slot's padding free).
-    #[inline]
-    fn send_with<F>(&mut self, scratch: &mut [u8], fill: F) -> Result<(), FrameSendError>
-    where
-        F: FnOnce(&mut [u8]) -> usize,
-    {
-        let room = scratch.len();
-        if room > self.ring.placed_room() {
-            let len = fill(scratch);
-            return self.send(&scratch[..len]);
+        if self.closed {
+            return Err(FrameSendError::Closed);
         }
-        self.check_open()?;
-        let pushed = self.ring.push_with(|slot| fill(&mut slot[..room]));
-        self.sent(pushed, room)
+        if self.flags().consumer_closed.load(Ordering::Relaxed) != 0 {
+            return Err(FrameSendError::PeerGone(PeerGoneError::Closed));
+        }
+        match self.ring.push(frame) {
+            Ok(()) => {
+                if !self.defer_wakes {
+                    self.signals.wake_peer_if(&self.flags().consumer_waiting);
+                }
+                Ok(())
+            }
+            Err(PushError::Full) => match self.peer_gone() {
+                Some(how) => Err(FrameSendError::PeerGone(how)),
+                None => Err(FrameSendError::Full),
+            },
+            Err(PushError::TooLarge) => Err(FrameSendError::TooLarge {
+                len: frame.len(),
+                max: self.max.as_u32(),
+            }),
+            Err(PushError::Corrupt(c)) => Err(FrameSendError::Protocol(c.0)),
+        }
     }
 
     fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
@@ -287,43 +289,6 @@ impl FrameSender for ShmSender {
     #[inline]
     fn flush_wakes(&mut self) {
         self.signals.flush_wake(&self.flags().consumer_waiting);
-    }
-}
-
-impl ShmSender {
-    /// Whether frames may still be sent: this half is open and the peer's is.
-    #[inline(always)]
-    fn check_open(&self) -> Result<(), FrameSendError> {
-        if self.closed {
-            return Err(FrameSendError::Closed);
-        }
-        if self.flags().consumer_closed.load(Ordering::Relaxed) != 0 {
-            return Err(FrameSendError::PeerGone(PeerGoneError::Closed));
-        }
-        Ok(())
-    }
-
-    /// What a push of a `len`-byte frame comes to; wakes the peer after a frame unless wakes
-    /// are deferred.
-    #[inline(always)]
-    fn sent(&mut self, pushed: Result<(), PushError>, len: usize) -> Result<(), FrameSendError> {
-        match pushed {
-            Ok(()) => {
-                if !self.defer_wakes {
-                    self.signals.wake_peer_if(&self.flags().consumer_waiting);
-                }
-                Ok(())
-            }
-            Err(PushError::Full) => match self.peer_gone() {
-                Some(how) => Err(FrameSendError::PeerGone(how)),
-                None => Err(FrameSendError::Full),
-            },
-            Err(PushError::TooLarge) => Err(FrameSendError::TooLarge {
-                len,
-                max: self.max.as_u32(),
-            }),
-            Err(PushError::Corrupt(c)) => Err(FrameSendError::Protocol(c.0)),
-        }
     }
 }
 

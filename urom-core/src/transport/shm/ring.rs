@@ -25,11 +25,6 @@
 //!
 //! The producer writes the frame, then stores the mark with Release ordering; the consumer loads
 //! the mark of the slot at its head with Acquire ordering and owns the frame once it matches.
-//! * **Placed**, a frame written in place ([`Producer::push_with`]): it starts at byte 24 of
-//!   its slot, after the mark, which is [`UNSTAMPED`]` | `[`PLACED`]` | len << 32 | (n as u32)`.
-//!   Its writer never touches the mark's bytes, which it could not keep from looking like a
-//!   mark while half written.
-//!
 //! A stale mark never matches: a stamped mark is `n` itself, and an unstamped one carries
 //! `n` modulo 2^32, while `count <= 2^16`.
 //!
@@ -66,12 +61,6 @@ const MARK_END: usize = MARK_AT + 8;
 const LENGTH_AT: usize = core::mem::offset_of!(FrameHeader, length);
 /// The bit that marks an unstamped frame's mark.
 pub(crate) const UNSTAMPED: u64 = 1 << 63;
-/// The bit that marks a placed frame's mark (with [`UNSTAMPED`]).
-const PLACED: u64 = 1 << 62;
-/// The bits of an unstamped or placed mark that say the frame's length.
-const MARK_LEN_MASK: u64 = (1 << 30) - 1;
-/// Where a placed frame starts in its slot: right after the mark.
-const PLACED_AT: usize = MARK_END;
 
 const _: () = assert!(MARK_AT % 8 == 0 && MARK_END <= 64 && LENGTH_AT + 4 <= MARK_AT);
 
@@ -219,8 +208,7 @@ fn stamped(frame: &[u8], n: u64) -> bool {
 #[derive(Clone, Copy)]
 pub(crate) struct RingMem {
     // INVARIANTS (from `from_raw`): `ctl` points to a live `RingCtl`; `slots` to `count * stride`
-    // live bytes, 8-aligned; `stride >= max(SLOT_RESERVE + slot_size, 24)`, a multiple of 8 and
-    // below `2^30`; `mask ==
+    // live bytes, 8-aligned; `stride >= max(SLOT_RESERVE + slot_size, 24)` and a multiple of 8; `mask ==
     // count - 1` with `count` a power of two no larger than `2^16`.
     ctl: NonNull<RingCtl>,
     slots: NonNull<u8>,
@@ -242,7 +230,7 @@ impl RingMem {
     ///   valid while any copy of the returned value is used;
     /// - `slots` points to `count * stride` bytes, 8-aligned, valid for reads and writes for as
     ///   long; `count` is a power of two no larger than `2^16`, `stride` a multiple of 8 and at
-    ///   least `SLOT_RESERVE + slot_size` and 24 (the mark's end), and below `2^30`;
+    ///   least `SLOT_RESERVE + slot_size` and 24 (the mark's end), `slot_size` below `2^31`;
     /// - at most one [`Producer`] and one [`Consumer`] use the ring at a time (in this process
     ///   or any other), and the memory is touched by nothing else except through atomics.
     pub(crate) unsafe fn from_raw(
@@ -256,7 +244,7 @@ impl RingMem {
     ) -> Self {
         debug_assert!(count.is_power_of_two() && count <= 1 << 16);
         debug_assert!(stride % 8 == 0 && stride >= (SLOT_RESERVE + slot_size).max(MARK_END));
-        debug_assert!(stride as u64 <= MARK_LEN_MASK);
+        debug_assert!(slot_size < 1 << 31);
         Self {
             ctl,
             slots,
@@ -504,57 +492,14 @@ impl Producer {
             // SAFETY: as above; under loom nothing else reads or writes the slot's bytes.
             unsafe { copy(src.wrapping_add(MARK_AT), slot.wrapping_add(MARK_AT), 8) };
         }
-        self.publish(mark);
-        Ok(())
-    }
-
-    /// How large a frame [`Producer::push_with`] has room for.
-    pub(crate) fn placed_room(&self) -> usize {
-        self.mem.stride - PLACED_AT
-    }
-
-    /// Lends the next slot's room for one frame ([`Producer::placed_room`] bytes) to `fill`,
-    /// which writes the frame at its start and returns its length, then publishes it. `fill`
-    /// does not run when the ring is full.
-    ///
-    /// # Panics
-    ///
-    /// If `fill` returns a length larger than the room it was lent.
-    #[inline]
-    pub(crate) fn push_with(
-        &mut self,
-        fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<(), PushError> {
-        if self.tail - self.cached_head >= self.mem.capacity() && !self.has_space()? {
-            return Err(PushError::Full);
-        }
-        let room = self.placed_room();
-        let start = self.mem.slot_ptr(self.tail).wrapping_add(PLACED_AT);
-        #[cfg(loom)]
-        self.mem.cell(self.tail).with_mut(|_| ());
-        // SAFETY: the slot at the tail is free: the consumer released it (`tail - head <
-        // capacity`) and reads none of it but the mark (bytes 16..24) until the mark below says
-        // so; the room, bytes `24..stride` of the slot, lies inside the slot area, past the
-        // mark, and nothing else in this process reaches it while `fill` has it (`&mut self`).
-        let len = fill(unsafe { core::slice::from_raw_parts_mut(start, room) });
-        assert!(
-            len <= room,
-            "a placed frame of {len} bytes overran its room of {room}"
-        );
-        self.publish(UNSTAMPED | PLACED | (len as u64) << 32 | u64::from((self.tail + 1) as u32));
-        Ok(())
-    }
-
-    /// Stores the mark of the slot at the tail, whose frame is written, and moves on.
-    #[inline(always)]
-    fn publish(&mut self, mark: u64) {
         self.mem.mark(self.tail).store(mark, Ordering::Release);
-        self.tail += 1;
+        self.tail = n;
         // Own the lines of a slot a few frames ahead before writing them: the transfer from the
         // consumer's cache then overlaps with this frame instead of stalling a later one.
         let ahead = self.tail + self.prefetch_distance;
         self.mem.prefetch_write(ahead, 0);
         self.mem.prefetch_write(ahead, 64);
+        Ok(())
     }
 
     /// Reloads the consumer's head; whether a slot is free now.
@@ -576,8 +521,6 @@ impl Producer {
 /// The frame at a consumer's head, once taken.
 #[derive(Clone, Copy)]
 struct Taken {
-    /// Where it starts in its slot.
-    at: usize,
     len: usize,
     /// Its bytes `16..24` were put back over the mark, which must be cleared on release.
     restored: bool,
@@ -639,27 +582,15 @@ impl Consumer {
                 ));
             }
             Ok(Some(Taken {
-                at: 0,
                 len,
                 restored: false,
             }))
         } else if mark & UNSTAMPED != 0 && mark as u32 == n as u32 {
-            let len = ((mark >> 32) & MARK_LEN_MASK) as usize;
-            if mark & PLACED != 0 {
-                if len > self.mem.stride - PLACED_AT {
-                    return Err(RingCorrupt("a placed frame runs past its slot"));
-                }
-                return Ok(Some(Taken {
-                    at: PLACED_AT,
-                    len,
-                    restored: false,
-                }));
-            }
+            let len = ((mark & !UNSTAMPED) >> 32) as usize;
             if len > self.mem.slot_size {
                 return Err(RingCorrupt("a frame is longer than a slot"));
             }
             Ok(Some(Taken {
-                at: 0,
                 len,
                 restored: len > MARK_AT,
             }))
@@ -703,9 +634,8 @@ impl Consumer {
                 taken
             }
         };
-        let src = self.mem.slot_ptr(self.head).wrapping_add(taken.at);
-        // SAFETY: `len` bytes from `src` are inside the slot (checked in `check`: `len <=
-        // slot_size` from its start, or `len <= stride - 24` from byte 24 for a placed frame);
+        let src = self.mem.slot_ptr(self.head);
+        // SAFETY: `len <= slot_size` bytes from `src` are inside the slot (checked in `check`);
         // the Acquire load of the mark made the producer's writes visible, and the producer
         // does not touch the slot again until `advance` releases it, which needs `&mut self` and
         // so cannot happen while the returned slice is borrowed.
@@ -950,62 +880,6 @@ mod tests {
     }
 
     #[test]
-    fn placed_frames_share_slots_with_stamped_and_unstamped_ones() {
-        let ring = TestRing::new(4, 100);
-        let (mut tx, mut rx) = ring.split();
-        let room = tx.placed_room();
-        assert!(room >= 100, "a slot lends room for its largest frame");
-        for lap in 0..8u64 {
-            for i in 0..4u64 {
-                let n = tx.next_seq();
-                let len = ((lap * 4 + i) * 37) as usize % 101;
-                // Bytes 16..24 of every frame say this slot's mark, of this lap or the next.
-                let mut frame: Vec<u8> = (0..len).map(|j| (j as u64 * 3 + n) as u8).collect();
-                if len >= MARK_END {
-                    frame[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&(len as u32).to_le_bytes());
-                    let seq = if i % 2 == 0 { n } else { n + 4 };
-                    frame[MARK_AT..MARK_END].copy_from_slice(&seq.to_le_bytes());
-                }
-                if (lap + i) % 2 == 0 {
-                    tx.push_with(|slot| {
-                        assert_eq!(slot.len(), room);
-                        slot[..len].copy_from_slice(&frame);
-                        len
-                    })
-                    .unwrap();
-                } else {
-                    tx.push(&frame).unwrap();
-                }
-                assert_eq!(
-                    rx.peek().unwrap().unwrap(),
-                    &frame[..],
-                    "lap {lap} frame {i}"
-                );
-                rx.advance();
-                assert_eq!(rx.peek().unwrap(), None, "lap {lap} frame {i}");
-                rx.publish();
-            }
-        }
-    }
-
-    #[test]
-    fn a_full_ring_lends_no_room() {
-        let ring = TestRing::new(2, 16);
-        let (mut tx, mut rx) = ring.split();
-        tx.push(&[1]).unwrap();
-        tx.push_with(|room| {
-            room[0] = 2;
-            1
-        })
-        .unwrap();
-        let refused = tx.push_with(|_| unreachable!("room lent in a full ring"));
-        assert_eq!(refused, Err(PushError::Full));
-        assert_eq!(rx.peek().unwrap(), Some(&[1u8][..]));
-        rx.advance();
-        assert_eq!(rx.peek().unwrap(), Some(&[2u8][..]));
-    }
-
-    #[test]
     fn bad_peer_values_are_errors() {
         let ring = TestRing::new(4, 16);
         let (mut tx, mut rx) = ring.split();
@@ -1016,12 +890,6 @@ mod tests {
         assert!(rx.peek().is_err());
         // A stamped frame whose header says it is shorter than its header.
         rx.mem().mark(0).store(1, Ordering::Relaxed);
-        assert!(rx.peek().is_err());
-        // A placed frame running past its slot (128 bytes: 104 after the mark).
-        let past = (rx.mem().stride - PLACED_AT + 1) as u64;
-        rx.mem()
-            .mark(0)
-            .store(UNSTAMPED | PLACED | past << 32 | 1, Ordering::Relaxed);
         assert!(rx.peek().is_err());
         rx.mem().mark(0).store(0, Ordering::Relaxed);
         // A head past the producer.
@@ -1152,52 +1020,6 @@ mod loom_tests {
                         assert_eq!(got, &frame(n)[..]);
                         rx.advance();
                         n += 1;
-                    }
-                    None => {
-                        rx.publish();
-                        crate::sync::spin_hint();
-                    }
-                }
-            }
-            producer.join().unwrap();
-        });
-    }
-
-    /// Frames written in place cross intact beside copied ones, over two laps of a two-slot
-    /// ring: the consumer never sees a placed frame before its writer is done.
-    #[test]
-    fn loom_placed_frames() {
-        model(|| {
-            let ring = Arc::new(TestRing::new(2, 8));
-            let (mut tx, mut rx) = ring.split();
-            let keep = ring.clone();
-            let producer = loom::thread::spawn(move || {
-                let _keep = keep;
-                for i in 0..4u8 {
-                    loop {
-                        let pushed = if i % 2 == 0 {
-                            tx.push_with(|room| {
-                                room[..3].copy_from_slice(&[i; 3]);
-                                3
-                            })
-                        } else {
-                            tx.push(&[i; 3])
-                        };
-                        match pushed {
-                            Ok(()) => break,
-                            Err(PushError::Full) => crate::sync::spin_hint(),
-                            Err(e) => panic!("{e:?}"),
-                        }
-                    }
-                }
-            });
-            let mut next = 0u8;
-            while next < 4 {
-                match rx.peek().unwrap() {
-                    Some(frame) => {
-                        assert_eq!(frame, &[next; 3]);
-                        rx.advance();
-                        next += 1;
                     }
                     None => {
                         rx.publish();
