@@ -350,7 +350,12 @@ impl<T: Transport> DataPath<T> {
                     false
                 }
             } else {
-                let timeout = if progress {
+                // With nothing in flight and no client waiting to be read, only epoll's events
+                // can bring work: sleep at once, even after a busy turn (a look that finds
+                // nothing costs a system call per burst, and events already there end the
+                // sleep at once).
+                let settled = self.inflight.len == 0 && self.pending.is_empty();
+                let timeout = if progress && !settled {
                     EpollTimeout::ZERO
                 } else if self.inflight.len > 0 {
                     self.await_answers()
