@@ -9,6 +9,9 @@
 //!   and worker, 64 in flight each (rates added);
 //! * (c) `ucx_perftest ucp_am_bw` over `UCX_TLS=posix`, 64-byte messages on the same two cores
 //!   (two pairs at once beside the two-thread case), when `ucx_perftest` is installed;
+//! * (e) `echo`: the raw stream's consumer answering every frame as it arrives, 64 and 256 in
+//!   flight: the loopback of the transport alone, with no work on either side, which (b) runs
+//!   on (each side sends and receives a frame per loopback, twice the frames of (a) per op);
 //! * the round trip of a lone 64-byte command through the host API against the floor of one
 //!   cache line per direction (two processes, plain stores and loads) and the shared-memory
 //!   round trip of a 64-byte urom frame.
@@ -167,6 +170,30 @@ impl Stream {
             std::hint::spin_loop();
         }
         STREAM_FRAMES as f64 / start.elapsed().as_secs_f64()
+    }
+
+    /// Frames echoed per second with `depth` in flight, each answered by the consumer as it
+    /// arrives: the loopback of the transport alone, with no work on either side.
+    fn echo_rate(&mut self, depth: u64) -> f64 {
+        let mut frame = [0u8; 64];
+        let (mut sent, mut back) = (0u64, 0u64);
+        let start = Instant::now();
+        while back < API_COMMANDS {
+            while sent - back < depth && sent < API_COMMANDS {
+                let (tx, _) = self.conn.split();
+                command_frame(&mut frame, tx.next_seq());
+                frame[0] = LAST;
+                match tx.send(black_box(&frame)) {
+                    Ok(()) => sent += 1,
+                    Err(FrameSendError::Full) => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+            while self.conn.recv().expect("recv").is_some() {
+                back += 1;
+            }
+        }
+        API_COMMANDS as f64 / start.elapsed().as_secs_f64()
     }
 
     /// Median round trip of a 64-byte urom frame (the answer read), in nanoseconds.
@@ -515,7 +542,7 @@ fn main() {
             let _ = jobs.send(Job::Stop);
             return;
         }
-        let mut rows: Vec<[f64; 10]> = Vec::with_capacity(rounds);
+        let mut rows: Vec<[f64; 11]> = Vec::with_capacity(rounds);
         for round in 0..rounds {
             // The peers of the floor and the stream spin: they run only while measured.
             let floor_ns = Floor::new().round_trip(&mut next);
@@ -523,6 +550,8 @@ fn main() {
             let mut stream = Stream::new();
             let a = stream.rate();
             let frame_ns = stream.round_trip();
+            let e64 = stream.echo_rate(64);
+            let e256 = stream.echo_rate(256);
             drop(stream);
             let b64 = api_rate(&mut engine, graph, &worker, 64);
             let b256 = api_rate(&mut engine, graph, &worker, 256);
@@ -541,22 +570,27 @@ fn main() {
             std::thread::sleep(Duration::from_millis(300));
             println!(
                 "round {round:2}: (a) {:6.1} M/s  (b) 64: {:5.1}  256: {:5.1}  2x2: {:5.1} M/s  \
-                 (c) {:5.1}  2 pairs: {:5.1} M/s  floor {:5.1} ns  frame {:5.1} ns  lone {:5.1} ns",
+                 (c) {:5.1}  2 pairs: {:5.1} M/s  (e) 64: {:5.1}  256: {:5.1} M/s  \
+                 floor {:5.1} ns  frame {:5.1} ns  lone {:5.1} ns",
                 a / 1e6,
                 b64 / 1e6,
                 b256 / 1e6,
                 b2 / 1e6,
                 c / 1e6,
                 c2 / 1e6,
+                e64 / 1e6,
+                e256 / 1e6,
                 floor_ns,
                 frame_ns,
                 lone_ns
             );
-            rows.push([a, b64, b256, b2, c, c2, floor_ns, frame_ns, lone_ns, 0.0]);
+            rows.push([
+                a, b64, b256, b2, c, c2, floor_ns, frame_ns, lone_ns, e64, e256,
+            ]);
         }
         let _ = jobs.send(Job::Stop);
         let column =
-            |f: &dyn Fn(&[f64; 10]) -> f64| median(&mut rows.iter().map(f).collect::<Vec<_>>());
+            |f: &dyn Fn(&[f64; 11]) -> f64| median(&mut rows.iter().map(f).collect::<Vec<_>>());
         println!();
         println!(
             "message rate, 64-byte commands, medians of {rounds} rounds (ratios: medians of per-round ratios)"
@@ -565,17 +599,21 @@ fn main() {
             "  (a) raw shm stream                     {:7.1} M frames/s",
             column(&|r| r[0]) / 1e6
         );
-        for (name, i, ci) in [
-            ("64 in flight", 1, 4),
-            ("256 in flight", 2, 4),
-            ("2 hosts x 2 workers", 3, 5),
+        for (name, i, ci, ei) in [
+            ("64 in flight", 1, 4, Some(9)),
+            ("256 in flight", 2, 4, Some(10)),
+            ("2 hosts x 2 workers", 3, 5, None),
         ] {
-            println!(
+            print!(
                 "  (b) host API loopback, {name:<20}{:6.1} M/s   (b)/(c) = {:5.2}   (b)/(a) = {:4.2}",
                 column(&|r| r[i]) / 1e6,
                 column(&|r| r[i] / r[ci]),
                 column(&|r| r[i] / r[0]),
             );
+            match ei {
+                Some(ei) => println!("   (b)/(e) = {:4.2}", column(&|r| r[i] / r[ei])),
+                None => println!(),
+            }
         }
         println!(
             "  (c) ucx_perftest ucp_am_bw (posix)     {:7.1} M msg/s",
@@ -585,6 +623,13 @@ fn main() {
             "  (c) the same, two pairs at once        {:7.1} M msg/s",
             column(&|r| r[5]) / 1e6
         );
+        for (name, i) in [("64 in flight", 9), ("256 in flight", 10)] {
+            println!(
+                "  (e) raw shm echo, {name:<25}{:6.1} M/s   (e)/(a) = {:4.2}",
+                column(&|r| r[i]) / 1e6,
+                column(&|r| r[i] / r[0]),
+            );
+        }
         println!(
             "  floor: one cache line per direction    {:7.1} ns",
             column(&|r| r[6])
