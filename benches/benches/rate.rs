@@ -41,7 +41,9 @@ use urom_benches::{HOST_CORE, PEER_CORE, median};
 use urom_core::graph::GraphHost;
 use urom_core::host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
 use urom_core::transport::shm::ShmConnection;
-use urom_core::transport::{ChannelConfig, FrameSendError, FrameSender, Transport, WaitMode};
+use urom_core::transport::{
+    ChannelConfig, FrameReceiver, FrameSendError, FrameSender, ReadAhead, Transport, WaitMode,
+};
 use urom_testkit::daemon::{plugin_dir, start_daemon};
 use urom_testkit::{ChildGuard, TempDir, binary};
 use urom_wire::MaxMsgSize;
@@ -177,6 +179,8 @@ impl Stream {
     fn echo_rate(&mut self, depth: u64) -> f64 {
         let mut frame = [0u8; 64];
         let (mut sent, mut back) = (0u64, 0u64);
+        // Answers read as the host API reads notifications (right behind their sender).
+        self.conn.split().1.set_read_ahead(ReadAhead::Far);
         let start = Instant::now();
         while back < API_COMMANDS {
             while sent - back < depth && sent < API_COMMANDS {
