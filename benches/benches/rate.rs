@@ -21,8 +21,8 @@
 //! runs on core 0, its peers on core 1 (in the two-thread case, one host and one worker on
 //! each core). `benches/run-rate-bench.sh [rounds]` runs it; with `UROM_RATE_PROFILE` set, the
 //! binary measures only the host-API rate at 64 in flight, `rounds` times, for a profiler
-//! (`UROM_RATE_PROFILE=pair`: the two-thread case instead; `lone`: the lone command's round
-//! trip).
+//! (`UROM_RATE_PROFILE=pair`: the two-thread case instead; `echo`: the bare echo at 64 in
+//! flight; `lone`: the lone command's round trip).
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -535,6 +535,9 @@ fn main() {
                     let b2 = pair_rate();
                     println!("(b) 2x2: {:5.1} M/s", b2 / 1e6);
                     std::thread::sleep(Duration::from_millis(300));
+                } else if mode == "echo" {
+                    let e64 = Stream::new().echo_rate(64);
+                    println!("(e) 64 in flight: {:5.1} M/s", e64 / 1e6);
                 } else if mode == "lone" {
                     let lone_ns = api_round_trip(&mut engine, graph, &worker);
                     println!("lone command: {lone_ns:5.1} ns");
