@@ -4,12 +4,13 @@
 //! notifications go out: no atomic read-modify-write, no lock, no system call on the hot path.
 //! Now and then ([`Counters::due`]: every [`PUBLISH_EVERY`] commands, and once the worker has
 //! been idle for [`PUBLISH_AFTER_IDLE_TURNS`] turns or is about to sleep after any change) the
-//! loop copies the totals into a [`Published`] block with relaxed stores; whoever wants the
-//! counts (the daemon link's thread) loads them from there.
-//! A reader may see one field from one publication and the next field from the next: each
-//! field is a total that only grows, so the worst it sees is a count a few commands old.
+//! loop copies the totals into a [`Published`] block; whoever wants the counts (the daemon
+//! link's thread) loads them from there.
+//! The block is a sequence lock: the loop never waits for a reader, and a reader that finds a
+//! publication under way reads again, so every load is one publication's totals (the errors
+//! agree with the notifications, the bytes with the commands).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use urom_wire::Status;
 use urom_wire::report::{ErrorEntry, WorkerCounters};
@@ -141,6 +142,8 @@ fn slot(status: Status) -> usize {
 /// The counts as last published by the worker loop, for other threads.
 #[derive(Debug, Default)]
 pub struct Published {
+    /// Odd while a publication is under way; bumped before and after each one.
+    sequence: AtomicU64,
     commands: AtomicU64,
     notifications: AtomicU64,
     bytes_in: AtomicU64,
@@ -153,6 +156,11 @@ pub struct Published {
 
 impl Published {
     fn store(&self, counters: &Counters) {
+        // Only the worker loop publishes, so a plain load and store make the sequence odd.
+        let sequence = self.sequence.load(Ordering::Relaxed);
+        self.sequence.store(sequence + 1, Ordering::Relaxed);
+        // The odd mark is seen before any field of this publication.
+        fence(Ordering::Release);
         let store = |field: &AtomicU64, value| field.store(value, Ordering::Relaxed);
         store(&self.commands, counters.commands);
         store(&self.notifications, counters.notifications);
@@ -164,11 +172,33 @@ impl Published {
         for (field, &value) in self.errors.iter().zip(&counters.errors) {
             store(field, value);
         }
+        self.sequence.store(sequence + 2, Ordering::Release);
     }
 
     /// The last published totals of worker `worker_id`, and each error status that occurred
-    /// with its count, in code order, into `errors`; returns how many entries it wrote.
+    /// with its count, in code order, into `errors`; returns how many entries it wrote. All of
+    /// it comes from one publication.
     pub fn load(
+        &self,
+        worker_id: u64,
+        errors: &mut [ErrorEntry; STATUS_SLOTS],
+    ) -> (WorkerCounters, usize) {
+        loop {
+            let before = self.sequence.load(Ordering::Acquire);
+            if before % 2 == 0 {
+                let loaded = self.load_fields(worker_id, errors);
+                // The fields' loads are done before the sequence is read again.
+                fence(Ordering::Acquire);
+                if self.sequence.load(Ordering::Relaxed) == before {
+                    return loaded;
+                }
+            }
+            // A publication is a few dozen stores: let the loop finish it.
+            std::thread::yield_now();
+        }
+    }
+
+    fn load_fields(
         &self,
         worker_id: u64,
         errors: &mut [ErrorEntry; STATUS_SLOTS],
@@ -274,5 +304,35 @@ mod tests {
         }
         assert!(counters.due(0));
         assert_eq!(counters.totals(7).in_flight, PUBLISH_EVERY as u32 - 1);
+    }
+
+    /// Each load is one publication's totals, even while the loop publishes without pause:
+    /// here every publication has as many errors as notifications and commands.
+    #[test]
+    fn a_load_never_mixes_two_publications() {
+        const PUBLICATIONS: u64 = 200_000;
+        let block = std::sync::Arc::new(Published::default());
+        let writer = {
+            let block = block.clone();
+            std::thread::spawn(move || {
+                let mut counters = Counters::default();
+                for _ in 0..PUBLICATIONS {
+                    counters.command(8);
+                    counters.notification(Status::InvalidValue, 8);
+                    counters.publish(&block);
+                }
+            })
+        };
+        let mut errors = error_buffer();
+        loop {
+            let (totals, _) = block.load(1, &mut errors);
+            assert_eq!(totals.commands, totals.notifications, "{totals:?}");
+            assert_eq!(totals.errors, totals.commands, "{totals:?}");
+            assert_eq!(totals.bytes_in, 8 * totals.commands, "{totals:?}");
+            if totals.commands == PUBLICATIONS {
+                break;
+            }
+        }
+        writer.join().unwrap();
     }
 }
