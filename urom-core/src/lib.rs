@@ -5,9 +5,9 @@
 //!
 //! * the byte formats, re-exported from [`urom_wire`];
 //! * [`transport`]: the [`transport::Transport`] trait that moves frames between processes, with
-//!   [`transport::shm`] (shared memory on one machine) and an in-process loopback, and
-//!   [`transport::Channel`], the one type the rest of urom holds; UCX across machines will
-//!   follow;
+//!   [`transport::shm`] (shared memory on one machine), `transport::ucx` (across machines, with
+//!   the `ucx` feature) and an in-process loopback, and [`transport::Channel`], the one type the
+//!   rest of urom holds;
 //! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
 //!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] and [`sandbox`]
 //!   hold the sample plugins' messages and host helpers;
