@@ -18,9 +18,13 @@
 # less) the system calls are left out. The last lines are the medians over the rounds of the
 # per-round ratios.
 #
+# Each run that ends well is appended to benches/results/offload-cpu.md (see benches/record.sh).
+#
 # usage: benches/run-offload-cpu.sh [client threads (4)] [rounds (3)] [seconds (3)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start offload-cpu "$@"
 threads=${1:-4} rounds=${2:-3} seconds=${3:-3}
 max_concurrent=${OFFLOAD_MAX_CONCURRENT:-$((threads * 128))}
 have_perf=1
@@ -156,3 +160,4 @@ awk 'NR % 2 == 1 { r = $(NF - 1); c = $NF; next }
     }
     END { printf "median of %d rounds: rate %.2fx the bare server, CPU per request %.2fx\n", n, median(rate, n), median(cpu, n) }' \
     "$dir/results"
+record_finish

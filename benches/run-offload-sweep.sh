@@ -10,9 +10,13 @@
 # Builds with `--features cuda` when cuda is asked for; set GPU_OFFLOAD_BIN to a folder with
 # the three programs to use those instead (built elsewhere, on a machine without Rust).
 #
+# Each run that ends well is appended to benches/results/offload-sweep.md (see benches/record.sh).
+#
 # usage: benches/run-offload-sweep.sh [processor ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start offload-sweep "$@"
 processors=("${@:-cpu}")
 if [ -n "${GPU_OFFLOAD_BIN:-}" ]; then
     bin=$GPU_OFFLOAD_BIN
@@ -81,3 +85,4 @@ for processor in "${processors[@]}"; do
     printf '%-10s %9s %9s %9s %9s %9s %11s %13s\n' "$processor" "${row[@]}"
     stop_stack
 done
+record_finish

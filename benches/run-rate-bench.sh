@@ -14,8 +14,13 @@
 # `ucx_perftest` comes from Debian's ucx-utils; without it the UCX column is skipped.
 # Compare numbers of one run only: the host may steal time from busy-polling vCPUs.
 #
+# Each run that ends well is appended to benches/results/rate.md (see benches/record.sh).
+#
 # usage: benches/run-rate-bench.sh [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start rate "$@"
 rounds=${1:-12}
 cargo bench -p urom-benches --bench rate -- "$rounds"
+record_finish '^message rate, 64-byte commands'

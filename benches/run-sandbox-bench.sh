@@ -7,7 +7,12 @@
 # timestamps, UROM_SANDBOX_TIMESTAMPS: the two worker-to-worker legs without the host).
 # Needs libucx-dev (and ucx-utils for the baseline).
 #
+# Each run that ends well is appended to benches/results/sandbox.md (see benches/record.sh).
+#
 # usage: benches/run-sandbox-bench.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start sandbox "$@"
 UROM_BENCH_ROUNDS=${1:-3} cargo bench -p urom-benches --features ucx --bench sandbox
+record_finish '^sandbox tag round trip between two workers'

@@ -8,9 +8,13 @@
 # with 64-byte messages on the same two cores, and prints the medians of the per-round ratios.
 # Compare numbers of one run only: the host may steal time from busy-polling vCPUs.
 #
+# Each run that ends well is appended to benches/results/shm.md (see benches/record.sh).
+#
 # usage: [ROUNDS=10] benches/run-shm-bench.sh [extra criterion arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start shm "$@"
 target=${CARGO_TARGET_DIR:-$(pwd)/target}
 cargo bench -p urom-benches --bench shm -- "$@"
 
@@ -76,3 +80,4 @@ if rows:
     print(f"      (b) / ucp_am_lat round trip (p50 one way x2)   {statistics.median(r[0] for r in rows):.2f}")
     print(f"      (c) / ucp_am_bw message rate                    {statistics.median(r[1] for r in rows):.2f}")
 PY
+record_finish '^shared-memory transport, 64-byte frames'

@@ -5,7 +5,12 @@
 # per-round ratios. Over 127.0.0.1, and across two network namespaces when run as root.
 # Needs libucx-dev (and ucx-utils for the baseline).
 #
+# Each run that ends well is appended to benches/results/ucx.md (see benches/record.sh).
+#
 # usage: benches/run-ucx-bench.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start ucx "$@"
 UROM_BENCH_ROUNDS=${1:-10} cargo bench -p urom-benches --features ucx --bench ucx
+record_finish '^UCX over TCP, 64-byte messages'

@@ -2,9 +2,13 @@
 # Worker benchmark: loopback commands through a real urom-worker process beside the bare
 # shared-memory round trip, all in one run, and the medians and ratios side by side.
 #
+# Each run that ends well is appended to benches/results/worker.md (see benches/record.sh).
+#
 # usage: benches/run-worker-bench.sh [extra criterion arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/record.sh
+record_start worker "$@"
 target=${CARGO_TARGET_DIR:-$(pwd)/target}
 cargo bench -p urom-benches --bench worker -- "$@"
 
@@ -25,3 +29,4 @@ print(f"  graph plugin, native path                {native:8.1f} ns   x{native /
 print(f"  C loopback plugin, DOCA path             {doca:8.1f} ns   x{doca / bare:.2f} of bare")
 print(f"  graph plugin, 64 in flight               {1e3 / per_command:8.2f} M commands/s ({per_command:.1f} ns/command)")
 PY
+record_finish '^loopback commands through urom-worker'
