@@ -16,26 +16,36 @@
 //! other side or to a later session; the two labels keep a proof from being reflected back as the
 //! other side's. Proofs are HMAC-SHA256 and compared in constant time.
 //!
+//! Both sides then derive the session's keys from the secret and both nonces with HKDF-SHA256
+//! ([`SessionKeys`]): one per direction for the records that carry every later control message
+//! with an integrity check (see [`record`](crate::transport::record)), and one that seals
+//! worker keys.
+//!
 //! A worker that serves remote hosts has a key of its own, which its daemon made and gave it
 //! when it started it. The daemon hands that key to each remote host it lets use the worker,
-//! sealed with a pad only that host can compute ([`SharedSecret::worker_key_pad`]: a keyed hash
-//! of the session's transcript and the worker's id), and the host then runs the same exchange
-//! with the worker on the fresh data channel ([`challenge`] on the worker's side, [`prove`] on
-//! the host's) before any command. So a worker serves only hosts its daemon vouched for, and an
+//! sealed for that host's session with ChaCha20-Poly1305 ([`SessionKeys::seal_worker_key`]: a
+//! fresh nonce per sealing, the worker's id bound in), and the host then runs the same exchange
+//! with the worker at the worker's front door ([`challenge`] on the worker's side, [`prove`] on
+//! the host's) before anything else. So a worker serves only hosts its daemon vouched for, and an
 //! eavesdropper learns nothing it could use.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Nonce};
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::transport::{FrameReceiver, FrameSender, Transport};
+use crate::transport::record::RecordKey;
+use crate::transport::stream::{self, StreamReader, StreamWriter};
 use crate::wire::control::{
-    AUTH_DATA_LEN, AuthChallenge, AuthMethod, ControlMessage, ErrorReply, SecretProof, ServiceProof,
+    AUTH_DATA_LEN, AuthChallenge, AuthMethod, ControlMessage, ErrorReply, SEALED_KEY_LEN,
+    SecretProof, ServiceProof,
 };
 use crate::wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -50,10 +60,16 @@ const MAX_KEY_FILE_LEN: u64 = 4096;
 
 const HOST_LABEL: &[u8] = b"urom host proof v1";
 const SERVICE_LABEL: &[u8] = b"urom service proof v1";
-const WORKER_KEY_LABEL: &[u8] = b"urom worker key v1";
+const HOST_RECORDS_LABEL: &[u8] = b"urom records host to service v1";
+const SERVICE_RECORDS_LABEL: &[u8] = b"urom records service to host v1";
+const WORKER_KEY_LABEL: &[u8] = b"urom worker key seal v1";
+/// Bytes of a sealing's nonce, at the front of a sealed key.
+const SEAL_NONCE_LEN: usize = 12;
 
 /// A nonce or a proof.
 pub type AuthBytes = [u8; AUTH_DATA_LEN];
+/// A worker key sealed for one session: the sealing's nonce, the encrypted key and its tag.
+pub type SealedKey = [u8; SEALED_KEY_LEN];
 
 /// The secret both sides of a remote connection hold. Never printed.
 #[derive(Clone)]
@@ -190,13 +206,29 @@ impl SharedSecret {
         self.check(SERVICE_LABEL, transcript, proof)
     }
 
-    /// The pad that seals a worker's key for the host of this session: the daemon sends
-    /// `key ^ pad`, and only a holder of the secret who took part in the session can compute
-    /// the pad again ([`seal`] both seals and opens).
-    pub fn worker_key_pad(&self, transcript: &Transcript<'_>, worker_id: u64) -> AuthBytes {
-        let mut mac = self.mac(WORKER_KEY_LABEL, transcript);
-        mac.update(&worker_id.to_le_bytes());
-        mac.finalize().into_bytes().into()
+    /// The keys of the session `transcript` describes.
+    pub fn session_keys(&self, transcript: &Transcript<'_>) -> SessionKeys {
+        let mut salt = [0; 2 * AUTH_DATA_LEN];
+        salt[..AUTH_DATA_LEN].copy_from_slice(transcript.service_nonce);
+        salt[AUTH_DATA_LEN..].copy_from_slice(transcript.host_nonce);
+        let hkdf = Hkdf::<Sha256>::new(Some(&salt), &self.0);
+        let key = |label: &[u8]| {
+            let mut okm = [0; 32];
+            // The identity is at most 63 bytes (the hello's field), so its length fits a byte.
+            let info = [
+                label,
+                &[transcript.identity.len() as u8],
+                transcript.identity.as_bytes(),
+            ];
+            hkdf.expand_multi_info(&info, &mut okm)
+                .expect("32 bytes is a valid HKDF-SHA256 output length");
+            okm
+        };
+        SessionKeys {
+            host_records: RecordKey(key(HOST_RECORDS_LABEL)),
+            service_records: RecordKey(key(SERVICE_RECORDS_LABEL)),
+            worker_key_seal: key(WORKER_KEY_LABEL),
+        }
     }
 
     /// A host's answer to a challenge with `service_nonce`: a fresh nonce of its own and the
@@ -260,9 +292,89 @@ pub fn worker_identity(id: u64) -> String {
     format!("worker {id}")
 }
 
-/// `key` sealed with (or, sealed, opened with) `pad`.
-pub fn seal(key: &AuthBytes, pad: &AuthBytes) -> AuthBytes {
-    core::array::from_fn(|i| key[i] ^ pad[i])
+/// The keys both sides of an authenticated session derived from the secret and the session's
+/// nonces and identity. Never printed.
+#[derive(Clone)]
+pub struct SessionKeys {
+    host_records: RecordKey,
+    service_records: RecordKey,
+    worker_key_seal: [u8; 32],
+}
+
+impl fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionKeys(..)")
+    }
+}
+
+/// Which side of a session seals its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The side that proved itself first: a host.
+    Host,
+    /// The side that challenged: the daemon, or a worker.
+    Service,
+}
+
+impl SessionKeys {
+    /// Seals both halves of the session's stream for `side`: from now on every message each way
+    /// travels as a record with an integrity check.
+    pub fn seal(
+        &self,
+        side: Side,
+        reader: &mut StreamReader,
+        writer: &mut StreamWriter,
+        max: MaxMsgSize,
+    ) {
+        let (ours, theirs) = match side {
+            Side::Host => (&self.host_records, &self.service_records),
+            Side::Service => (&self.service_records, &self.host_records),
+        };
+        writer.seal(ours, max);
+        reader.seal(theirs, max);
+    }
+
+    /// `key` of worker `worker_id`, sealed for this session. `sealing` must differ for every key
+    /// sealed in one session (a counter): it is the nonce.
+    pub fn seal_worker_key(&self, worker_id: u64, sealing: u64, key: &AuthBytes) -> SealedKey {
+        let mut nonce = [0; SEAL_NONCE_LEN];
+        nonce[..8].copy_from_slice(&sealing.to_le_bytes());
+        let sealed = self
+            .cipher()
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: key,
+                    aad: &worker_id.to_le_bytes(),
+                },
+            )
+            .expect("ChaCha20-Poly1305 seals 32 bytes");
+        let mut out = [0; SEALED_KEY_LEN];
+        out[..SEAL_NONCE_LEN].copy_from_slice(&nonce);
+        out[SEAL_NONCE_LEN..].copy_from_slice(&sealed);
+        out
+    }
+
+    /// The key of worker `worker_id` that [`SessionKeys::seal_worker_key`] sealed; `None` if it
+    /// was sealed for another session or worker, or changed on the way.
+    pub fn open_worker_key(&self, worker_id: u64, sealed: &SealedKey) -> Option<AuthBytes> {
+        let (nonce, sealed) = sealed.split_at(SEAL_NONCE_LEN);
+        let key = self
+            .cipher()
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: &worker_id.to_le_bytes(),
+                },
+            )
+            .ok()?;
+        key.try_into().ok()
+    }
+
+    fn cipher(&self) -> ChaCha20Poly1305 {
+        ChaCha20Poly1305::new(&self.worker_key_seal.into())
+    }
 }
 
 /// Why a peer on a fresh channel was not let in, or could not get in.
@@ -291,23 +403,24 @@ impl fmt::Display for HandshakeError {
 
 impl std::error::Error for HandshakeError {}
 
-/// The accepting side of the exchange on a fresh channel (a worker): challenges the peer to
-/// prove `key`, checks its proof and proves `key` in turn. A peer that fails is told why.
-pub fn challenge<T: Transport + ?Sized>(
-    conn: &mut T,
+/// The accepting side of the exchange on a fresh stream (a worker's front door): challenges
+/// the peer to prove `key`, checks its proof and proves `key` in turn, all within `timeout`. A
+/// peer that fails is told why. On success both halves are sealed with the session's keys.
+pub fn challenge(
+    (reader, writer): &mut (StreamReader, StreamWriter),
+    max: MaxMsgSize,
     key: &SharedSecret,
     identity: &str,
     timeout: Duration,
-) -> Result<(), HandshakeError> {
+) -> Result<SessionKeys, HandshakeError> {
     let deadline = Instant::now() + timeout;
-    let max = conn.max_msg_size();
     let nonce = fresh_nonce().map_err(|e| HandshakeError::Channel(e.to_string()))?;
     let challenge = AuthChallenge {
         method: AuthMethod::SharedSecret,
         nonce,
     };
-    send(conn, 1, ControlMessage::AuthChallenge(challenge))?;
-    let proof = receive(conn, max, deadline, |message| match message {
+    send(writer, max, 1, ControlMessage::AuthChallenge(challenge))?;
+    let proof = receive(reader, max, deadline, |message| match message {
         ControlMessage::SecretProof(proof) => Some(proof),
         _ => None,
     })?;
@@ -322,26 +435,30 @@ pub fn challenge<T: Transport + ?Sized>(
             status: Status::Authentication,
             reason,
         };
-        let _ = send(conn, 2, ControlMessage::Error(error));
+        let _ = send(writer, max, 2, ControlMessage::Error(error));
         return Err(HandshakeError::Refused(reason.into()));
     }
     let answer = ServiceProof {
         proof: key.service_proof(&transcript),
     };
-    send(conn, 2, ControlMessage::ServiceProof(answer))
+    send(writer, max, 2, ControlMessage::ServiceProof(answer))?;
+    let keys = key.session_keys(&transcript);
+    keys.seal(Side::Service, reader, writer, max);
+    Ok(keys)
 }
 
-/// The connecting side of the exchange on a fresh channel (a host): answers the peer's
-/// challenge with a proof of `key` and checks the peer's proof.
-pub fn prove<T: Transport + ?Sized>(
-    conn: &mut T,
+/// The connecting side of the exchange on a fresh stream (a host at a worker's front door):
+/// answers the peer's challenge with a proof of `key` and checks the peer's proof, within
+/// `timeout`. On success both halves are sealed with the session's keys.
+pub fn prove(
+    (reader, writer): &mut (StreamReader, StreamWriter),
+    max: MaxMsgSize,
     key: &SharedSecret,
     identity: &str,
     timeout: Duration,
-) -> Result<(), HandshakeError> {
+) -> Result<SessionKeys, HandshakeError> {
     let deadline = Instant::now() + timeout;
-    let max = conn.max_msg_size();
-    let challenge = receive(conn, max, deadline, |message| match message {
+    let challenge = receive(reader, max, deadline, |message| match message {
         ControlMessage::AuthChallenge(c) if c.method == AuthMethod::SharedSecret => Some(c),
         _ => None,
     })?;
@@ -353,70 +470,58 @@ pub fn prove<T: Transport + ?Sized>(
         host_nonce: &proof.nonce,
         identity,
     };
-    send(conn, 2, ControlMessage::SecretProof(proof))?;
-    let answer = receive(conn, max, deadline, |message| match message {
+    send(writer, max, 2, ControlMessage::SecretProof(proof))?;
+    let answer = receive(reader, max, deadline, |message| match message {
         ControlMessage::ServiceProof(answer) => Some(answer),
         _ => None,
     })?;
-    if key.check_service_proof(&transcript, &answer.proof) {
-        Ok(())
-    } else {
-        Err(HandshakeError::Refused(
+    if !key.check_service_proof(&transcript, &answer.proof) {
+        return Err(HandshakeError::Refused(
             "the peer's proof of the key is wrong: it is not the worker the daemon named".into(),
-        ))
+        ));
     }
+    let keys = key.session_keys(&transcript);
+    keys.seal(Side::Host, reader, writer, max);
+    Ok(keys)
 }
 
-fn send<T: Transport + ?Sized>(
-    conn: &mut T,
+fn send(
+    writer: &mut StreamWriter,
+    max: MaxMsgSize,
     seq: u64,
     body: ControlMessage<'_>,
 ) -> Result<(), HandshakeError> {
     let frame = FrameRepr { seq, body };
     let mut bytes = vec![0; frame.buffer_len()];
     let len = frame
-        .emit(&mut bytes, conn.max_msg_size())
+        .emit(&mut bytes, max)
         .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
-    let (tx, _) = conn.split();
-    // A fresh channel has room for the few frames of the exchange.
-    tx.send(&bytes[..len])
+    writer
+        .write_all(&bytes[..len])
         .map_err(|e| HandshakeError::Channel(e.to_string()))
 }
 
-/// Waits for the next frame until `deadline` and takes from it what `expect` picks; an error
-/// reply is a refusal.
-fn receive<T: Transport + ?Sized, M>(
-    conn: &mut T,
+/// Reads the next frame until `deadline` and takes from it what `expect` picks; an error reply
+/// is a refusal.
+fn receive<M>(
+    reader: &mut StreamReader,
     max: MaxMsgSize,
     deadline: Instant,
     expect: impl FnOnce(ControlMessage<'_>) -> Option<M>,
 ) -> Result<M, HandshakeError> {
-    let (_, rx) = conn.split();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(HandshakeError::TimedOut);
-        }
-        let ready = rx
-            .wait_recv(left)
-            .map_err(|e| HandshakeError::Channel(e.to_string()))?;
-        if !ready {
-            continue;
-        }
-        let Some(bytes) = rx
-            .recv()
-            .map_err(|e| HandshakeError::Channel(e.to_string()))?
-        else {
-            continue;
-        };
-        let frame = FrameRepr::<ControlMessage>::parse(bytes, max)
-            .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
-        if let ControlMessage::Error(error) = frame.body {
-            return Err(HandshakeError::Refused(error.reason.to_owned()));
-        }
-        let kind = urom_wire::Body::kind(&frame.body);
-        return expect(frame.body).ok_or_else(|| HandshakeError::Protocol(format!("{kind:?}")));
+    let mut bytes = Vec::new();
+    stream::read_frame(reader, &mut bytes, max, Some(deadline)).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => HandshakeError::TimedOut,
+        std::io::ErrorKind::InvalidData => HandshakeError::Protocol(e.to_string()),
+        _ => HandshakeError::Channel(e.to_string()),
+    })?;
+    let frame = FrameRepr::<ControlMessage>::parse(&bytes, max)
+        .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
+    if let ControlMessage::Error(error) = frame.body {
+        return Err(HandshakeError::Refused(error.reason.to_owned()));
     }
+    let kind = urom_wire::Body::kind(&frame.body);
+    expect(frame.body).ok_or_else(|| HandshakeError::Protocol(format!("{kind:?}")))
 }
 
 /// Fresh random bytes from the operating system.
@@ -500,42 +605,67 @@ mod tests {
     }
 
     #[test]
-    fn a_sealed_worker_key_opens_only_with_the_sessions_pad() {
+    fn a_sealed_worker_key_opens_only_in_its_session_for_its_worker() {
         let secret = SharedSecret::from_bytes(b"correct horse battery staple");
         let (s, h) = (fresh_nonce().unwrap(), fresh_nonce().unwrap());
-        let session = transcript(&s, &h, "rank-0");
+        let keys = secret.session_keys(&transcript(&s, &h, "rank-0"));
         let key = fresh_nonce().unwrap();
-        let sealed = seal(&key, &secret.worker_key_pad(&session, 7));
-        assert_ne!(sealed, key);
-        assert_eq!(seal(&sealed, &secret.worker_key_pad(&session, 7)), key);
-        assert_ne!(seal(&sealed, &secret.worker_key_pad(&session, 8)), key);
-        let other = transcript(&h, &s, "rank-0");
-        assert_ne!(seal(&sealed, &secret.worker_key_pad(&other, 7)), key);
+        let sealed = keys.seal_worker_key(7, 0, &key);
+        assert!(!sealed.windows(key.len()).any(|w| w == key));
+        assert_eq!(keys.open_worker_key(7, &sealed), Some(key));
+        assert_eq!(keys.open_worker_key(8, &sealed), None, "another worker");
+        let again = keys.seal_worker_key(7, 1, &key);
+        assert_ne!(again, sealed, "each sealing has its own nonce");
+        assert_eq!(keys.open_worker_key(7, &again), Some(key));
+        for at in 0..sealed.len() {
+            let mut flipped = sealed;
+            flipped[at] ^= 1;
+            assert_eq!(keys.open_worker_key(7, &flipped), None, "flipped byte {at}");
+        }
+        let other = secret.session_keys(&transcript(&h, &s, "rank-0"));
+        assert_eq!(other.open_worker_key(7, &sealed), None, "another session");
+        let renamed = secret.session_keys(&transcript(&s, &h, "rank-1"));
+        assert_eq!(
+            renamed.open_worker_key(7, &sealed),
+            None,
+            "another identity"
+        );
     }
 
-    fn channel_pair() -> (crate::transport::Channel, crate::transport::Channel) {
-        let config = crate::transport::ChannelConfig::default();
-        let (a, b) = crate::transport::shm::ShmConnection::pair(&config).unwrap();
-        (a.into(), b.into())
+    type Halves = (StreamReader, StreamWriter);
+
+    fn stream_pair() -> (Halves, Halves) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (
+            stream::split_unix(a).unwrap(),
+            stream::split_unix(b).unwrap(),
+        )
     }
 
     #[test]
     fn a_host_with_the_workers_key_gets_in_and_one_without_is_refused() {
         const SOON: Duration = Duration::from_secs(10);
+        let max = MaxMsgSize::DEFAULT;
         let key = SharedSecret::from_bytes(&fresh_nonce().unwrap());
-        let (mut worker, mut host) = channel_pair();
+        let (mut worker, mut host) = stream_pair();
         let worker_key = key.clone();
-        let accepting =
-            std::thread::spawn(move || challenge(&mut worker, &worker_key, "worker 3", SOON));
-        prove(&mut host, &key, "worker 3", SOON).expect("the host gets in");
-        accepting.join().unwrap().expect("the worker lets it in");
+        let accepting = std::thread::spawn(move || {
+            challenge(&mut worker, max, &worker_key, "worker 3", SOON).map(|_| worker)
+        });
+        prove(&mut host, max, &key, "worker 3", SOON).expect("the host gets in");
+        let (mut reader, _writer) = accepting.join().unwrap().expect("the worker lets it in");
+        host.1.write_all(b"sealed").unwrap();
+        let mut got = [0; 6];
+        reader.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"sealed", "both sides sealed with the same keys");
 
-        let (mut worker, mut host) = channel_pair();
+        let (mut worker, mut host) = stream_pair();
         let worker_key = key.clone();
-        let accepting =
-            std::thread::spawn(move || challenge(&mut worker, &worker_key, "worker 3", SOON));
+        let accepting = std::thread::spawn(move || {
+            challenge(&mut worker, max, &worker_key, "worker 3", SOON).map(|_| ())
+        });
         let wrong = SharedSecret::from_bytes(&fresh_nonce().unwrap());
-        let refused = prove(&mut host, &wrong, "worker 3", SOON).unwrap_err();
+        let refused = prove(&mut host, max, &wrong, "worker 3", SOON).unwrap_err();
         assert!(
             matches!(&refused, HandshakeError::Refused(why) if why.contains("not sent by its daemon")),
             "{refused}"
@@ -545,8 +675,8 @@ mod tests {
             Err(HandshakeError::Refused(_))
         ));
 
-        let (_silent, mut host) = channel_pair();
-        let error = prove(&mut host, &key, "worker 3", Duration::from_millis(50)).unwrap_err();
+        let (_silent, mut host) = stream_pair();
+        let error = prove(&mut host, max, &key, "worker 3", Duration::from_millis(50)).unwrap_err();
         assert_eq!(error, HandshakeError::TimedOut);
     }
 

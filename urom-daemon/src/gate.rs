@@ -13,6 +13,8 @@
 //! a second, with a count of those left unlogged, so that a flood cannot fill the log.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use tracing::{error, warn};
 use urom_wire::control::{ControlMessage, ErrorReply, REASON_LEN};
-use urom_wire::{FrameRepr, Status};
+use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
 use crate::Service;
 use crate::registry::HostId;
@@ -37,12 +39,13 @@ const FILES_PER_CONNECTION: u64 = 2;
 /// How often a refusal is logged at most.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Bounds on the connections of users other than root.
+/// Bounds on connections: of users other than root, or of hosts on other machines that have
+/// not proved the secret yet (per source address then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
     /// Connections at once, all such users together.
     pub total: usize,
-    /// Connections at once of any one such user.
+    /// Connections at once of any one such user (or source address).
     pub per_user: usize,
 }
 
@@ -69,10 +72,92 @@ pub(crate) struct Peer {
     pub pid: i32,
 }
 
-#[derive(Default)]
-struct Counts {
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "uid {} pid {}", self.uid, self.pid)
+    }
+}
+
+/// Places for connections, bounded in total and per key (a user, a source address).
+pub(crate) struct Quota<K> {
+    limits: Limits,
+    counts: Mutex<Counts<K>>,
+}
+
+struct Counts<K> {
     total: usize,
-    per_user: HashMap<u32, usize>,
+    per_key: HashMap<K, usize>,
+}
+
+/// A place taken from a [`Quota`], given back when dropped.
+pub(crate) struct Place<K: Eq + Hash + Copy> {
+    quota: Arc<Quota<K>>,
+    key: K,
+}
+
+/// Why a [`Quota`] had no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// The key holds this many places, its most.
+    Key(usize),
+    /// All keys together hold this many places, the most.
+    Total(usize),
+}
+
+impl<K: Eq + Hash + Copy> Quota<K> {
+    pub(crate) fn new(limits: Limits) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            counts: Mutex::new(Counts {
+                total: 0,
+                per_key: HashMap::new(),
+            }),
+        })
+    }
+
+    /// A place for `key`, or which bound is reached.
+    pub(crate) fn take(self: &Arc<Self>, key: K) -> Result<Place<K>, Full> {
+        let mut counts = self.counts();
+        let Counts { total, per_key } = &mut *counts;
+        let mine = per_key.entry(key).or_insert(0);
+        if *mine >= self.limits.per_user {
+            return Err(Full::Key(*mine));
+        }
+        if *total >= self.limits.total {
+            if *mine == 0 {
+                per_key.remove(&key);
+            }
+            return Err(Full::Total(*total));
+        }
+        *mine += 1;
+        *total += 1;
+        Ok(Place {
+            quota: Arc::clone(self),
+            key,
+        })
+    }
+
+    /// Places held now, in all.
+    pub(crate) fn held(&self) -> usize {
+        self.counts().total
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts<K>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<K: Eq + Hash + Copy> Drop for Place<K> {
+    fn drop(&mut self) {
+        let mut counts = self.quota.counts();
+        counts.total -= 1;
+        if let Some(mine) = counts.per_key.get_mut(&self.key) {
+            *mine -= 1;
+            if *mine == 0 {
+                counts.per_key.remove(&self.key);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -85,16 +170,13 @@ struct RefusalLog {
 pub(crate) struct Gate {
     /// Users served besides root.
     allowed: Vec<u32>,
-    limits: Limits,
-    counts: Mutex<Counts>,
+    connections: Arc<Quota<u32>>,
     refusals: Mutex<RefusalLog>,
 }
 
-/// A connection's place within the bounds, given back when dropped.
+/// A connection's place within the bounds, given back when dropped; root's counts for nothing.
 pub(crate) struct Permit {
-    gate: Arc<Gate>,
-    /// The user it counts for; `None` for root, who is not counted.
-    counted: Option<u32>,
+    _place: Option<Place<u32>>,
 }
 
 impl Gate {
@@ -102,8 +184,7 @@ impl Gate {
     pub(crate) fn new(allowed: Vec<u32>, limits: Limits) -> Self {
         Self {
             allowed,
-            limits,
-            counts: Mutex::default(),
+            connections: Quota::new(limits),
             refusals: Mutex::default(),
         }
     }
@@ -114,40 +195,27 @@ impl Gate {
     }
 
     /// A place for one more connection of `uid`, or why there is none.
-    pub(crate) fn permit(self: &Arc<Self>, uid: u32) -> Result<Permit, String> {
+    pub(crate) fn permit(&self, uid: u32) -> Result<Permit, String> {
         if uid == 0 {
-            return Ok(Permit {
-                gate: Arc::clone(self),
-                counted: None,
-            });
+            return Ok(Permit { _place: None });
         }
-        let mut counts = self.counts();
-        let Counts { total, per_user } = &mut *counts;
-        let mine = per_user.entry(uid).or_insert(0);
-        if *mine >= self.limits.per_user {
-            return Err(format!(
+        match self.connections.take(uid) {
+            Ok(place) => Ok(Permit {
+                _place: Some(place),
+            }),
+            Err(Full::Key(mine)) => Err(format!(
                 "user {uid} already has {mine} connections, the most one user may have"
-            ));
-        }
-        if *total >= self.limits.total {
-            return Err(format!(
+            )),
+            Err(Full::Total(total)) => Err(format!(
                 "the service already has {total} connections, the most it takes"
-            ));
+            )),
         }
-        *mine += 1;
-        *total += 1;
-        Ok(Permit {
-            gate: Arc::clone(self),
-            counted: Some(uid),
-        })
     }
 
-    fn counts(&self) -> MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Logs a refusal, unless one was logged less than [`REFUSAL_LOG_INTERVAL`] ago.
-    fn log_refusal(&self, peer: Peer, reason: &str) {
+    /// Logs that a connection from `from` was turned away or failed to authenticate, unless one
+    /// was logged less than [`REFUSAL_LOG_INTERVAL`] ago: those are counted and the count goes
+    /// with the next one logged.
+    pub(crate) fn log_refusal(&self, from: &dyn fmt::Display, reason: &str) {
         let mut log = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if log
@@ -159,27 +227,7 @@ impl Gate {
         }
         log.last = Some(now);
         let unlogged = std::mem::take(&mut log.unlogged);
-        warn!(
-            uid = peer.uid,
-            pid = peer.pid,
-            unlogged,
-            "connection turned away: {reason}"
-        );
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some(uid) = self.counted {
-            let mut counts = self.gate.counts();
-            counts.total -= 1;
-            if let Some(mine) = counts.per_user.get_mut(&uid) {
-                *mine -= 1;
-                if *mine == 0 {
-                    counts.per_user.remove(&uid);
-                }
-            }
-        }
+        warn!(%from, unlogged, "connection turned away: {reason}");
     }
 }
 
@@ -224,7 +272,7 @@ pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
     let client = session::Client::Local(peer);
     let spawned = std::thread::Builder::new()
         .name(format!("urom-host-{host}"))
-        .spawn(move || session::serve(&session_service, host, halves, client, permit));
+        .spawn(move || session::serve(&session_service, host, halves, client, (permit, None)));
     if let Err(e) = spawned {
         error!("cannot serve a host: {e}");
     }
@@ -232,18 +280,27 @@ pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
 
 /// Answers `stream` with an error, without waiting for room to write it, and closes it.
 fn turn_away(service: &Service, stream: UnixStream, peer: Peer, status: Status, reason: &str) {
-    service.gate.log_refusal(peer, reason);
+    service.gate.log_refusal(&peer, reason);
+    if stream.set_nonblocking(true).is_ok() {
+        write_refusal(&mut &stream, service.max_msg_size, status, reason);
+    }
+}
+
+/// Writes an error reply with `status` and `reason` to `stream`, as far as it takes it.
+pub(crate) fn write_refusal(
+    stream: &mut impl Write,
+    max: MaxMsgSize,
+    status: Status,
+    reason: &str,
+) {
     let reason = urom_wire::truncate_at_char_boundary(reason, REASON_LEN - 1);
     let frame = FrameRepr {
         seq: 0,
         body: ControlMessage::Error(ErrorReply { status, reason }),
     };
     let mut bytes = vec![0u8; frame.buffer_len()];
-    if let Ok(len) = frame.emit(&mut bytes, service.max_msg_size) {
-        let mut stream = stream;
-        if stream.set_nonblocking(true).is_ok() {
-            let _ = stream.write(&bytes[..len]);
-        }
+    if let Ok(len) = frame.emit(&mut bytes, max) {
+        let _ = stream.write(&bytes[..len]);
     }
 }
 
@@ -273,13 +330,13 @@ mod tests {
 
     #[test]
     fn connections_are_bounded_per_user_and_in_total_but_root_is_not_counted() {
-        let gate = Arc::new(Gate::new(
+        let gate = Gate::new(
             vec![1000, 1001],
             Limits {
                 total: 3,
                 per_user: 2,
             },
-        ));
+        );
         assert!(gate.allows(0) && gate.allows(1001) && !gate.allows(1002));
         let first = gate.permit(1000).unwrap();
         let second = gate.permit(1000).unwrap();
@@ -292,7 +349,7 @@ mod tests {
         drop(first);
         let again = gate.permit(1001).unwrap();
         drop((second, other, again, roots));
-        assert_eq!(gate.counts().total, 0);
-        assert!(gate.counts().per_user.is_empty());
+        assert_eq!(gate.connections.held(), 0);
+        assert!(gate.connections.counts().per_key.is_empty());
     }
 }

@@ -152,12 +152,13 @@ pub(crate) struct Service {
 }
 
 /// What the daemon needs to serve hosts on other machines.
-#[derive(Debug)]
 pub(crate) struct RemoteHosts {
     /// The secret they must prove they hold.
     secret: urom_core::auth::SharedSecret,
     /// The user their workers run as.
     uid: u32,
+    /// Places of the connections that have not proved the secret yet, per source address.
+    unproven: Arc<gate::Quota<std::net::IpAddr>>,
 }
 
 impl Service {
@@ -296,11 +297,10 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     }
 
     let next_host = Arc::new(AtomicU64::new(1));
-    #[cfg(feature = "ucx")]
     if let Some(address) = args.listen_ucx {
         let bound = remote::listen(&service, address, Arc::clone(&next_host))
             .map_err(DaemonRunError::Remote)?;
-        info!(address = %bound, "listening for hosts on other machines over UCX");
+        info!(address = %bound, "listening for hosts on other machines");
         let _ = service.ucx_listen.set(bound);
     }
     // Last, so that a socket there means every listener is up.

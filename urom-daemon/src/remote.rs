@@ -1,18 +1,65 @@
 //! Hosts on other machines: the key file they must prove, the user their workers run as, and
-//! the UCX listener they connect to (feature `ucx`).
+//! the front door they connect to (`--listen-ucx`, feature `ucx`).
 //!
-//! A remote host is let in like a local one (a connection permit, a session thread of its own, the
-//! same hello deadline), but authenticates by proving the shared secret (see
-//! `urom_core::auth`) instead of by Unix credentials, and owns its workers by the identity it
-//! proved.
+//! The front door is a TCP socket the daemon parses itself; UCX never sees a byte of it, and
+//! the daemon does not link UCX at all. A remote host is let in like a local one (a connection
+//! permit, a session thread of its own, the same hello deadline: idle and half-open
+//! connections are closed at it), but authenticates by proving the shared secret (see
+//! `urom_core::auth`) instead of by Unix credentials, owns its workers by the identity it
+//! proved, and, until it has proved it, holds one of the few places of its source address
+//! ([`UNPROVEN`]): one address flooding the port cannot keep hosts at others out. Everything
+//! after the proofs travels in records with an integrity check; refusals and failed proofs are
+//! logged at a bounded rate, with counts.
 
 use std::fmt;
 
-use nix::unistd::{Uid, User};
-use urom_core::auth::{KeyFileError, SharedSecret};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::RemoteHosts;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::unistd::{Uid, User};
+use tracing::error;
+use urom_core::auth::{KeyFileError, SharedSecret};
+use urom_wire::Status;
+
 use crate::args::Args;
+use crate::gate::{self, Limits, Quota};
+use crate::registry::HostId;
+use crate::session::{self, Client};
+use crate::{RemoteHosts, Service};
+
+/// Connections of hosts on other machines that have not proved the secret yet: at most this
+/// many from one source address, and in all.
+pub(crate) const UNPROVEN: Limits = Limits {
+    total: 256,
+    per_user: 32,
+};
+
+/// How long the front door waits for a connection before it looks at the stop flag.
+const ACCEPT_WAIT_MS: u8 = 50;
+
+impl fmt::Debug for RemoteHosts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteHosts")
+            .field("secret", &self.secret)
+            .field("uid", &self.uid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteHosts {
+    /// Hosts on other machines that prove `secret`; their workers run as `uid`.
+    pub(crate) fn new(secret: SharedSecret, uid: u32) -> Self {
+        Self {
+            secret,
+            uid,
+            unproven: Quota::new(UNPROVEN),
+        }
+    }
+}
 
 /// Why the daemon cannot serve remote hosts as asked.
 #[derive(Debug)]
@@ -34,11 +81,11 @@ pub enum RemoteSetupError {
     },
     /// This build has no UCX.
     NoUcx,
-    /// The UCX listener could not be set up.
+    /// The front door could not be set up.
     Listen {
         /// The address.
-        address: std::net::SocketAddr,
-        /// What UCX said.
+        address: SocketAddr,
+        /// What the system said.
         reason: String,
     },
 }
@@ -100,7 +147,7 @@ pub(crate) fn remote_hosts(args: &Args) -> Result<Option<RemoteHosts>, RemoteSet
             uid
         }
     };
-    Ok(Some(RemoteHosts { secret, uid }))
+    Ok(Some(RemoteHosts::new(secret, uid)))
 }
 
 /// A user name or id, as a user id the user database knows.
@@ -120,87 +167,116 @@ fn resolve_user(user: &str) -> Result<u32, RemoteSetupError> {
     }
 }
 
-/// Listens for hosts on other machines over UCX, on a thread of its own, until the daemon
+/// Listens for hosts on other machines at `address`, on a thread of its own, until the daemon
 /// stops; returns the address it listens on (with the port the system picked for port 0).
-#[cfg(feature = "ucx")]
 pub(crate) fn listen(
-    service: &std::sync::Arc<crate::Service>,
-    address: std::net::SocketAddr,
-    next_host: std::sync::Arc<std::sync::atomic::AtomicU64>,
-) -> Result<std::net::SocketAddr, RemoteSetupError> {
-    use std::sync::Arc;
-    use std::sync::atomic::Ordering;
-
-    use tracing::warn;
-    use urom_core::transport::ChannelConfig;
-    use urom_core::transport::ucx::UcxListener;
-
-    let config = ChannelConfig::new(service.max_msg_size);
-    let mut listener =
-        UcxListener::bind(address, &config).map_err(|e| RemoteSetupError::Listen {
-            address,
-            reason: e.to_string(),
-        })?;
-    let bound = listener.local_addr();
+    service: &Arc<Service>,
+    address: SocketAddr,
+    next_host: Arc<AtomicU64>,
+) -> Result<SocketAddr, RemoteSetupError> {
+    let failed = |e: io::Error| RemoteSetupError::Listen {
+        address,
+        reason: e.to_string(),
+    };
+    let listener = TcpListener::bind(address).map_err(failed)?;
+    listener.set_nonblocking(true).map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
     let service = Arc::clone(service);
-    let mut failures = urom_cli::LogEvery::new(std::time::Duration::from_secs(1));
     std::thread::Builder::new()
-        .name("urom-ucx-accept".into())
+        .name("urom-remote-accept".into())
         .spawn(move || {
             while !service.stopping.load(Ordering::Relaxed) {
-                match listener.accept(crate::ACCEPT_POLL) {
-                    Ok(Some(connection)) => {
+                match listener.accept() {
+                    Ok((stream, from)) => {
                         let host = next_host.fetch_add(1, Ordering::Relaxed);
-                        admit(&service, host, connection.into(), bound);
+                        admit(&service, host, stream, from);
                     }
-                    Ok(None) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Wakes at once for the next connection: a flood must not delay others.
+                        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+                        let _ = poll(&mut fds, PollTimeout::from(ACCEPT_WAIT_MS));
+                    }
                     Err(e) => {
-                        if let Some(held_back) = failures.allow(std::time::Instant::now()) {
-                            warn!(held_back, "a remote host could not connect: {e}");
-                        }
+                        service
+                            .gate
+                            .log_refusal(&"the front door", &format!("accept failed: {e}"));
+                        std::thread::sleep(crate::ACCEPT_POLL);
                     }
                 }
             }
         })
-        .map_err(|e| RemoteSetupError::Listen {
-            address,
-            reason: e.to_string(),
-        })?;
+        .map_err(failed)?;
     Ok(bound)
 }
 
-/// Serves a remote host on a thread of its own, within the connection bounds of the user its
-/// workers run as.
-#[cfg(feature = "ucx")]
-fn admit(
-    service: &std::sync::Arc<crate::Service>,
-    host: crate::registry::HostId,
-    channel: urom_core::transport::Channel,
-    listening: std::net::SocketAddr,
-) {
-    use tracing::{error, warn};
-
+/// Takes a connection to the front door: turns it away at once when its source address or all
+/// remote hosts already hold their most unauthenticated connections, or the remote user its
+/// most connections; else serves it as host `host` on a thread of its own.
+fn admit(service: &Arc<Service>, host: HostId, stream: TcpStream, from: SocketAddr) {
     let Some(remote) = &service.remote else {
         return;
     };
+    let unproven = match remote.unproven.take(from.ip()) {
+        Ok(place) => place,
+        Err(gate::Full::Key(n)) => {
+            let reason = format!(
+                "{n} connections from {} are already authenticating",
+                from.ip()
+            );
+            return turn_away(service, stream, from, &reason);
+        }
+        Err(gate::Full::Total(n)) => {
+            let reason = format!("{n} connections from other machines are already authenticating");
+            return turn_away(service, stream, from, &reason);
+        }
+    };
     let permit = match service.gate.permit(remote.uid) {
         Ok(permit) => permit,
-        Err(reason) => {
-            warn!("remote host turned away: {reason}");
+        Err(reason) => return turn_away(service, stream, from, &reason),
+    };
+    let halves = match stream
+        .set_nonblocking(false)
+        .and_then(|()| urom_core::transport::stream::split_tcp(stream))
+    {
+        Ok(halves) => halves,
+        Err(e) => {
+            service
+                .gate
+                .log_refusal(&from, &format!("cannot set up the connection: {e}"));
             return;
         }
     };
-    let halves = urom_core::transport::stream::split_channel(channel);
-    let client = crate::session::Client::Remote {
-        address: format!("ucx via {listening}"),
+    let client = Client::Remote {
+        address: from.to_string(),
     };
-    let session_service = std::sync::Arc::clone(service);
+    let session_service = Arc::clone(service);
     let spawned = std::thread::Builder::new()
         .name(format!("urom-host-{host}"))
-        .spawn(move || crate::session::serve(&session_service, host, halves, client, permit));
+        .spawn(move || {
+            session::serve(
+                &session_service,
+                host,
+                halves,
+                client,
+                (permit, Some(unproven)),
+            )
+        });
     if let Err(e) = spawned {
         error!("cannot serve a remote host: {e}");
     }
+}
+
+/// Answers a connection with an error, without waiting for room to write it, and closes it.
+fn turn_away(service: &Service, stream: TcpStream, from: SocketAddr, reason: &str) {
+    service.gate.log_refusal(&from, reason);
+    let _ = stream.set_nonblocking(true);
+    gate::write_refusal(&mut &stream, service.max_msg_size, Status::Full, reason);
+}
+
+/// The source addresses holding unauthenticated connections now, for tests.
+#[cfg(test)]
+fn unproven_held(service: &Service) -> usize {
+    service.remote.as_ref().map_or(0, |r| r.unproven.held())
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::net::IpAddr;
 use tracing::{debug, info, warn};
-use urom_core::auth::{self, AuthBytes, Transcript};
+
+use urom_core::auth::{self, AuthBytes, SessionKeys, Side, Transcript};
 use urom_core::plugin_id::PluginMask;
 use urom_core::transport::stream::{StreamReader, StreamWriter};
 use urom_wire::control::{
@@ -23,7 +25,7 @@ use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION,
 
 use crate::Service;
 use crate::discovery::PluginEntry;
-use crate::gate::{HELLO_TIMEOUT, Peer, Permit};
+use crate::gate::{HELLO_TIMEOUT, Peer, Permit, Place};
 use crate::registry::{HostEvents, HostId, Owner, Reachable, ServiceError, SpawnRequest};
 use crate::status::StatusPager;
 
@@ -100,21 +102,21 @@ pub(crate) enum Client {
     /// A process on this machine, known by its socket's credentials.
     Local(Peer),
     /// A host on another machine, which must prove that it holds the shared secret.
-    // Only the UCX listener lets one in.
-    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
     Remote {
         /// Its network address, for the log.
         address: String,
     },
 }
 
-/// Serves one host, `client`, admitted with `permit`, until it leaves or the daemon stops.
+/// Serves one host, `client`, admitted with `permit`, until it leaves or the daemon stops. A
+/// host on another machine also holds its source address's place among the connections that
+/// have not authenticated yet, `unproven`, until it does.
 pub(crate) fn serve(
     service: &Service,
     host: HostId,
     (mut stream, mut writer): (StreamReader, StreamWriter),
     client: Client,
-    permit: Permit,
+    (permit, unproven): (Permit, Option<Place<IpAddr>>),
 ) {
     let handshake_deadline = Instant::now() + HELLO_TIMEOUT;
     // The connection's place is given back when the session ends.
@@ -145,7 +147,9 @@ pub(crate) fn serve(
         client,
         owner,
         challenge: [0; urom_wire::control::AUTH_DATA_LEN],
-        host_nonce: [0; urom_wire::control::AUTH_DATA_LEN],
+        unproven,
+        keys: None,
+        sealings: 0,
         identity: String::new(),
         stream,
         link,
@@ -162,11 +166,16 @@ pub(crate) fn serve(
     if matches!(end, End::Misbehaved(_)) {
         session.close_after_refusal();
     }
-    match end {
-        End::Closed => info!(host, "host disconnected"),
-        End::Shutdown => info!(host, "closing the host's connection: the service stops"),
-        End::Misbehaved(why) => warn!(host, client = ?session.client, "host disconnected: {why}"),
-        End::Io(e) => warn!(host, "host connection failed: {e}"),
+    match (end, &session.client) {
+        // Anyone can reach a remote port: what never authenticated is logged at a bounded rate.
+        (End::Misbehaved(why), Client::Remote { address }) if session.state != State::Ready => {
+            let why = format!("remote host failed authentication: {why}");
+            service.gate.log_refusal(address, &why);
+        }
+        (End::Closed, _) => info!(host, "host disconnected"),
+        (End::Shutdown, _) => info!(host, "closing the host's connection: the service stops"),
+        (End::Misbehaved(why), client) => warn!(host, ?client, "host disconnected: {why}"),
+        (End::Io(e), _) => warn!(host, "host connection failed: {e}"),
     }
 }
 
@@ -178,8 +187,12 @@ struct Session<'s> {
     owner: Owner,
     /// The nonce of the authentication challenge.
     challenge: AuthBytes,
-    /// A remote host's nonce, from its proof.
-    host_nonce: AuthBytes,
+    /// A remote host's place among the connections not authenticated yet, until it is.
+    unproven: Option<Place<IpAddr>>,
+    /// A remote host's session keys, once it authenticated.
+    keys: Option<SessionKeys>,
+    /// Worker keys sealed for this session so far (each sealing's nonce).
+    sealings: u64,
     /// The identity the host said hello with.
     identity: String,
     stream: StreamReader,
@@ -413,12 +426,6 @@ impl Session<'_> {
                     identity: &self.identity,
                 };
                 if !remote.secret.check_host_proof(&transcript, &proof.proof) {
-                    warn!(
-                        host = self.host,
-                        address,
-                        identity = self.identity,
-                        "remote host failed authentication: wrong proof of the shared secret"
-                    );
                     return Err(self.refuse(
                         seq,
                         Status::Authentication,
@@ -432,7 +439,7 @@ impl Session<'_> {
                     uid: remote.uid,
                     remote: Some(self.identity.clone()),
                 };
-                self.host_nonce = proof.nonce;
+                let keys = remote.secret.session_keys(&transcript);
                 info!(
                     host = self.host,
                     address,
@@ -441,6 +448,11 @@ impl Session<'_> {
                 );
                 self.authenticated();
                 self.reply(seq, ControlMessage::ServiceProof(answer))?;
+                // Everything after the proofs travels in records with an integrity check.
+                let mut writer = self.link.writer.lock().unwrap_or_else(|p| p.into_inner());
+                keys.seal(Side::Service, &mut self.stream, &mut writer, max);
+                drop(writer);
+                self.keys = Some(keys);
             }
             (State::Ready, ControlMessage::PluginListRequest) => {
                 let infos: Vec<PluginInfo> = self
@@ -532,10 +544,10 @@ impl Session<'_> {
     /// How the host reaches `worker`: its Unix socket from this machine; from another, its UCX
     /// listener, with its key sealed for this session.
     fn spawn_result(
-        &self,
+        &mut self,
         worker: Reachable,
     ) -> Result<(u64, EndpointKind, Vec<u8>), ServiceError> {
-        let (Client::Remote { .. }, Some(remote)) = (&self.client, &self.service.remote) else {
+        let (Client::Remote { .. }, Some(keys)) = (&self.client, &self.keys) else {
             let address = worker.socket.as_os_str().as_encoded_bytes().to_vec();
             return Ok((worker.id, EndpointKind::UnixSocket, address));
         };
@@ -545,16 +557,11 @@ impl Session<'_> {
                 format!("worker {} does not listen over UCX", worker.id),
             )
         })?;
-        let transcript = Transcript {
-            service_nonce: &self.challenge,
-            host_nonce: &self.host_nonce,
-            identity: &self.identity,
-        };
-        let pad = remote.secret.worker_key_pad(&transcript, worker.id);
         let sealed = SealedUcxAddress {
-            sealed_key: auth::seal(&ucx.key, &pad),
+            sealed_key: keys.seal_worker_key(worker.id, self.sealings, &ucx.key),
             listener: &ucx.listener,
         };
+        self.sealings += 1;
         let mut address = vec![0; sealed.encoded_len()];
         sealed
             .emit(&mut address)
@@ -564,6 +571,7 @@ impl Session<'_> {
 
     /// The host proved who it is: it may make requests now.
     fn authenticated(&mut self) {
+        self.unproven = None;
         self.service
             .registry
             .add_host(self.host, Arc::clone(&self.link) as Arc<dyn HostEvents>);
@@ -644,10 +652,7 @@ mod tests {
             )),
             discovery: Discovery::new(PathBuf::from("urom-daemon")),
             registry: Arc::new(Registry::new(config)),
-            remote: Some(RemoteHosts {
-                secret: SharedSecret::from_bytes(SECRET),
-                uid: 0,
-            }),
+            remote: Some(RemoteHosts::new(SharedSecret::from_bytes(SECRET), 0)),
             stopping: AtomicBool::new(false),
             started_at: std::time::Instant::now(),
             socket: dir.join("urom.sock"),
@@ -672,7 +677,7 @@ mod tests {
                 address: "test".into(),
             };
             let halves = urom_core::transport::stream::split_channel(daemon_end.into());
-            serve(&service, 1, halves, client, permit);
+            serve(&service, 1, halves, client, (permit, None));
         });
         let key_file = dir.join("key");
         std::fs::write(&key_file, key).unwrap();

@@ -602,19 +602,25 @@ int_enum! {
         /// such as `0.0.0.0` means the address the host reached the daemon at), or else the
         /// bytes of its worker's UCX address.
         Ucx = 3,
-        /// A UCX listener that lets in only hosts holding the worker's key: the address is
-        /// the key sealed for this host's session (32 bytes, see [`SealedUcxAddress`]), then
-        /// the listener as for [`EndpointKind::Ucx`].
+        /// A worker on another machine, reached through its front door: a TCP socket where the
+        /// host proves the worker's key before the two exchange UCX worker addresses. The
+        /// address is the key sealed for this host's session ([`SEALED_KEY_LEN`] bytes, see
+        /// [`SealedUcxAddress`]), then the front door's `IP:PORT` as for
+        /// [`EndpointKind::Ucx`].
         UcxSealed = 4,
     }
 }
+
+/// Bytes of a worker key sealed for a host's session: a 12-byte nonce, the 32-byte key
+/// encrypted, and a 16-byte tag (ChaCha20-Poly1305).
+pub const SEALED_KEY_LEN: usize = 12 + AUTH_DATA_LEN + 16;
 
 /// The address of an [`EndpointKind::UcxSealed`] endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SealedUcxAddress<'a> {
     /// The worker's key, sealed for the host.
-    pub sealed_key: [u8; AUTH_DATA_LEN],
-    /// The listener, `IP:PORT`.
+    pub sealed_key: [u8; SEALED_KEY_LEN],
+    /// The worker's front door, `IP:PORT`.
     pub listener: &'a str,
 }
 
@@ -623,9 +629,9 @@ impl<'a> SealedUcxAddress<'a> {
     pub fn parse(address: &'a [u8]) -> Result<Self, DecodeError> {
         let (key, listener) =
             address
-                .split_first_chunk::<AUTH_DATA_LEN>()
+                .split_first_chunk::<SEALED_KEY_LEN>()
                 .ok_or(DecodeError::Truncated {
-                    needed: AUTH_DATA_LEN,
+                    needed: SEALED_KEY_LEN,
                     available: address.len(),
                 })?;
         let listener = core::str::from_utf8(listener).map_err(|_| DecodeError::TextNotUtf8 {
@@ -639,7 +645,7 @@ impl<'a> SealedUcxAddress<'a> {
 
     /// Length of the address bytes.
     pub fn encoded_len(&self) -> usize {
-        AUTH_DATA_LEN + self.listener.len()
+        SEALED_KEY_LEN + self.listener.len()
     }
 
     /// Writes the address bytes of a spawn result at the front of `dst`; returns their length.
@@ -648,7 +654,7 @@ impl<'a> SealedUcxAddress<'a> {
         let out = dst
             .get_mut(..needed)
             .ok_or(EncodeError::BufferTooSmall { needed, available })?;
-        let (key, listener) = out.split_at_mut(AUTH_DATA_LEN);
+        let (key, listener) = out.split_at_mut(SEALED_KEY_LEN);
         key.copy_from_slice(&self.sealed_key);
         listener.copy_from_slice(self.listener.as_bytes());
         Ok(needed)
@@ -931,20 +937,20 @@ mod tests {
     #[test]
     fn a_sealed_ucx_address_is_the_key_then_the_listener() {
         let address = SealedUcxAddress {
-            sealed_key: [0xa5; AUTH_DATA_LEN],
+            sealed_key: [0xa5; SEALED_KEY_LEN],
             listener: "169.254.77.1:18515",
         };
-        let mut bytes = [0u8; 64];
+        let mut bytes = [0u8; 96];
         let len = address.emit(&mut bytes).unwrap();
-        assert_eq!(len, 32 + 18);
-        assert_eq!(&bytes[32..len], b"169.254.77.1:18515");
+        assert_eq!(len, 60 + 18);
+        assert_eq!(&bytes[60..len], b"169.254.77.1:18515");
         assert_eq!(SealedUcxAddress::parse(&bytes[..len]), Ok(address));
         assert!(matches!(
-            SealedUcxAddress::parse(&bytes[..31]),
-            Err(DecodeError::Truncated { needed: 32, .. })
+            SealedUcxAddress::parse(&bytes[..59]),
+            Err(DecodeError::Truncated { needed: 60, .. })
         ));
-        bytes[40] = 0xff;
+        bytes[70] = 0xff;
         assert!(SealedUcxAddress::parse(&bytes[..len]).is_err());
-        assert!(address.emit(&mut [0u8; 40]).is_err());
+        assert!(address.emit(&mut [0u8; 70]).is_err());
     }
 }

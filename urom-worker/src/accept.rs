@@ -113,50 +113,86 @@ pub(crate) fn accept_hosts(
     }
 }
 
-/// Accepts hosts on another machine until `stop` is set: each must prove `key` on its fresh
-/// channel (on a thread of its own, at most [`MAX_HANDSHAKES`] at once) before it is admitted.
+/// Accepts hosts on another machine at the worker's front door, `listener`, until `stop` is
+/// set. Each host, on a thread of its own (at most [`MAX_HANDSHAKES`] at once, more are closed
+/// at once), must prove `key` within [`UCX_HANDSHAKE`] before the two exchange UCX worker
+/// addresses through the authenticated stream and connect by address: UCX never sees a byte
+/// of a host that did not prove the key. Refusals are logged at most once a second, with
+/// counts.
 #[cfg(feature = "ucx")]
 pub(crate) fn accept_ucx_hosts(
-    mut listener: urom_core::transport::ucx::UcxListener,
+    listener: std::net::TcpListener,
+    config: ChannelConfig,
     key: &urom_core::auth::SharedSecret,
     identity: &str,
-    wait: urom_core::transport::WaitMode,
     arrive: Arrive,
     stop: &AtomicBool,
 ) {
-    use urom_core::transport::Transport;
+    use std::os::fd::AsFd;
 
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use urom_core::transport::ucx::UcxConnection;
+    use urom_core::transport::{Transport, stream};
+
+    if let Err(e) = listener.set_nonblocking(true) {
+        warn!("cannot make the front door non-blocking: {e}; no remote host can connect");
+        return;
+    }
     let handshakes = Arc::new(AtomicUsize::new(0));
-    let mut failures = urom_cli::LogEvery::new(Duration::from_secs(1));
+    let refusals = Arc::new(std::sync::Mutex::new(urom_cli::LogEvery::new(
+        Duration::from_secs(1),
+    )));
+    let refused = move |log: &std::sync::Mutex<urom_cli::LogEvery>, why: &str| {
+        let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(held_back) = log.allow(std::time::Instant::now()) {
+            warn!(held_back, "refused a host at the front door: {why}");
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
-        let connection = match listener.accept(UCX_ACCEPT_POLL) {
-            Ok(Some(connection)) => connection,
-            Ok(None) => continue,
+        let (stream, from) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+                let _ = poll(&mut fds, PollTimeout::from(UCX_ACCEPT_POLL_MS));
+                continue;
+            }
             Err(e) => {
-                if let Some(held_back) = failures.allow(std::time::Instant::now()) {
-                    warn!(held_back, "a host could not connect over UCX: {e}");
-                }
+                refused(&refusals, &format!("accept failed: {e}"));
+                thread::sleep(ACCEPT_POLL);
                 continue;
             }
         };
         let Some(slot) = HandshakeSlot::take(&handshakes) else {
-            warn!(
-                "turned a host away: {MAX_HANDSHAKES} hosts are already setting up their channels"
+            refused(
+                &refusals,
+                &format!("{from}: {MAX_HANDSHAKES} hosts are already setting up their channels"),
             );
             continue;
         };
         let (arrive, key, identity) = (arrive.clone(), key.clone(), identity.to_owned());
+        let refusals = Arc::clone(&refusals);
         let spawned = thread::Builder::new()
             .name("urom-handshake".into())
             .spawn(move || {
                 let _slot = slot;
-                let mut channel = Channel::from(connection);
-                channel.set_wait_mode(wait);
-                match urom_core::auth::challenge(&mut channel, &key, &identity, UCX_HANDSHAKE) {
-                    Ok(()) => {
+                let channel = stream
+                    .set_nonblocking(false)
+                    .and_then(|()| stream::split_tcp(stream))
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut door| {
+                        let max = config.max_msg_size;
+                        urom_core::auth::challenge(&mut door, max, &key, &identity, UCX_HANDSHAKE)
+                            .map_err(|e| e.to_string())?;
+                        UcxConnection::accept_through(&mut door, &config)
+                            .map(Channel::from)
+                            .map_err(|e| e.to_string())
+                    });
+                match channel {
+                    Ok(mut channel) => {
+                        channel.set_wait_mode(config.wait);
                         arrive.send(channel);
                     }
-                    Err(e) => warn!("refused a host over UCX: {e}"),
+                    Err(e) => refused(&refusals, &format!("{from}: {e}")),
                 }
             });
         if let Err(e) = spawned {
@@ -165,10 +201,10 @@ pub(crate) fn accept_ucx_hosts(
     }
 }
 
-/// How long the UCX acceptor waits for a connection before it looks at the stop flag.
+/// How long the front door waits for a connection before it looks at the stop flag.
 #[cfg(feature = "ucx")]
-const UCX_ACCEPT_POLL: Duration = Duration::from_millis(50);
-/// How long a host over UCX may take to prove the worker's key.
+const UCX_ACCEPT_POLL_MS: u8 = 50;
+/// How long a host at the front door may take to prove the worker's key.
 #[cfg(feature = "ucx")]
 const UCX_HANDSHAKE: Duration = Duration::from_secs(10);
 

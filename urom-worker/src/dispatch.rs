@@ -221,21 +221,23 @@ impl Worker {
             .expect("spawning the acceptor thread");
     }
 
-    /// Accepts hosts on another machine on `listener` from now on, on a side thread: hosts
-    /// that prove `key` (see `urom_core::auth`), under the identity `identity`.
+    /// Accepts hosts on another machine at the front door `listener` from now on, on a side
+    /// thread: hosts that prove `key` (see `urom_core::auth`) under the identity `identity` get
+    /// a UCX channel with the settings of `config`.
     #[cfg(feature = "ucx")]
     pub fn listen_ucx(
         &mut self,
-        listener: urom_core::transport::ucx::UcxListener,
+        listener: std::net::TcpListener,
+        mut config: urom_core::transport::ChannelConfig,
         key: urom_core::auth::SharedSecret,
         identity: String,
     ) {
         let (arrive, stop) = self.acceptor();
-        let wait = self.wait_mode();
+        config.wait = self.wait_mode();
         thread::Builder::new()
             .name("urom-accept-ucx".into())
             .spawn(move || {
-                crate::accept::accept_ucx_hosts(listener, &key, &identity, wait, arrive, &stop)
+                crate::accept::accept_ucx_hosts(listener, config, &key, &identity, arrive, &stop)
             })
             .expect("spawning the UCX acceptor thread");
     }

@@ -1,5 +1,6 @@
-//! Hosts on other machines: the worker listens over UCX beside its Unix socket, and lets in
-//! only hosts that prove the key its daemon gave it.
+//! Hosts on other machines: the worker opens a front door (a TCP socket) beside its Unix
+//! socket, lets in only hosts that prove the key its daemon gave it, and only then connects to
+//! them over UCX.
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -31,11 +32,11 @@ fn listen_with(
     max: MaxMsgSize,
 ) -> Result<(), WorkerRunError> {
     use urom_core::transport::ChannelConfig;
-    use urom_core::transport::ucx::UcxListener;
 
-    let listener = UcxListener::bind(ucx.address, &ChannelConfig::new(max))
-        .map_err(|e| WorkerRunError::Ucx(format!("cannot listen on {}: {e}", ucx.address)))?;
-    let bound = listener.local_addr();
+    let cannot_listen =
+        |e: std::io::Error| WorkerRunError::Ucx(format!("cannot listen on {}: {e}", ucx.address));
+    let listener = std::net::TcpListener::bind(ucx.address).map_err(cannot_listen)?;
+    let bound = listener.local_addr().map_err(cannot_listen)?;
     // Written whole under another name first, so that the daemon never reads half of it.
     let staged = ucx.address_file.with_extension("partial");
     std::fs::write(&staged, bound.to_string())
@@ -43,8 +44,13 @@ fn listen_with(
         .map_err(|e| {
             WorkerRunError::Ucx(format!("cannot write {}: {e}", ucx.address_file.display()))
         })?;
-    tracing::info!(address = %bound, "accepting hosts over UCX");
-    worker.listen_ucx(listener, key, urom_core::auth::worker_identity(id));
+    tracing::info!(address = %bound, "accepting hosts on other machines");
+    worker.listen_ucx(
+        listener,
+        ChannelConfig::new(max),
+        key,
+        urom_core::auth::worker_identity(id),
+    );
     Ok(())
 }
 

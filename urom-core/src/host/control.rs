@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -12,13 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use crate::auth::{self, SharedSecret, Transcript};
+use crate::auth::{self, SealedKey, SessionKeys, SharedSecret, Side, Transcript};
 use crate::transport::stream::{self, StreamReader, StreamWriter};
 use crate::wire::control::{
     AuthMethod, AuthResponse, ControlMessage, Hello, IDENTITY_LEN, WorkerExit,
 };
-use crate::wire::frame::frame_length;
-use crate::wire::{FRAME_HEADER_LEN, FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};
+use crate::wire::{FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};
 
 /// How long the handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,6 +111,7 @@ impl From<io::Error> for ReadError {
             // A read timeout (SO_RCVTIMEO) ends a read with EAGAIN.
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::TimedOut,
             io::ErrorKind::UnexpectedEof => Self::Other(ControlError::Closed),
+            io::ErrorKind::InvalidData => Self::Other(ControlError::Protocol(e.to_string())),
             _ => Self::Other(io_error(e)),
         }
     }
@@ -167,10 +167,7 @@ struct RemoteSession {
     /// The service's IP address, when known: where its workers listen when they say
     /// "any address".
     service_ip: Option<IpAddr>,
-    secret: SharedSecret,
-    service_nonce: auth::AuthBytes,
-    host_nonce: auth::AuthBytes,
-    identity: String,
+    keys: SessionKeys,
 }
 
 /// The connection to the daemon.
@@ -270,12 +267,12 @@ impl ControlChannel {
                             .into(),
                     });
                 }
+                // Everything after the proofs travels in records with an integrity check.
+                let keys = secret.session_keys(&transcript);
+                keys.seal(Side::Host, handshake.reader, handshake.writer, max);
                 session = Some(RemoteSession {
                     service_ip: ip,
-                    secret: secret.clone(),
-                    service_nonce: challenge.nonce,
-                    host_nonce: nonce,
-                    identity: identity.to_owned(),
+                    keys,
                 });
             }
             (AuthMethod::SharedSecret, None) => {
@@ -315,16 +312,17 @@ impl ControlChannel {
     pub(crate) fn open_worker_key(
         &self,
         worker_id: u64,
-        sealed: &auth::AuthBytes,
-    ) -> Option<SharedSecret> {
-        let session = self.remote.as_ref()?;
-        let transcript = Transcript {
-            service_nonce: &session.service_nonce,
-            host_nonce: &session.host_nonce,
-            identity: &session.identity,
-        };
-        let pad = session.secret.worker_key_pad(&transcript, worker_id);
-        Some(SharedSecret::from_bytes(&auth::seal(sealed, &pad)))
+        sealed: &SealedKey,
+    ) -> Result<SharedSecret, &'static str> {
+        let session = self
+            .remote
+            .as_ref()
+            .ok_or("a sealed worker address on a local connection")?;
+        let key = session
+            .keys
+            .open_worker_key(worker_id, sealed)
+            .ok_or("the worker's key does not open with this session's keys")?;
+        Ok(SharedSecret::from_bytes(&key))
     }
 
     /// Where to reach a listener of the service's: `listener` (`IP:PORT`) with an unspecified IP
@@ -464,13 +462,8 @@ impl Handshake<'_> {
 }
 
 fn read_frame(stream: &mut StreamReader, max: MaxMsgSize) -> Result<Reply, ReadError> {
-    let mut bytes = vec![0u8; FRAME_HEADER_LEN];
-    stream.read_exact(&mut bytes)?;
-    let len = frame_length(&bytes, max)
-        .map_err(|e| ControlError::Protocol(e.to_string()))?
-        .ok_or_else(|| ControlError::Protocol("short header".into()))?;
-    bytes.resize(len, 0);
-    stream.read_exact(&mut bytes[FRAME_HEADER_LEN..])?;
+    let mut bytes = Vec::new();
+    stream::read_frame(stream, &mut bytes, max, None)?;
     FrameRepr::<ControlMessage>::parse(&bytes, max)
         .map_err(|e| ControlError::Protocol(e.to_string()))?;
     Ok(Reply { bytes, max })

@@ -12,8 +12,9 @@ use super::engine::OneShot;
 use super::service_file::{SERVICE_FILE_VAR, ServiceFileError, lookup_service};
 use super::{Idle, ProgressEngine, Running, State};
 use crate::auth::{KEY_FILE_VAR, KeyFileError, SharedSecret};
-use crate::transport::{Channel, ChannelConfig, ConnectError, stream};
-use crate::wire::control::{ControlMessage, EndpointKind};
+use crate::transport::stream::{self, StreamReader, StreamWriter};
+use crate::transport::{Channel, ChannelConfig, ConnectError};
+use crate::wire::control::ControlMessage;
 use crate::wire::{CpuSet, MaxMsgSize, MaxMsgSizeError};
 
 /// Where the daemon's socket is when nothing says otherwise: `/run/urom/urom.sock`, else
@@ -302,7 +303,7 @@ impl Service<Idle> {
     /// choosing), authenticating with the key file as a remote host does.
     pub fn start_on(self, channel: Channel) -> Result<Service<Running>, (Self, ServiceStartError)> {
         let connected = self
-            .open_remote(channel, None)
+            .open_remote(stream::split_channel(channel), None)
             .and_then(|channel| self.query(channel));
         self.running(connected)
     }
@@ -322,10 +323,11 @@ impl Service<Idle> {
         }
     }
 
-    /// Authenticates on `channel` with the shared secret, to a service at `ip` when known.
+    /// Authenticates on a connected stream with the shared secret, to a service at `ip` when
+    /// known.
     fn open_remote(
         &self,
-        channel: Channel,
+        (reader, writer): (StreamReader, StreamWriter),
         ip: Option<IpAddr>,
     ) -> Result<Arc<ControlChannel>, ServiceStartError> {
         let key_file = self.config.key_file.as_deref().ok_or_else(|| {
@@ -335,7 +337,6 @@ impl Service<Idle> {
             })
         })?;
         let secret = SharedSecret::read(key_file).map_err(ServiceStartError::KeyFile)?;
-        let (reader, writer) = stream::split_channel(channel);
         ControlChannel::open(
             reader,
             writer,
@@ -414,11 +415,14 @@ impl Service<Idle> {
                 }
                 let _ = net_devices;
                 let resolved = resolve(&address)?;
-                let config = ChannelConfig::new(self.config.max_msg_size);
-                let text = resolved.to_string();
-                let channel = Channel::connect(EndpointKind::Ucx, text.as_bytes(), &config)
-                    .map_err(ServiceStartError::Connect)?;
-                self.open_remote(channel, Some(resolved.ip()))
+                let timeout = ChannelConfig::new(self.config.max_msg_size).handshake_timeout;
+                let halves = stream::connect_tcp(resolved, timeout).map_err(|e| {
+                    ServiceStartError::Control(ControlError::Io(format!(
+                        "{resolved}: {e} (is urom-daemon --listen-ucx running there, and \
+                             does the network let this host reach that port?)"
+                    )))
+                })?;
+                self.open_remote(halves, Some(resolved.ip()))
             }
         }
     }

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::sync::{Arc, mpsc};
@@ -17,6 +18,7 @@ use super::task::{
 };
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use crate::auth;
+use crate::transport::stream;
 use crate::transport::{
     Armed, Channel, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender,
     ReadAhead, Transport,
@@ -500,8 +502,9 @@ impl Core {
         Link::new(&self.shared, self.id, self.max_inflight, conn)
     }
 
-    /// Connects to a worker on another machine that lets in only hosts holding its key, which
-    /// the daemon sealed for this host's session, and proves the key.
+    /// Connects to a worker on another machine through its front door: proves the worker's
+    /// key, which the daemon sealed for this host's session, then sets up the UCX connection
+    /// through the authenticated stream.
     fn connect_sealed(
         &self,
         address: &[u8],
@@ -513,18 +516,25 @@ impl Core {
             .shared
             .channel
             .open_worker_key(self.id, &sealed.sealed_key)
-            .ok_or_else(|| protocol("a sealed worker address on a local connection".into()))?;
-        let listener = self.shared.channel.resolve_listener(sealed.listener);
-        let mut conn = Channel::connect(EndpointKind::Ucx, listener.as_bytes(), config)
-            .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
+            .map_err(|why| protocol(why.into()))?;
+        let door = self.shared.channel.resolve_listener(sealed.listener);
+        let door: SocketAddr = door
+            .parse()
+            .map_err(|_| protocol(format!("the worker's front door {door:?} is not IP:PORT")))?;
+        let failed = |e: &dyn std::fmt::Display| {
+            WorkerStartError::Connect(format!("worker {} at {door}: {e}", self.id))
+        };
+        let mut halves =
+            stream::connect_tcp(door, config.handshake_timeout).map_err(|e| failed(&e))?;
         auth::prove(
-            &mut conn,
+            &mut halves,
+            config.max_msg_size,
             &key,
             &auth::worker_identity(self.id),
             config.handshake_timeout,
         )
-        .map_err(|e| WorkerStartError::Connect(e.to_string()))?;
-        Ok(conn)
+        .map_err(|e| failed(&e))?;
+        Channel::connect_through(&mut halves, config).map_err(|e| failed(&e))
     }
 }
 

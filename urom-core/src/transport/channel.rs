@@ -234,6 +234,21 @@ impl Channel {
 }
 
 impl Channel {
+    /// Sets up a UCX channel through `door`, a stream on which both sides already proved who
+    /// they are (see [`UcxConnection::connect_through`]); without the `ucx` feature, an error.
+    pub fn connect_through(
+        door: &mut (super::stream::StreamReader, super::stream::StreamWriter),
+        config: &ChannelConfig,
+    ) -> Result<Self, ConnectError> {
+        #[cfg(feature = "ucx")]
+        return Ok(UcxConnection::connect_through(door, config)?.into());
+        #[cfg(not(feature = "ucx"))]
+        {
+            let _ = (door, config);
+            Err(ConnectError::Unsupported(EndpointKind::UcxSealed))
+        }
+    }
+
     /// Ends this side as if its process had died: the peer sees [`PeerGoneError::Died`]. For
     /// tests.
     pub fn simulate_crash(mut self) {

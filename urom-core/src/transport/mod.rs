@@ -27,6 +27,7 @@ use urom_wire::MaxMsgSize;
 
 mod channel;
 pub mod loopback;
+pub mod record;
 #[allow(unsafe_code)]
 pub mod shm;
 pub mod stream;

@@ -1,121 +1,67 @@
-//! Byte streams for the control protocol: a Unix socket on one machine, or a [`Channel`] (UCX)
-//! to another.
+//! Byte streams for the control protocol: a Unix socket on one machine, a TCP connection to a
+//! service on another, or a [`Channel`].
 //!
 //! The control protocol (host <-> daemon) is a stream of frames that each side reads with
 //! [`Read`] and writes with [`Write`]. Over a channel, every `write` goes out as one transport
 //! frame and `read` hands out the bytes of received frames in order, so the same reader and
 //! writer code serves both. It copies each frame once; the control path is not a hot path.
+//!
+//! Once a remote peer authenticated, both halves are [sealed](StreamWriter::seal): from then on
+//! every `write` is one record with an integrity check (see [`record`](super::record)), and a
+//! read hands out only bytes whose record checked.
 
 use std::io::{self, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use super::record::{Opener, RecordKey, Sealer};
 use super::{
     Channel, ChannelReceiver, ChannelSender, FrameReceiver, FrameRecvError, FrameSendError,
     FrameSender, HalfControl, PeerGoneError, Transport,
 };
+use crate::wire::frame::frame_length;
+use crate::wire::{FRAME_HEADER_LEN, MaxMsgSize};
 
 /// How long a read or write without a timeout waits between looks (it then waits again).
 const FOREVER_STEP: Duration = Duration::from_secs(3600);
 
 /// The reading half of a control stream.
-pub enum StreamReader {
-    /// A Unix socket.
-    Unix(UnixStream),
-    /// A channel's receiving half.
-    Channel(ChannelReader),
+pub struct StreamReader {
+    inner: Inner<UnixStream, TcpStream, ChannelReader>,
+    /// Set once sealed.
+    opener: Option<Opener>,
 }
 
 /// The writing half of a control stream.
-pub enum StreamWriter {
-    /// A Unix socket.
-    Unix(UnixStream),
-    /// A channel's sending half.
-    Channel(ChannelWriter),
+pub struct StreamWriter {
+    inner: Inner<UnixStream, TcpStream, ChannelWriter>,
+    /// Set once sealed.
+    sealer: Option<Sealer>,
 }
 
-/// A stream's two halves.
-pub fn split_unix(stream: UnixStream) -> io::Result<(StreamReader, StreamWriter)> {
-    let writer = stream.try_clone()?;
-    Ok((StreamReader::Unix(stream), StreamWriter::Unix(writer)))
+/// What a stream half runs over.
+enum Inner<U, T, C> {
+    Unix(U),
+    Tcp(T),
+    Channel(C),
 }
 
-/// A channel's two halves, as a stream.
-pub fn split_channel(channel: Channel) -> (StreamReader, StreamWriter) {
-    let (tx, rx) = channel.into_split();
-    (
-        StreamReader::Channel(ChannelReader {
-            rx,
-            frame: Vec::new(),
-            offset: 0,
-            timeout: None,
-        }),
-        StreamWriter::Channel(ChannelWriter { tx, timeout: None }),
-    )
-}
-
-impl StreamReader {
-    /// How long a `read` waits before it fails with [`io::ErrorKind::WouldBlock`]; `None`
-    /// waits for ever.
-    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Self::Unix(stream) => stream.set_read_timeout(timeout),
-            Self::Channel(reader) => {
-                reader.timeout = timeout;
-                Ok(())
-            }
-        }
-    }
-}
-
-impl StreamWriter {
-    /// How long a `write` may wait for room before it fails with [`io::ErrorKind::TimedOut`];
-    /// `None` waits for ever.
-    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Self::Unix(stream) => stream.set_write_timeout(timeout),
-            Self::Channel(writer) => {
-                writer.timeout = timeout;
-                Ok(())
-            }
-        }
-    }
-
-    /// Ends the stream in this direction: the peer reads what was written, then the end.
-    pub fn shutdown(&mut self) {
-        match self {
-            Self::Unix(stream) => {
-                let _ = stream.shutdown(std::net::Shutdown::Write);
-            }
-            Self::Channel(writer) => writer.tx.close(),
-        }
-    }
-
-    /// Ends the stream both ways at once, waking a thread blocked reading the other half (on a
-    /// channel, the reader wakes once the peer closes in turn).
-    pub fn hang_up(&mut self) {
-        match self {
-            Self::Unix(stream) => {
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-            }
-            Self::Channel(writer) => writer.tx.close(),
-        }
-    }
-}
-
-impl Read for StreamReader {
+impl<U: Read, T: Read, C: Read> Read for Inner<U, T, C> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Self::Unix(stream) => stream.read(buf),
+            Self::Tcp(stream) => stream.read(buf),
             Self::Channel(reader) => reader.read(buf),
         }
     }
 }
 
-impl Write for StreamWriter {
+impl<U: Write, T: Write, C: Write> Write for Inner<U, T, C> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Self::Unix(stream) => stream.write(buf),
+            Self::Tcp(stream) => stream.write(buf),
             Self::Channel(writer) => writer.write(buf),
         }
     }
@@ -123,6 +69,181 @@ impl Write for StreamWriter {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+fn halves(
+    reader: Inner<UnixStream, TcpStream, ChannelReader>,
+    writer: Inner<UnixStream, TcpStream, ChannelWriter>,
+) -> (StreamReader, StreamWriter) {
+    (
+        StreamReader {
+            inner: reader,
+            opener: None,
+        },
+        StreamWriter {
+            inner: writer,
+            sealer: None,
+        },
+    )
+}
+
+/// A stream's two halves.
+pub fn split_unix(stream: UnixStream) -> io::Result<(StreamReader, StreamWriter)> {
+    let writer = stream.try_clone()?;
+    Ok(halves(Inner::Unix(stream), Inner::Unix(writer)))
+}
+
+/// A TCP connection's two halves; small frames leave at once (no Nagle delay).
+pub fn split_tcp(stream: TcpStream) -> io::Result<(StreamReader, StreamWriter)> {
+    stream.set_nodelay(true)?;
+    let writer = stream.try_clone()?;
+    Ok(halves(Inner::Tcp(stream), Inner::Tcp(writer)))
+}
+
+/// Connects to `address` over TCP within `timeout`; the connection's two halves.
+pub fn connect_tcp(
+    address: std::net::SocketAddr,
+    timeout: Duration,
+) -> io::Result<(StreamReader, StreamWriter)> {
+    split_tcp(TcpStream::connect_timeout(&address, timeout)?)
+}
+
+/// A channel's two halves, as a stream.
+pub fn split_channel(channel: Channel) -> (StreamReader, StreamWriter) {
+    let (tx, rx) = channel.into_split();
+    halves(
+        Inner::Channel(ChannelReader {
+            rx,
+            frame: Vec::new(),
+            offset: 0,
+            timeout: None,
+        }),
+        Inner::Channel(ChannelWriter { tx, timeout: None }),
+    )
+}
+
+impl StreamReader {
+    /// How long a `read` waits before it fails with [`io::ErrorKind::WouldBlock`]; `None`
+    /// waits for ever.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Unix(stream) => stream.set_read_timeout(timeout),
+            Inner::Tcp(stream) => stream.set_read_timeout(timeout),
+            Inner::Channel(reader) => {
+                reader.timeout = timeout;
+                Ok(())
+            }
+        }
+    }
+
+    /// From now on, reads only records of at most `max` bytes sealed with `key`.
+    pub fn seal(&mut self, key: &RecordKey, max: MaxMsgSize) {
+        self.opener = Some(Opener::new(key, max.get()));
+    }
+}
+
+impl StreamWriter {
+    /// How long a `write` may wait for room before it fails with [`io::ErrorKind::TimedOut`];
+    /// `None` waits for ever.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match &mut self.inner {
+            Inner::Unix(stream) => stream.set_write_timeout(timeout),
+            Inner::Tcp(stream) => stream.set_write_timeout(timeout),
+            Inner::Channel(writer) => {
+                writer.timeout = timeout;
+                Ok(())
+            }
+        }
+    }
+
+    /// From now on, writes each `write` (of at most `max` bytes) as a record sealed with
+    /// `key`.
+    pub fn seal(&mut self, key: &RecordKey, max: MaxMsgSize) {
+        self.sealer = Some(Sealer::new(key, max.get()));
+    }
+
+    /// Ends the stream in this direction: the peer reads what was written, then the end.
+    pub fn shutdown(&mut self) {
+        match &mut self.inner {
+            Inner::Unix(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
+            Inner::Tcp(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
+            Inner::Channel(writer) => writer.tx.close(),
+        }
+    }
+
+    /// Ends the stream both ways at once, waking a thread blocked reading the other half (on a
+    /// channel, the reader wakes once the peer closes in turn).
+    pub fn hang_up(&mut self) {
+        match &mut self.inner {
+            Inner::Unix(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+            Inner::Tcp(stream) => {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+            Inner::Channel(writer) => writer.tx.close(),
+        }
+    }
+}
+
+impl Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.opener {
+            Some(opener) => opener.read(&mut self.inner, buf),
+            None => self.inner.read(buf),
+        }
+    }
+}
+
+impl Write for StreamWriter {
+    /// Unsealed, writes what the stream takes; sealed, writes one whole record of up to the
+    /// maximum of `buf`'s bytes.
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.sealer {
+            Some(sealer) if !buf.is_empty() => {
+                let (n, record) = sealer.seal(buf);
+                self.inner.write_all(record)?;
+                Ok(n)
+            }
+            _ => self.inner.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads one whole control frame into `buf` (grown as needed) within `deadline`; returns its
+/// length. Reads exactly the frame's bytes, so that what follows it stays in the stream.
+pub fn read_frame(
+    reader: &mut StreamReader,
+    buf: &mut Vec<u8>,
+    max: MaxMsgSize,
+    deadline: Option<Instant>,
+) -> io::Result<usize> {
+    let fill = |reader: &mut StreamReader, bytes: &mut [u8]| -> io::Result<()> {
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            reader.set_read_timeout(Some(left))?;
+        }
+        reader.read_exact(bytes)
+    };
+    buf.resize(FRAME_HEADER_LEN, 0);
+    fill(reader, buf)?;
+    let len = frame_length(buf, max)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "short frame header"))?;
+    buf.resize(len, 0);
+    fill(reader, &mut buf[FRAME_HEADER_LEN..])?;
+    Ok(len)
 }
 
 /// A channel's receiving half read as a byte stream.

@@ -4,6 +4,7 @@
 use core::fmt;
 use std::collections::VecDeque;
 use std::ffi::c_void;
+use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use super::state::{self, AM_HANDSHAKE, MAX_HANDSHAKE_LEN};
 use super::ucp::{self, Armed, Remote, Worker};
 use crate::transport::ChannelConfig;
 use crate::transport::shm::{MAX_SLOTS, MIN_SLOTS};
+use crate::transport::stream::{StreamReader, StreamWriter};
 
 /// Most bytes of receive slots (slots times the maximum message size) one direction of a
 /// connection may take.
@@ -79,6 +81,8 @@ pub enum UcxConnectError {
     Handshake(&'static str),
     /// The peer refused the connection.
     Refused(&'static str),
+    /// The authenticated stream the two sides set the connection up through failed.
+    Door(String),
 }
 
 impl fmt::Display for UcxConnectError {
@@ -116,6 +120,7 @@ impl fmt::Display for UcxConnectError {
             ),
             Self::Handshake(what) => write!(f, "UCX handshake failed: {what}"),
             Self::Refused(what) => write!(f, "peer refused the UCX connection: {what}"),
+            Self::Door(what) => write!(f, "setting up the UCX connection failed: {what}"),
         }
     }
 }
@@ -621,7 +626,7 @@ impl UcxListener {
             },
             Waited::TimedOut => UcxConnectError::Handshake("no hello arrived in time"),
         })?;
-        answer(ucp, &hello, &self.config, false, until)
+        answer(ucp, &hello, &self.config, false, until, &mut reply_over_ucx)
     }
 
     /// Sets up a connection from a hello sent to the worker address: an endpoint on a new
@@ -651,22 +656,40 @@ impl UcxListener {
             address: "the connecting peer's UCX worker address".to_owned(),
             status,
         })?;
-        answer(ucp, hello, &self.config, true, until)
+        answer(ucp, hello, &self.config, true, until, &mut reply_over_ucx)
     }
 }
 
-/// The accepting side's last step: checks the hello and answers it; waits until `until` for
-/// the answer to leave (nothing else drives this end's worker before the caller uses the
-/// connection, and the peer waits for it).
+/// How the accepting side's answer leaves: the bytes, and until when to wait for them to leave
+/// (`None`: do not wait).
+type Reply<'a> = dyn FnMut(&mut Ucp, Vec<u8>, Option<Instant>) -> Result<(), UcxConnectError> + 'a;
+
+/// Sends an answer on the connection's own endpoint.
+fn reply_over_ucx(
+    ucp: &mut Ucp,
+    bytes: Vec<u8>,
+    until: Option<Instant>,
+) -> Result<(), UcxConnectError> {
+    let ep = ucp.ep;
+    send_message(ucp, ep, bytes, until).map_err(|status| UcxConnectError::Unreachable {
+        address: "the connecting peer".to_owned(),
+        status,
+    })
+}
+
+/// The accepting side's last step: checks the hello and answers it through `reply`, waiting
+/// until `until` for the answer to leave (nothing else drives this end's worker before the
+/// caller uses the connection, and the peer waits for it).
 fn answer(
     mut ucp: Ucp,
     hello: &[u8],
     config: &ChannelConfig,
     with_address: bool,
     until: Instant,
+    reply: &mut Reply<'_>,
 ) -> Result<UcxConnection, UcxConnectError> {
     let ours = config.max_msg_size.as_u32();
-    let reply = |ucp: &mut Ucp, status, max_msg_size, address: &[u8], wait| {
+    let mut reply = |ucp: &mut Ucp, status, max_msg_size, address: &[u8], wait| {
         let answer = UcxAnswerRepr {
             status,
             max_msg_size,
@@ -676,8 +699,7 @@ fn answer(
         let mut bytes = vec![0; answer.buffer_len()];
         // The buffer has the answer's length; a worker address fits a u32 length.
         let _ = answer.emit(&mut bytes);
-        let ep = ucp.ep;
-        send_message(ucp, ep, bytes, wait)
+        reply(ucp, bytes, wait)
     };
     let hello = match UcxHelloRepr::parse(hello) {
         Ok(hello) => hello,
@@ -713,13 +735,106 @@ fn answer(
     } else {
         Vec::new()
     };
-    let unreachable = |status| UcxConnectError::Unreachable {
-        address: "the connecting peer".to_owned(),
-        status,
-    };
-    reply(&mut ucp, UcxAnswerStatus::Ok, ours, &address, Some(until)).map_err(unreachable)?;
+    reply(&mut ucp, UcxAnswerStatus::Ok, ours, &address, Some(until))?;
     ucp.state().set_peer_slots(hello.slots as usize);
     Ok(UcxConnection::from_ucp(ucp, config))
+}
+
+/// The two halves of an authenticated stream (a worker's front door) that a connection is set
+/// up through.
+pub type Door = (StreamReader, StreamWriter);
+
+impl UcxConnection {
+    /// Sets up a connection with the peer at the other end of `door`, a stream on which both
+    /// already proved who they are ([`auth::prove`](crate::auth::prove)): sends this end's
+    /// settings and UCX worker address through it, and connects to the address the peer
+    /// answers with. No byte of a peer that did not prove itself ever reaches UCX's connection
+    /// handling, and the addresses travel under the stream's integrity check.
+    pub fn connect_through(
+        door: &mut Door,
+        config: &ChannelConfig,
+    ) -> Result<Self, UcxConnectError> {
+        check_config(config)?;
+        let until = Instant::now() + config.handshake_timeout;
+        let ucp = Ucp::new(config)?;
+        let own = ucp.worker.address()?;
+        send_through(&mut door.1, &hello_bytes(config, &own))?;
+        let answer = receive_through(&mut door.0, until)?;
+        finish(ucp, &answer, config, true)
+    }
+
+    /// The accepting side of [`UcxConnection::connect_through`]: reads the peer's settings and
+    /// UCX worker address from `door`, connects to it from a new worker and answers with that
+    /// worker's address.
+    pub fn accept_through(
+        door: &mut Door,
+        config: &ChannelConfig,
+    ) -> Result<Self, UcxConnectError> {
+        check_config(config)?;
+        let until = Instant::now() + config.handshake_timeout;
+        let hello = receive_through(&mut door.0, until)?;
+        let address = UcxHelloRepr::parse(&hello)
+            .map_err(|_| UcxConnectError::Handshake("the peer's hello is not a urom UCX hello"))?
+            .address;
+        let mut ucp = Ucp::new(config)?;
+        let arg = ucp.state.as_ptr().cast();
+        // SAFETY: the state outlives the endpoint (it is freed after the worker).
+        ucp.ep = unsafe {
+            ucp::create_ep(
+                &ucp.worker,
+                Remote::Worker(address),
+                state::on_ep_error,
+                arg,
+            )
+        }
+        .map_err(|status| UcxConnectError::Unreachable {
+            address: "the connecting peer's UCX worker address".to_owned(),
+            status,
+        })?;
+        let writer = &mut door.1;
+        answer(ucp, &hello, config, true, until, &mut |_, bytes, _| {
+            send_through(writer, &bytes)
+        })
+    }
+}
+
+/// Sends one handshake message through a door: its length (`u32`, little-endian), then it.
+fn send_through(writer: &mut StreamWriter, message: &[u8]) -> Result<(), UcxConnectError> {
+    let door = |e: std::io::Error| UcxConnectError::Door(e.to_string());
+    // A handshake message is at most MAX_HANDSHAKE_LEN bytes.
+    writer
+        .write_all(&(message.len() as u32).to_le_bytes())
+        .map_err(door)?;
+    writer.write_all(message).map_err(door)
+}
+
+/// Reads one handshake message from a door, until `until`.
+fn receive_through(reader: &mut StreamReader, until: Instant) -> Result<Vec<u8>, UcxConnectError> {
+    let door = |e: std::io::Error| match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            UcxConnectError::Handshake("the peer did not answer in time")
+        }
+        _ => UcxConnectError::Door(e.to_string()),
+    };
+    let read = |reader: &mut StreamReader, bytes: &mut [u8]| {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        reader.set_read_timeout(Some(left))?;
+        reader.read_exact(bytes)
+    };
+    let mut len = [0; 4];
+    read(reader, &mut len).map_err(door)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_HANDSHAKE_LEN {
+        return Err(UcxConnectError::Handshake(
+            "the peer's handshake message is too long",
+        ));
+    }
+    let mut message = vec![0; len];
+    read(reader, &mut message).map_err(door)?;
+    Ok(message)
 }
 
 impl Drop for UcxListener {

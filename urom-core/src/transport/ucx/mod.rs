@@ -148,7 +148,7 @@ mod state;
 mod ucp;
 
 pub use conn::{UcxConnection, UcxReceiver, UcxSender};
-pub use handshake::{MAX_SLOT_BYTES, UcxConnectError, UcxListener};
+pub use handshake::{Door, MAX_SLOT_BYTES, UcxConnectError, UcxListener};
 pub use peer::{
     Completion, HostMemoryWorker, MappedMemory, OperationKind, OutOfBounds, PeerId, PeerWorker,
     RemoteKeyId, RemoteMemory, SlotId, UcxError,
