@@ -138,6 +138,7 @@ impl<K: Eq + Hash + Copy> Quota<K> {
     }
 
     /// Places held now, in all.
+    #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.counts().total
     }

@@ -498,6 +498,7 @@ impl Registry {
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(link_end)))
             .stdout(Stdio::null())
             .stderr(log);
+        crate::sys::close_inherited(&mut command);
         if let Some(user) = run_as {
             command
                 .env("HOME", &user.home)

@@ -273,12 +273,6 @@ fn turn_away(service: &Service, stream: TcpStream, from: SocketAddr, reason: &st
     gate::write_refusal(&mut &stream, service.max_msg_size, Status::Full, reason);
 }
 
-/// The source addresses holding unauthenticated connections now, for tests.
-#[cfg(test)]
-fn unproven_held(service: &Service) -> usize {
-    service.remote.as_ref().map_or(0, |r| r.unproven.held())
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
