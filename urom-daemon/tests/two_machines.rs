@@ -114,6 +114,7 @@ fn two_machines() {
     the_bootstrap_sample_runs_against_a_daemon_on_another_machine(&setup);
     a_host_with_the_wrong_key_is_refused_on_both_sides(&setup);
     a_host_cannot_destroy_or_attach_to_another_hosts_worker(&setup);
+    workers_hold_no_descriptor_of_the_daemon_or_of_another_session(&setup);
     a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(&setup);
 }
 
@@ -200,6 +201,56 @@ fn a_host_cannot_destroy_or_attach_to_another_hosts_worker(setup: &Setup) {
     assert!(setup.daemon.worker_pid(5).is_some(), "worker 5 still runs");
     drop(owner.stdin.take());
     assert!(owner.wait().unwrap().success());
+}
+
+fn workers_hold_no_descriptor_of_the_daemon_or_of_another_session(setup: &Setup) {
+    let start = |identity: &str, id: &str| {
+        let mut host = setup
+            .remote_host(&setup.key, identity, &["spawn", id])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert_eq!(first, format!("running {id}"), "{}", setup.daemon.log());
+        host
+    };
+    let mut hosts = [start("rank-0", "7"), start("rank-1", "8")];
+    let daemon = open_sockets(setup.daemon.pid());
+    let [seven, eight] = [7, 8].map(|id| {
+        let pid = setup.daemon.worker_pid(id).expect("the worker runs");
+        open_sockets(pid)
+    });
+    assert!(daemon.len() >= 3, "the daemon's own sockets: {daemon:?}");
+    assert!(
+        seven.is_disjoint(&daemon) && eight.is_disjoint(&daemon),
+        "a worker holds a socket of the daemon's: daemon {daemon:?}, workers {seven:?} {eight:?}"
+    );
+    assert!(
+        seven.is_disjoint(&eight),
+        "workers of two identities share sockets: {seven:?} {eight:?}"
+    );
+    for host in &mut hosts {
+        drop(host.stdin.take());
+        assert!(host.wait().unwrap().success());
+    }
+}
+
+/// The sockets process `pid` holds open, by inode (from `/proc/PID/fd`).
+fn open_sockets(pid: i32) -> std::collections::BTreeSet<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_str()?.to_owned();
+            target
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setup) {
