@@ -87,9 +87,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections_per_user: u32,
 
-    /// Also listen for hosts on other machines over UCX at this address, `IP:PORT` (e.g.
-    /// `0.0.0.0:18515`; port 0 picks a free one, logged at startup). Needs a build with the
-    /// `ucx` feature, `--key-file`, and, when the daemon runs as root, `--remote-user`.
+    /// Also serve hosts on other machines at a front door on this TCP address, `IP:PORT` (e.g.
+    /// `0.0.0.0:13340`; port 0 picks a free one, logged at startup); their workers reach them
+    /// over UCX. Needs a build with the `ucx` feature, `--key-file`, and, when the daemon runs
+    /// as root, `--remote-user`.
     #[arg(long, value_name = "IP:PORT")]
     pub listen_ucx: Option<std::net::SocketAddr>,
 

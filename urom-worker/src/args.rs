@@ -78,8 +78,9 @@ pub struct Args {
     #[arg(long = flag::HUGEPAGES, value_name = "CHOICE", default_value = hugepages_name(HugePages::Auto), value_parser = parse_hugepages)]
     pub hugepages: HugePages,
 
-    /// Also accept hosts on other machines over UCX at `IP:PORT` (port 0: any free one); each
-    /// must prove the key in --ucx-key-file. Needs a build with the `ucx` feature.
+    /// Also accept hosts on other machines at a front door on TCP `IP:PORT` (port 0: any free
+    /// one); each must prove the key in --ucx-key-file before the two connect over UCX. Needs a
+    /// build with the `ucx` feature.
     #[arg(long = flag::LISTEN_UCX, value_name = "IP:PORT", requires_all = ["ucx_key_file", "ucx_address_file"])]
     pub listen_ucx: Option<std::net::SocketAddr>,
 
@@ -87,7 +88,7 @@ pub struct Args {
     #[arg(long = flag::UCX_KEY_FILE, value_name = "FILE", requires = "listen_ucx")]
     pub ucx_key_file: Option<PathBuf>,
 
-    /// Where to write the UCX address the worker listens on, as `IP:PORT`.
+    /// Where to write the front door's address, as `IP:PORT`.
     #[arg(long = flag::UCX_ADDRESS_FILE, value_name = "FILE", requires = "listen_ucx")]
     pub ucx_address_file: Option<PathBuf>,
 }
