@@ -1,4 +1,4 @@
-//! Hand-written bindings to the system UCX: the part of UCP (and two UCS helpers) that urom's
+//! Hand-written bindings to UCX (1.13 and newer): the part of UCP (and two UCS helpers) that urom's
 //! UCX transport uses, and nothing more.
 //!
 //! * context: [`ucp_config_read`], [`ucp_config_modify`], [`ucp_init_version`] (`ucp_init` is an
@@ -13,10 +13,19 @@
 //! * memory: [`ucp_mem_map`], remote keys ([`ucp_rkey_pack`], [`ucp_ep_rkey_unpack`]) and
 //!   remote memory access ([`ucp_get_nbx`], [`ucp_put_nbx`]).
 //!
-//! The library comes from pkg-config (`ucx >= 1.13`, Debian's `libucx-dev`). The build script
-//! compiles a small C program against the installed headers and turns what it prints into
-//! `const` assertions on every struct, field, type and constant bound here, so a UCX whose
-//! layout differs fails the build with a message naming the struct and field.
+//! The library comes from `UCX_DIR` (a prefix holding `include/` and `lib/`) when set, else
+//! from pkg-config (`ucx >= 1.13`, Debian's `libucx-dev`); `README.md` says more. The build
+//! script reads the version from the headers ([`VERSION`]), compiles a small C program against
+//! them and turns what it prints into `const` assertions on every struct, field, type and
+//! constant bound here, so a UCX whose layout differs fails the build with a message naming the
+//! struct and field.
+//!
+//! What newer versions added is bound only when the headers have it: the crate is compiled with
+//! `cfg(ucx_1_N)` for every minor version 1.N from 1.14 up to the one found. The structs UCX
+//! grew at their ends carry the new fields for that version (so that they have the size UCX
+//! reads); build them with `..Default::default()` (all zero) so that code compiles against
+//! every version. [`HAS_EXPORTED_MEMH`] and [`HAS_AM_SEND_FLAG_COPY_HEADER`] say what the
+//! version offers; [`check_runtime_version`] refuses a library older than the headers.
 //!
 //! Without UCX installed the crate still builds (with a warning) but links nothing, so that a
 //! workspace-wide build needs no UCX; the `required` feature makes a missing UCX a build
@@ -29,6 +38,10 @@
 #![allow(missing_docs)]
 #![no_std]
 
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::marker::{PhantomData, PhantomPinned};
 
@@ -54,6 +67,16 @@ pub mod layout {
 }
 
 include!(concat!(env!("OUT_DIR"), "/layout_check.rs"));
+include!(concat!(env!("OUT_DIR"), "/version.rs"));
+
+/// Whether the headers declare exported memory handles: [`ucp_memh_pack`] with
+/// [`UCP_MEMH_PACK_FLAG_EXPORT`], [`UCP_FEATURE_EXPORTED_MEMH`] and
+/// `ucp_mem_map_params_t::exported_memh_buffer` (UCX >= 1.14). Declared is not implemented:
+/// UCX implements export from 1.15, and only on transports that support it (mlx5 with xGVMI);
+/// elsewhere packing for export answers `UCS_ERR_UNSUPPORTED`.
+pub const HAS_EXPORTED_MEMH: bool = cfg!(ucx_1_14);
+/// Whether the headers have [`UCP_AM_SEND_FLAG_COPY_HEADER`] (UCX >= 1.14).
+pub const HAS_AM_SEND_FLAG_COPY_HEADER: bool = cfg!(ucx_1_14);
 
 macro_rules! opaque {
     ($($name:ident),+) => {$(
@@ -116,6 +139,7 @@ pub const UCS_ERR_MESSAGE_TRUNCATED: ucs_status_t = -9;
 pub const UCS_ERR_BUSY: ucs_status_t = -15;
 pub const UCS_ERR_CANCELED: ucs_status_t = -16;
 pub const UCS_ERR_TIMED_OUT: ucs_status_t = -20;
+pub const UCS_ERR_UNSUPPORTED: ucs_status_t = -22;
 pub const UCS_ERR_REJECTED: ucs_status_t = -23;
 pub const UCS_ERR_NOT_CONNECTED: ucs_status_t = -24;
 pub const UCS_ERR_CONNECTION_RESET: ucs_status_t = -25;
@@ -131,12 +155,18 @@ pub const UCS_MEMORY_TYPE_HOST: ucs_memory_type_t = 0;
 pub const UCP_PARAM_FIELD_FEATURES: u64 = 1 << 0;
 pub const UCP_PARAM_FIELD_MT_WORKERS_SHARED: u64 = 1 << 5;
 pub const UCP_PARAM_FIELD_NAME: u64 = 1 << 8;
+#[cfg(ucx_1_20)]
+pub const UCP_PARAM_FIELD_NODE_LOCAL_ID: u64 = 1 << 9;
 
 pub const UCP_FEATURE_TAG: u64 = 1 << 0;
 pub const UCP_FEATURE_RMA: u64 = 1 << 1;
 pub const UCP_FEATURE_AMO64: u64 = 1 << 3;
 pub const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
 pub const UCP_FEATURE_AM: u64 = 1 << 6;
+/// Asking for it together with RMA where no transport exports memory makes endpoints
+/// unreachable (see [`HAS_EXPORTED_MEMH`]).
+#[cfg(ucx_1_14)]
+pub const UCP_FEATURE_EXPORTED_MEMH: u64 = 1 << 7;
 
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1 << 0;
 pub const UCP_WORKER_PARAM_FIELD_NAME: u64 = 1 << 6;
@@ -170,6 +200,12 @@ pub const UCP_OP_ATTR_FIELD_USER_DATA: u32 = 1 << 2;
 pub const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
 pub const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
 pub const UCP_OP_ATTR_FIELD_MEMORY_TYPE: u32 = 1 << 6;
+#[cfg(ucx_1_22)]
+pub const UCP_OP_ATTR_FIELD_REMOTE_DATATYPE: u32 = 1 << 9;
+#[cfg(ucx_1_22)]
+pub const UCP_OP_ATTR_FIELD_REMOTE: u32 = 1 << 10;
+#[cfg(ucx_1_22)]
+pub const UCP_OP_ATTR_FIELD_REMOTE_COUNT: u32 = 1 << 11;
 pub const UCP_OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
 pub const UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: u32 = 1 << 18;
 
@@ -183,6 +219,8 @@ pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
 pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1 << 0;
 pub const UCP_AM_SEND_FLAG_EAGER: u32 = 1 << 1;
 pub const UCP_AM_SEND_FLAG_RNDV: u32 = 1 << 2;
+#[cfg(ucx_1_14)]
+pub const UCP_AM_SEND_FLAG_COPY_HEADER: u32 = 1 << 3;
 
 pub const UCP_AM_RECV_ATTR_FIELD_REPLY_EP: u64 = 1 << 0;
 pub const UCP_AM_RECV_ATTR_FLAG_DATA: u64 = 1 << 16;
@@ -195,16 +233,18 @@ pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 1 << 1;
 pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = 1 << 2;
 pub const UCP_MEM_MAP_PARAM_FIELD_PROT: u64 = 1 << 3;
 pub const UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE: u64 = 1 << 4;
+#[cfg(ucx_1_14)]
+pub const UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER: u64 = 1 << 5;
 
 pub const UCP_MEM_MAP_PROT_LOCAL_READ: c_uint = 1 << 0;
 pub const UCP_MEM_MAP_PROT_LOCAL_WRITE: c_uint = 1 << 1;
 pub const UCP_MEM_MAP_PROT_REMOTE_READ: c_uint = 1 << 8;
 pub const UCP_MEM_MAP_PROT_REMOTE_WRITE: c_uint = 1 << 9;
 
-/// The UCP API version these bindings follow, passed to [`ucp_init_version`].
-pub const UCP_API_MAJOR: c_uint = 1;
-/// See [`UCP_API_MAJOR`].
-pub const UCP_API_MINOR: c_uint = 13;
+#[cfg(ucx_1_14)]
+pub const UCP_MEMH_PACK_PARAM_FIELD_FLAGS: u64 = 1 << 0;
+#[cfg(ucx_1_14)]
+pub const UCP_MEMH_PACK_FLAG_EXPORT: u64 = 1 << 0;
 
 pub type ucp_request_init_callback_t = Option<unsafe extern "C" fn(request: *mut c_void)>;
 pub type ucp_request_cleanup_callback_t = Option<unsafe extern "C" fn(request: *mut c_void)>;
@@ -256,6 +296,9 @@ pub struct ucp_params_t {
     pub estimated_num_eps: usize,
     pub estimated_num_ppn: usize,
     pub name: *const c_char,
+    /// UCX >= 1.20.
+    #[cfg(ucx_1_20)]
+    pub node_local_id: usize,
 }
 
 #[repr(C)]
@@ -351,6 +394,9 @@ pub struct ucp_mem_map_params_t {
     pub flags: c_uint,
     pub prot: c_uint,
     pub memory_type: ucs_memory_type_t,
+    /// UCX >= 1.14.
+    #[cfg(ucx_1_14)]
+    pub exported_memh_buffer: *const c_void,
 }
 
 #[repr(C)]
@@ -389,6 +435,15 @@ pub struct ucp_request_param_t {
     pub memory_type: ucs_memory_type_t,
     pub recv_info: ucp_request_param_recv_info,
     pub memh: ucp_mem_h,
+    /// UCX >= 1.22.
+    #[cfg(ucx_1_22)]
+    pub remote_datatype: ucp_datatype_t,
+    /// UCX >= 1.22.
+    #[cfg(ucx_1_22)]
+    pub remote: *const c_void,
+    /// UCX >= 1.22.
+    #[cfg(ucx_1_22)]
+    pub remote_count: usize,
 }
 
 #[repr(C)]
@@ -405,6 +460,52 @@ pub struct ucp_am_recv_param_t {
     pub recv_attr: u64,
     pub reply_ep: ucp_ep_h,
 }
+
+/// UCX >= 1.14.
+#[cfg(ucx_1_14)]
+#[repr(C)]
+pub struct ucp_memh_pack_params_t {
+    pub field_mask: u64,
+    pub flags: u64,
+}
+
+/// UCX >= 1.14.
+#[cfg(ucx_1_14)]
+#[repr(C)]
+pub struct ucp_memh_buffer_release_params_t {
+    pub field_mask: u64,
+}
+
+/// `Default` for parameter structs: all zero, i.e. an empty `field_mask` and every field
+/// unset, NULL or `None`. Setting the fields named in `field_mask` and taking the rest from
+/// `..Default::default()` builds a struct that compiles against every UCX version, whatever
+/// fields that version added.
+macro_rules! zeroed_default {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl Default for $ty {
+            fn default() -> Self {
+                // SAFETY: every field of the struct is an integer, a raw pointer, an
+                // `Option` of a function pointer, an array or `repr(C)` struct of those, or a
+                // union of pointers: all-zero bytes are a valid value of each (0, NULL, None).
+                unsafe { core::mem::zeroed() }
+            }
+        }
+    )+};
+}
+
+zeroed_default!(
+    ucp_params_t,
+    ucp_worker_params_t,
+    ucp_worker_attr_t,
+    ucp_ep_params_t,
+    ucp_listener_params_t,
+    ucp_listener_attr_t,
+    ucp_mem_map_params_t,
+    ucp_request_param_t,
+    ucp_am_handler_param_t,
+);
+#[cfg(ucx_1_14)]
+zeroed_default!(ucp_memh_pack_params_t, ucp_memh_buffer_release_params_t);
 
 #[cfg_attr(not(ucx_missing), link(name = "ucp"))]
 #[cfg_attr(not(ucx_missing), link(name = "ucs"))]
@@ -516,6 +617,20 @@ unsafe extern "C" {
         size_p: *mut usize,
     ) -> ucs_status_t;
     pub fn ucp_rkey_buffer_release(rkey_buffer: *mut c_void);
+    /// UCX >= 1.14. `params` must set a flag: flags 0 is a fatal error in UCX.
+    #[cfg(ucx_1_14)]
+    pub fn ucp_memh_pack(
+        memh: ucp_mem_h,
+        params: *const ucp_memh_pack_params_t,
+        buffer_p: *mut *mut c_void,
+        buffer_size_p: *mut usize,
+    ) -> ucs_status_t;
+    /// UCX >= 1.14.
+    #[cfg(ucx_1_14)]
+    pub fn ucp_memh_buffer_release(
+        buffer: *mut c_void,
+        params: *const ucp_memh_buffer_release_params_t,
+    );
     pub fn ucp_ep_rkey_unpack(
         ep: ucp_ep_h,
         rkey_buffer: *const c_void,
@@ -599,16 +714,130 @@ pub fn version() -> (u32, u32, u32) {
 /// Whether this build found UCX and links it.
 pub const AVAILABLE: bool = cfg!(not(ucx_missing));
 
+/// Checks that the UCX library loaded at run time is not older than the headers this build
+/// was compiled against ([`VERSION`]): the structs here have those headers' sizes and the
+/// functions their signatures, which an older library does not know. Call it once before
+/// creating a context. The error says which library was loaded from where, and what to do.
+#[cfg(not(ucx_missing))]
+pub fn check_runtime_version() -> Result<(), String> {
+    match version_mismatch(VERSION, VERSION_RELEASE, version(), loaded_from) {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
+}
+
+/// The error [`check_runtime_version`] reports when `loaded` is older than `built` (only the
+/// API version, major and minor, counts); `path` says where the library came from.
+#[cfg_attr(ucx_missing, allow(dead_code))]
+fn version_mismatch(
+    built: (u32, u32),
+    built_release: u32,
+    loaded: (u32, u32, u32),
+    path: impl FnOnce() -> Option<String>,
+) -> Option<String> {
+    let (major, minor, release) = loaded;
+    if (major, minor) >= built {
+        return None;
+    }
+    let from = path().unwrap_or_else(|| String::from("an unknown path"));
+    Some(format!(
+        "this build of urom needs UCX >= {}.{} (it was built against {}.{}.{}), but loaded UCX \
+         {major}.{minor}.{release} from {from}; set LD_LIBRARY_PATH to the newer UCX's lib \
+         directory, or rebuild with UCX_DIR pointing at the UCX to use",
+        built.0, built.1, built.0, built.1, built_release
+    ))
+}
+
+/// The file the UCP library was loaded from, as the dynamic loader names it.
+#[cfg(not(ucx_missing))]
+fn loaded_from() -> Option<String> {
+    let mut info = libc::Dl_info {
+        dli_fname: core::ptr::null(),
+        dli_fbase: core::ptr::null_mut(),
+        dli_sname: core::ptr::null(),
+        dli_saddr: core::ptr::null_mut(),
+    };
+    let function = ucp_get_version as unsafe extern "C" fn(*mut c_uint, *mut c_uint, *mut c_uint);
+    // SAFETY: dladdr only looks the address up among the loaded objects; `info` is a valid
+    // place for the answer.
+    let found = unsafe { libc::dladdr(function as *const c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr answered with a NUL-terminated file name owned by the loader, valid while
+    // the object stays loaded (libucp is never unloaded: the program links it).
+    let name = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(String::from(name.to_string_lossy()))
+}
+
 #[cfg(all(test, not(ucx_missing)))]
 mod tests {
     use super::*;
 
     #[test]
-    fn loads_the_system_library() {
-        let (major, minor, _) = version();
+    fn loads_a_library_as_new_as_the_headers() {
+        let (major, minor, release) = version();
+        // The test binary's rpath (UCX_DIR) or the system's library: never an older one.
         assert!(
-            (major, minor) >= (1, 13),
-            "UCX {major}.{minor} is older than the 1.13 the bindings follow"
+            (major, minor) >= VERSION && VERSION >= (1, 13),
+            "loaded UCX {major}.{minor}.{release} from {:?}, built against {VERSION:?}",
+            loaded_from()
+        );
+        assert_eq!(check_runtime_version(), Ok(()));
+        let path = loaded_from().expect("dladdr finds libucp");
+        assert!(path.contains("libucp"), "{path}");
+        extern crate std;
+        std::println!(
+            "loaded UCX {major}.{minor}.{release} from {path}; built against {VERSION:?}"
+        );
+    }
+
+    #[test]
+    fn refuses_a_library_older_than_the_headers() {
+        let path = || Some(String::from("/usr/lib/libucp.so.0"));
+        let why = version_mismatch((1, 22), 0, (1, 13, 1), path).expect("older is refused");
+        assert!(why.contains("needs UCX >= 1.22"), "{why}");
+        assert!(why.contains("built against 1.22.0"), "{why}");
+        assert!(
+            why.contains("loaded UCX 1.13.1 from /usr/lib/libucp.so.0"),
+            "{why}"
+        );
+        assert!(why.contains("UCX_DIR"), "{why}");
+        assert_eq!(version_mismatch((1, 22), 0, (1, 22, 0), path), None);
+        assert_eq!(version_mismatch((1, 22), 3, (1, 22, 0), path), None);
+        assert_eq!(version_mismatch((1, 13), 1, (1, 22, 0), path), None);
+        assert!(version_mismatch((1, 22), 0, (0, 30, 0), path).is_some());
+        assert!(version_mismatch((1, 14), 0, (1, 13, 9), || None).is_some());
+    }
+
+    #[test]
+    fn default_parameters_are_empty() {
+        let params = ucp_params_t::default();
+        assert_eq!(params.field_mask, 0);
+        assert!(params.name.is_null());
+        let param = ucp_request_param_t::default();
+        assert_eq!(param.op_attr_mask, 0);
+        assert!(param.memh.is_null());
+        let map = ucp_mem_map_params_t::default();
+        assert_eq!(map.field_mask, 0);
+        assert!(map.address.is_null());
+    }
+
+    #[test]
+    fn version_gates_follow_the_headers() {
+        assert_eq!(HAS_EXPORTED_MEMH, VERSION >= (1, 14));
+        assert_eq!(HAS_AM_SEND_FLAG_COPY_HEADER, VERSION >= (1, 14));
+        // The structs UCX grew have that version's size (the layout check proves it against
+        // the headers; this pins the history it encodes).
+        let grown = |since: (u32, u32), extra: usize| if VERSION >= since { extra } else { 0 };
+        assert_eq!(
+            core::mem::size_of::<ucp_mem_map_params_t>(),
+            40 + grown((1, 14), 8)
+        );
+        assert_eq!(core::mem::size_of::<ucp_params_t>(), 80 + grown((1, 20), 8));
+        assert_eq!(
+            core::mem::size_of::<ucp_request_param_t>(),
+            72 + grown((1, 22), 24)
         );
     }
 

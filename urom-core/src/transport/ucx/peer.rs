@@ -41,7 +41,7 @@ use std::ptr::NonNull;
 
 use ucx_sys as sys;
 
-use super::ucp::{Armed, Worker, check, peer_context, request_param};
+use super::ucp::{Armed, Worker, check, init_op, peer_context, request_param};
 
 /// A UCX call that failed, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +219,7 @@ impl fmt::Debug for PeerWorker {
 impl PeerWorker {
     /// A worker of the process-wide peer context.
     pub fn new() -> Result<Self, UcxError> {
-        let context = peer_context().map_err(|status| UcxError::new("ucp_init", status))?;
+        let context = peer_context().map_err(|status| UcxError::new(init_op(), status))?;
         let worker = Worker::in_context(context, c"urom-peer")
             .map_err(|(op, status)| UcxError::new(op, status))?;
         let address = worker_address(&worker)?;
@@ -744,7 +744,7 @@ impl fmt::Debug for HostMemoryWorker {
 impl HostMemoryWorker {
     /// A worker of the process-wide peer context.
     pub fn new() -> Result<Self, UcxError> {
-        let context = peer_context().map_err(|status| UcxError::new("ucp_init", status))?;
+        let context = peer_context().map_err(|status| UcxError::new(init_op(), status))?;
         let worker = Worker::in_context(context, c"urom-host-memory")
             .map_err(|(op, status)| UcxError::new(op, status))?;
         let address = worker_address(&worker)?;
@@ -826,7 +826,7 @@ const PAGE: usize = 4096;
 impl MappedMemory {
     /// `len` (at least 1) zeroed bytes, mapped for local and remote reading and writing.
     pub fn new(len: usize) -> Result<Self, UcxError> {
-        let context = peer_context().map_err(|status| UcxError::new("ucp_init", status))?;
+        let context = peer_context().map_err(|status| UcxError::new(init_op(), status))?;
         let layout = std::alloc::Layout::from_size_align(len.max(1), PAGE)
             .map_err(|_| UcxError::new("allocating memory to map", sys::UCS_ERR_NO_RESOURCE))?;
         // SAFETY: the layout has a non-zero size.

@@ -59,10 +59,28 @@ fn context() -> Result<sys::ucp_context_h, UcxConnectError> {
     match made {
         Ok(context) => Ok(context.0),
         Err(status) => Err(UcxConnectError::Ucx {
-            op: "ucp_init",
+            op: init_op(),
             status: *status,
         }),
     }
+}
+
+/// What failed when a context could not be created: `ucp_init`, with the reason when the UCX
+/// library loaded is older than the headers this build was compiled against.
+pub(super) fn init_op() -> &'static str {
+    version_problem().unwrap_or("ucp_init")
+}
+
+/// `ucp_init (why)` when the UCX library loaded cannot serve this build; checked once.
+fn version_problem() -> Option<&'static str> {
+    static PROBLEM: OnceLock<Option<String>> = OnceLock::new();
+    PROBLEM
+        .get_or_init(|| {
+            sys::check_runtime_version()
+                .err()
+                .map(|why| format!("ucp_init ({why})"))
+        })
+        .as_deref()
 }
 
 /// The process-wide context of peer workers and host memory: tag matching, remote memory
@@ -84,6 +102,9 @@ pub(super) fn peer_context() -> Result<sys::ucp_context_h, sys::ucs_status_t> {
 }
 
 fn create_context(features: u64) -> Result<sys::ucp_context_h, sys::ucs_status_t> {
+    if version_problem().is_some() {
+        return Err(sys::UCS_ERR_UNSUPPORTED);
+    }
     let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
     // SAFETY: NULL prefix and file mean "UCX_ from the environment"; `config` is a valid place
     // for the result.
@@ -101,19 +122,15 @@ fn create_context(features: u64) -> Result<sys::ucp_context_h, sys::ucs_status_t
         // is a default, not a requirement.
         let _ = unsafe { sys::ucp_config_modify(config, name.as_ptr(), value.as_ptr()) };
     }
+    // The fields this version of UCX added after those named here stay zero (unset).
     let params = sys::ucp_params_t {
         field_mask: sys::UCP_PARAM_FIELD_FEATURES
             | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED
             | sys::UCP_PARAM_FIELD_NAME,
         features,
-        request_size: 0,
-        request_init: None,
-        request_cleanup: None,
-        tag_sender_mask: 0,
         mt_workers_shared: 1,
-        estimated_num_eps: 0,
-        estimated_num_ppn: 0,
         name: c"urom".as_ptr(),
+        ..Default::default()
     };
     let mut context: sys::ucp_context_h = std::ptr::null_mut();
     // SAFETY: `params` is fully initialised and names only the fields set above; `config` came
@@ -390,19 +407,14 @@ pub(super) fn request_param(
     if send_cb.is_some() {
         mask |= sys::UCP_OP_ATTR_FIELD_CALLBACK | sys::UCP_OP_ATTR_FIELD_USER_DATA;
     }
+    // The rest (and the fields newer versions of UCX added) zero: unset.
     sys::ucp_request_param_t {
         op_attr_mask: mask,
-        flags: 0,
-        request: std::ptr::null_mut(),
         cb: sys::ucp_request_param_cb { send: send_cb },
         datatype: sys::UCP_DATATYPE_CONTIG,
         user_data,
-        reply_buffer: std::ptr::null_mut(),
         memory_type: sys::UCS_MEMORY_TYPE_HOST,
-        recv_info: sys::ucp_request_param_recv_info {
-            length: std::ptr::null_mut(),
-        },
-        memh: std::ptr::null_mut(),
+        ..Default::default()
     }
 }
 
