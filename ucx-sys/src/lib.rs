@@ -25,7 +25,7 @@
 //! grew at their ends carry the new fields for that version (so that they have the size UCX
 //! reads); build them with `..Default::default()` (all zero) so that code compiles against
 //! every version. [`HAS_EXPORTED_MEMH`] and [`HAS_AM_SEND_FLAG_COPY_HEADER`] say what the
-//! version offers; [`check_runtime_version`] refuses a library older than the headers.
+//! version offers; `check_runtime_version` refuses a library older than the headers.
 //!
 //! Without UCX installed the crate still builds (with a warning) but links nothing, so that a
 //! workspace-wide build needs no UCX; the `required` feature makes a missing UCX a build
@@ -69,13 +69,14 @@ pub mod layout {
 include!(concat!(env!("OUT_DIR"), "/layout_check.rs"));
 include!(concat!(env!("OUT_DIR"), "/version.rs"));
 
-/// Whether the headers declare exported memory handles: [`ucp_memh_pack`] with
-/// [`UCP_MEMH_PACK_FLAG_EXPORT`], [`UCP_FEATURE_EXPORTED_MEMH`] and
-/// `ucp_mem_map_params_t::exported_memh_buffer` (UCX >= 1.14). Declared is not implemented:
+/// Whether the headers declare exported memory handles: `ucp_memh_pack` with
+/// `UCP_MEMH_PACK_FLAG_EXPORT`, `UCP_FEATURE_EXPORTED_MEMH` and
+/// `ucp_mem_map_params_t::exported_memh_buffer` (UCX >= 1.14; bound only then, so not linked
+/// here). Declared is not implemented:
 /// UCX implements export from 1.15, and only on transports that support it (mlx5 with xGVMI);
 /// elsewhere packing for export answers `UCS_ERR_UNSUPPORTED`.
 pub const HAS_EXPORTED_MEMH: bool = cfg!(ucx_1_14);
-/// Whether the headers have [`UCP_AM_SEND_FLAG_COPY_HEADER`] (UCX >= 1.14).
+/// Whether the headers have `UCP_AM_SEND_FLAG_COPY_HEADER` (UCX >= 1.14; bound only then).
 pub const HAS_AM_SEND_FLAG_COPY_HEADER: bool = cfg!(ucx_1_14);
 
 macro_rules! opaque {
