@@ -347,24 +347,34 @@ fn finish(
         });
     }
     if reconnect {
-        let arg = ucp.state.as_ptr().cast();
-        // SAFETY: the state outlives the endpoint (it is freed after the worker).
-        ucp.ep = unsafe {
-            ucp::create_ep(
-                &ucp.worker,
-                Remote::Worker(answer.address),
-                state::on_ep_error,
-                arg,
-            )
-        }
-        .map_err(|status| UcxConnectError::Unreachable {
-            address: "the connection's UCX worker address".to_owned(),
-            status,
-        })?;
+        connect_to_worker(
+            &mut ucp,
+            answer.address,
+            "the connection's UCX worker address",
+        )?;
         ucp.close_side_ep();
     }
     ucp.state().set_peer_slots(answer.slots as usize);
     Ok(UcxConnection::from_ucp(ucp, config))
+}
+
+/// Makes `ucp`'s endpoint, to the peer's UCX worker `address` (`what` names it in an error).
+fn connect_to_worker(ucp: &mut Ucp, address: &[u8], what: &str) -> Result<(), UcxConnectError> {
+    let arg = ucp.state.as_ptr().cast();
+    // SAFETY: the state outlives the endpoint (it is freed after the worker).
+    ucp.ep = unsafe {
+        ucp::create_ep(
+            &ucp.worker,
+            Remote::Worker(address),
+            state::on_ep_error,
+            arg,
+        )
+    }
+    .map_err(|status| UcxConnectError::Unreachable {
+        address: what.to_owned(),
+        status,
+    })?;
+    Ok(())
 }
 
 /// What arrived at a listener and waits for `accept`.
@@ -642,20 +652,11 @@ impl UcxListener {
         };
         let until = Instant::now() + self.config.handshake_timeout;
         let mut ucp = Ucp::new(&self.config)?;
-        let arg = ucp.state.as_ptr().cast();
-        // SAFETY: the state outlives the endpoint (it is freed after the worker).
-        ucp.ep = unsafe {
-            ucp::create_ep(
-                &ucp.worker,
-                Remote::Worker(address),
-                state::on_ep_error,
-                arg,
-            )
-        }
-        .map_err(|status| UcxConnectError::Unreachable {
-            address: "the connecting peer's UCX worker address".to_owned(),
-            status,
-        })?;
+        connect_to_worker(
+            &mut ucp,
+            address,
+            "the connecting peer's UCX worker address",
+        )?;
         answer(ucp, hello, &self.config, true, until, &mut reply_over_ucx)
     }
 }
@@ -777,20 +778,11 @@ impl UcxConnection {
             .map_err(|_| UcxConnectError::Handshake("the peer's hello is not a urom UCX hello"))?
             .address;
         let mut ucp = Ucp::new(config)?;
-        let arg = ucp.state.as_ptr().cast();
-        // SAFETY: the state outlives the endpoint (it is freed after the worker).
-        ucp.ep = unsafe {
-            ucp::create_ep(
-                &ucp.worker,
-                Remote::Worker(address),
-                state::on_ep_error,
-                arg,
-            )
-        }
-        .map_err(|status| UcxConnectError::Unreachable {
-            address: "the connecting peer's UCX worker address".to_owned(),
-            status,
-        })?;
+        connect_to_worker(
+            &mut ucp,
+            address,
+            "the connecting peer's UCX worker address",
+        )?;
         let writer = &mut door.1;
         answer(ucp, &hello, config, true, until, &mut |_, bytes, _| {
             send_through(writer, &bytes)
