@@ -11,6 +11,7 @@
 
 pub mod control;
 pub mod daemon;
+pub mod docs_flags;
 pub mod domain;
 pub mod netns;
 // The host library is built without these under loom, which checks its ring alone.

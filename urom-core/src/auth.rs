@@ -310,10 +310,10 @@ impl fmt::Debug for SessionKeys {
 /// Which side of a session seals its stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
-    /// The side that proved itself first: a host.
-    Host,
-    /// The side that challenged: the daemon, or a worker.
-    Service,
+    /// The side that connected and proved itself first: a host.
+    Connecting,
+    /// The side that accepted and challenged: the daemon, or a worker.
+    Accepting,
 }
 
 impl SessionKeys {
@@ -327,8 +327,8 @@ impl SessionKeys {
         max: MaxMsgSize,
     ) {
         let (ours, theirs) = match side {
-            Side::Host => (&self.host_records, &self.service_records),
-            Side::Service => (&self.service_records, &self.host_records),
+            Side::Connecting => (&self.host_records, &self.service_records),
+            Side::Accepting => (&self.service_records, &self.host_records),
         };
         writer.seal(ours, max);
         reader.seal(theirs, max);
@@ -443,7 +443,7 @@ pub fn challenge(
     };
     send(writer, max, 2, ControlMessage::ServiceProof(answer))?;
     let keys = key.session_keys(&transcript);
-    keys.seal(Side::Service, reader, writer, max);
+    keys.seal(Side::Accepting, reader, writer, max);
     Ok(keys)
 }
 
@@ -481,7 +481,7 @@ pub fn prove(
         ));
     }
     let keys = key.session_keys(&transcript);
-    keys.seal(Side::Host, reader, writer, max);
+    keys.seal(Side::Connecting, reader, writer, max);
     Ok(keys)
 }
 

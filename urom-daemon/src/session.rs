@@ -450,7 +450,7 @@ impl Session<'_> {
                 self.reply(seq, ControlMessage::ServiceProof(answer))?;
                 // Everything after the proofs travels in records with an integrity check.
                 let mut writer = self.link.writer.lock().unwrap_or_else(|p| p.into_inner());
-                keys.seal(Side::Service, &mut self.stream, &mut writer, max);
+                keys.seal(Side::Accepting, &mut self.stream, &mut writer, max);
                 drop(writer);
                 self.keys = Some(keys);
             }

@@ -269,7 +269,7 @@ impl ControlChannel {
                 }
                 // Everything after the proofs travels in records with an integrity check.
                 let keys = secret.session_keys(&transcript);
-                keys.seal(Side::Host, handshake.reader, handshake.writer, max);
+                keys.seal(Side::Connecting, handshake.reader, handshake.writer, max);
                 session = Some(RemoteSession {
                     service_ip: ip,
                     keys,
