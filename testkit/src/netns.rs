@@ -4,6 +4,9 @@
 //! [`Network::create`] makes `n` namespaces; namespace 0 is the hub, joined to each other one
 //! by a pair of its own (subnet `169.254.(76+i).0/24`: the hub side is `.1`, the other `.2`).
 //! So "two machines" are namespaces 0 and 1, and clients on a third machine sit in namespace 2.
+//! Each link also carries an address of the benchmarking range (`198.18.(i).0/24`, RFC 2544,
+//! never routed), because newer UCX (1.22) leaves out a device whose only IPv4 address is
+//! link-local; tests still reach each other at the link-local addresses.
 //! Everything is deleted when the [`Network`] is dropped. Creating namespaces needs root and
 //! `ip`; without them, `create` says why so that the test can print it and skip.
 
@@ -64,6 +67,10 @@ impl Network {
                 "dev",
                 &end,
             ])?;
+            for (namespace, device, host) in [(hub, &hub_end, 1), (name, &end, 2)] {
+                let benchmarking = format!("198.18.{i}.{host}/24");
+                ip(&["-n", namespace, "addr", "add", &benchmarking, "dev", device])?;
+            }
             ip(&["-n", hub, "link", "set", &hub_end, "up"])?;
             ip(&["-n", name, "link", "set", &end, "up"])?;
         }

@@ -41,7 +41,13 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 }
 
 fn setup() {
-    ucx::set_config_defaults(&[("TLS", "tcp"), ("NET_DEVICES", "lo")]);
+    // Frames from 16 KiB take the rendezvous path on every UCX version (1.22's protocols would
+    // send a 200 KB frame over tcp eagerly), so that the tests cover both receive paths.
+    ucx::set_config_defaults(&[
+        ("TLS", "tcp"),
+        ("NET_DEVICES", "lo"),
+        ("RNDV_THRESH", "16384"),
+    ]);
 }
 
 fn config(max: u32, slots: u32) -> ChannelConfig {
