@@ -1,8 +1,9 @@
-//! Who may connect, and how many at once.
+//! Who may connect, and how many at once: the policy the accept loops (`local`, `remote`)
+//! apply.
 //!
-//! The accept loop reads each peer's credentials (`SO_PEERCRED`) as soon as it has accepted
-//! it. A user the daemon does not serve is answered with an error and closed at once, before
-//! any thread is spent on it. An allowed peer then needs a [`Permit`]: connections of users
+//! The local accept loop reads each peer's credentials (`SO_PEERCRED`) as soon as it has
+//! accepted it. A user the daemon does not serve is answered with an error and closed at once,
+//! before any thread is spent on it. An allowed peer then needs a [`Permit`]: connections of users
 //! other than root are bounded per user and in total ([`Limits`]); beyond the bounds a peer is
 //! answered with an error and closed too. Root is never counted, so the operator always gets
 //! in (the total leaves it room in the open-file limit). Only a permitted connection gets a
@@ -16,18 +17,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-use tracing::{error, warn};
+use tracing::warn;
 use urom_wire::control::{ControlMessage, ErrorReply, REASON_LEN};
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
-
-use crate::Service;
-use crate::registry::HostId;
-use crate::session;
 
 /// How long a connection may take to say hello and authenticate before it is closed.
 pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -229,61 +224,6 @@ impl Gate {
         log.last = Some(now);
         let unlogged = std::mem::take(&mut log.unlogged);
         warn!(%from, unlogged, "connection turned away: {reason}");
-    }
-}
-
-/// Takes a freshly accepted connection: turns it away at once, or serves it as host `host` on
-/// a thread of its own.
-pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
-    let peer = match getsockopt(&stream, PeerCredentials) {
-        Ok(credentials) => Peer {
-            uid: credentials.uid(),
-            pid: credentials.pid(),
-        },
-        Err(e) => {
-            warn!("cannot read a connecting peer's credentials: {e}; closed");
-            return;
-        }
-    };
-    let gate = &service.gate;
-    if !gate.allows(peer.uid) {
-        let reason = format!("user {} may not use this service", peer.uid);
-        turn_away(service, stream, peer, Status::Authentication, &reason);
-        return;
-    }
-    let permit = match gate.permit(peer.uid) {
-        Ok(permit) => permit,
-        Err(reason) => {
-            turn_away(service, stream, peer, Status::Full, &reason);
-            return;
-        }
-    };
-    if let Err(e) = stream.set_nonblocking(false) {
-        warn!("cannot set up a host connection: {e}; closed");
-        return;
-    }
-    let halves = match urom_core::transport::stream::split_unix(stream) {
-        Ok(halves) => halves,
-        Err(e) => {
-            warn!("cannot set up a host connection: {e}; closed");
-            return;
-        }
-    };
-    let session_service = Arc::clone(service);
-    let client = session::Client::Local(peer);
-    let spawned = std::thread::Builder::new()
-        .name(format!("urom-host-{host}"))
-        .spawn(move || session::serve(&session_service, host, halves, client, (permit, None)));
-    if let Err(e) = spawned {
-        error!("cannot serve a host: {e}");
-    }
-}
-
-/// Answers `stream` with an error, without waiting for room to write it, and closes it.
-fn turn_away(service: &Service, stream: UnixStream, peer: Peer, status: Status, reason: &str) {
-    service.gate.log_refusal(&peer, reason);
-    if stream.set_nonblocking(true).is_ok() {
-        write_refusal(&mut &stream, service.max_msg_size, status, reason);
     }
 }
 

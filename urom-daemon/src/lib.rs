@@ -24,6 +24,7 @@ pub mod discovery;
 mod gate;
 pub mod hugepages;
 pub mod link;
+mod local;
 pub mod metrics;
 pub mod registry;
 pub mod remote;
@@ -309,7 +310,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         match listener.accept() {
             Ok((stream, _)) => {
                 let host = next_host.fetch_add(1, Ordering::Relaxed);
-                gate::admit(&service, host, stream);
+                local::admit(&service, host, stream);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
             Err(e) => {

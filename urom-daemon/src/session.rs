@@ -17,8 +17,8 @@ use urom_core::auth::{self, AuthBytes, SessionKeys, Side, Transcript};
 use urom_core::plugin_id::PluginMask;
 use urom_core::transport::stream::{StreamReader, StreamWriter};
 use urom_wire::control::{
-    AuthChallenge, AuthMethod, ControlMessage, EndpointKind, ErrorReply, PluginInfo,
-    SealedUcxAddress, ServiceProof, SpawnResult, StatusReply, WorkerExit,
+    AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
+    PluginInfo, SealedUcxAddress, SecretProof, ServiceProof, SpawnResult, StatusReply, WorkerExit,
 };
 use urom_wire::frame::frame_length;
 use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
@@ -330,131 +330,165 @@ impl Session<'_> {
     }
 
     fn handle(&mut self, len: usize) -> Result<(), End> {
-        let max = self.service.max_msg_size;
-        let frame = match FrameRepr::<ControlMessage>::parse(&self.buf[..len], max) {
+        // The message borrows the buffer, the handlers borrow the session: lend the buffer out.
+        let buf = std::mem::take(&mut self.buf);
+        let handled = self.dispatch(&buf[..len]);
+        self.buf = buf;
+        handled
+    }
+
+    /// Handles one frame: the handshake's messages in their order, then requests.
+    fn dispatch(&mut self, bytes: &[u8]) -> Result<(), End> {
+        let frame = match FrameRepr::<ControlMessage>::parse(bytes, self.service.max_msg_size) {
             Ok(frame) => frame,
             Err(error) => {
-                let seq = header_seq(&self.buf[..len]);
+                let seq = header_seq(bytes);
                 return Err(self.refuse(seq, Status::InvalidValue, &error.to_string()));
             }
         };
         let seq = frame.seq;
         match (self.state, frame.body) {
-            (State::AwaitHello, ControlMessage::Hello(hello)) => {
-                if hello.protocol_version != PROTOCOL_VERSION {
-                    return Err(self.refuse(
-                        seq,
-                        Status::UnsupportedVersion,
-                        &format!(
-                            "protocol version {} is not supported; the service speaks {PROTOCOL_VERSION}",
-                            hello.protocol_version
-                        ),
-                    ));
-                }
-                if hello.max_msg_size != max.as_u32() {
-                    return Err(self.refuse(
-                        seq,
-                        Status::BadConfig,
-                        &format!(
-                            "maximum message size {} does not match the service's {}",
-                            hello.max_msg_size,
-                            max.as_u32()
-                        ),
-                    ));
-                }
-                info!(host = self.host, identity = hello.identity, "hello");
-                let method = match self.client {
-                    Client::Local(_) => AuthMethod::PeerCredentials,
-                    Client::Remote { .. } => AuthMethod::SharedSecret,
-                };
-                self.challenge = match auth::fresh_nonce() {
-                    Ok(nonce) => nonce,
-                    Err(e) => {
-                        return Err(self.refuse(
-                            seq,
-                            Status::OperatingSystem,
-                            &format!("cannot draw a random challenge: {e}"),
-                        ));
-                    }
-                };
-                self.identity = hello.identity.to_owned();
-                let challenge = AuthChallenge {
-                    method,
-                    nonce: self.challenge,
-                };
-                self.reply(seq, ControlMessage::AuthChallenge(challenge))?;
-                self.state = State::AwaitAuth;
-            }
+            (State::AwaitHello, ControlMessage::Hello(hello)) => self.on_hello(seq, hello),
             (State::AwaitAuth, ControlMessage::AuthResponse(response)) => {
-                let Client::Local(peer) = &self.client else {
-                    return Err(self.refuse(
-                        seq,
-                        Status::Authentication,
-                        "a host on another machine must prove the shared secret",
-                    ));
-                };
-                if response.method != AuthMethod::PeerCredentials {
-                    return Err(self.refuse(
-                        seq,
-                        Status::Authentication,
-                        "only peer-credential authentication is offered on a local socket",
-                    ));
-                }
-                if !self.service.allows(peer.uid) {
-                    return Err(self.refuse(
-                        seq,
-                        Status::Authentication,
-                        &format!("user {} may not use this service", peer.uid),
-                    ));
-                }
-                self.authenticated();
-                self.reply(seq, ControlMessage::Ack)?;
+                self.on_peer_credentials(seq, response)
             }
             (State::AwaitAuth, ControlMessage::SecretProof(proof)) => {
-                let (Client::Remote { address }, Some(remote)) =
-                    (&self.client, &self.service.remote)
-                else {
-                    return Err(self.refuse(
-                        seq,
-                        Status::Authentication,
-                        "a local host authenticates with its Unix credentials",
-                    ));
-                };
-                let transcript = Transcript {
-                    service_nonce: &self.challenge,
-                    host_nonce: &proof.nonce,
-                    identity: &self.identity,
-                };
-                if !remote.secret.check_host_proof(&transcript, &proof.proof) {
-                    return Err(self.refuse(
-                        seq,
-                        Status::Authentication,
-                        "wrong proof of the shared secret: the host's key file differs from the service's",
-                    ));
-                }
-                let answer = ServiceProof {
-                    proof: remote.secret.service_proof(&transcript),
-                };
-                self.owner = Owner {
-                    uid: remote.uid,
-                    remote: Some(self.identity.clone()),
-                };
-                let keys = remote.secret.session_keys(&transcript);
-                info!(
-                    host = self.host,
-                    address,
-                    identity = self.identity,
-                    "remote host authenticated"
-                );
-                self.authenticated();
-                self.reply(seq, ControlMessage::ServiceProof(answer))?;
-                // Everything after the proofs travels in records with an integrity check.
-                let mut writer = self.link.writer.lock().unwrap_or_else(|p| p.into_inner());
-                keys.seal(Side::Accepting, &mut self.stream, &mut writer, max);
-                drop(writer);
-                self.keys = Some(keys);
+                self.on_secret_proof(seq, proof)
             }
-            (State::Ready, ControlMessage::PluginListRequest) => {
+            (State::Ready, request) => self.on_request(seq, request),
+            (state, body) => Err(self.unexpected(seq, state, &body)),
+        }
+    }
+
+    /// The host's hello: checked, then answered with an authentication challenge.
+    fn on_hello(&mut self, seq: u64, hello: Hello<'_>) -> Result<(), End> {
+        let max = self.service.max_msg_size;
+        if hello.protocol_version != PROTOCOL_VERSION {
+            return Err(self.refuse(
+                seq,
+                Status::UnsupportedVersion,
+                &format!(
+                    "protocol version {} is not supported; the service speaks {PROTOCOL_VERSION}",
+                    hello.protocol_version
+                ),
+            ));
+        }
+        if hello.max_msg_size != max.as_u32() {
+            return Err(self.refuse(
+                seq,
+                Status::BadConfig,
+                &format!(
+                    "maximum message size {} does not match the service's {}",
+                    hello.max_msg_size,
+                    max.as_u32()
+                ),
+            ));
+        }
+        info!(host = self.host, identity = hello.identity, "hello");
+        let method = match self.client {
+            Client::Local(_) => AuthMethod::PeerCredentials,
+            Client::Remote { .. } => AuthMethod::SharedSecret,
+        };
+        self.challenge = match auth::fresh_nonce() {
+            Ok(nonce) => nonce,
+            Err(e) => {
+                return Err(self.refuse(
+                    seq,
+                    Status::OperatingSystem,
+                    &format!("cannot draw a random challenge: {e}"),
+                ));
+            }
+        };
+        self.identity = hello.identity.to_owned();
+        let challenge = AuthChallenge {
+            method,
+            nonce: self.challenge,
+        };
+        self.reply(seq, ControlMessage::AuthChallenge(challenge))?;
+        self.state = State::AwaitAuth;
+        Ok(())
+    }
+
+    /// A local host's answer to the challenge: its Unix credentials, read at accept, decide.
+    fn on_peer_credentials(&mut self, seq: u64, response: AuthResponse) -> Result<(), End> {
+        let Client::Local(peer) = &self.client else {
+            return Err(self.refuse(
+                seq,
+                Status::Authentication,
+                "a host on another machine must prove the shared secret",
+            ));
+        };
+        if response.method != AuthMethod::PeerCredentials {
+            return Err(self.refuse(
+                seq,
+                Status::Authentication,
+                "only peer-credential authentication is offered on a local socket",
+            ));
+        }
+        if !self.service.allows(peer.uid) {
+            return Err(self.refuse(
+                seq,
+                Status::Authentication,
+                &format!("user {} may not use this service", peer.uid),
+            ));
+        }
+        self.authenticated();
+        self.reply(seq, ControlMessage::Ack)?;
+        Ok(())
+    }
+
+    /// A remote host's proof of the shared secret: checked, answered with the service's proof,
+    /// and from then on the session travels in records with an integrity check.
+    fn on_secret_proof(&mut self, seq: u64, proof: SecretProof) -> Result<(), End> {
+        let max = self.service.max_msg_size;
+        let (Client::Remote { address }, Some(remote)) = (&self.client, &self.service.remote)
+        else {
+            return Err(self.refuse(
+                seq,
+                Status::Authentication,
+                "a local host authenticates with its Unix credentials",
+            ));
+        };
+        let transcript = Transcript {
+            service_nonce: &self.challenge,
+            host_nonce: &proof.nonce,
+            identity: &self.identity,
+        };
+        if !remote.secret.check_host_proof(&transcript, &proof.proof) {
+            return Err(self.refuse(
+                seq,
+                Status::Authentication,
+                "wrong proof of the shared secret: the host's key file differs from the service's",
+            ));
+        }
+        let answer = ServiceProof {
+            proof: remote.secret.service_proof(&transcript),
+        };
+        self.owner = Owner {
+            uid: remote.uid,
+            remote: Some(self.identity.clone()),
+        };
+        let keys = remote.secret.session_keys(&transcript);
+        info!(
+            host = self.host,
+            address,
+            identity = self.identity,
+            "remote host authenticated"
+        );
+        self.authenticated();
+        self.reply(seq, ControlMessage::ServiceProof(answer))?;
+        // Everything after the proofs travels in records with an integrity check.
+        let mut writer = self.link.writer.lock().unwrap_or_else(|p| p.into_inner());
+        keys.seal(Side::Accepting, &mut self.stream, &mut writer, max);
+        drop(writer);
+        self.keys = Some(keys);
+        Ok(())
+    }
+
+    /// A request of an authenticated host.
+    fn on_request(&mut self, seq: u64, request: ControlMessage<'_>) -> Result<(), End> {
+        match request {
+            ControlMessage::PluginListRequest => {
                 let infos: Vec<PluginInfo> = self
                     .plugins
                     .iter()
@@ -466,10 +500,10 @@ impl Session<'_> {
                     .collect();
                 self.reply(seq, ControlMessage::PluginListReply(List::new(&infos)))?;
             }
-            (State::Ready, ControlMessage::CpusetRequest) => {
+            ControlMessage::CpusetRequest => {
                 self.reply(seq, ControlMessage::CpusetReply(self.service.cpuset))?;
             }
-            (State::Ready, ControlMessage::SpawnWorker(spawn)) => {
+            ControlMessage::SpawnWorker(spawn) => {
                 let request = SpawnRequest {
                     worker_id: spawn.worker_id,
                     plugins: PluginMask::from_bits_retain(spawn.plugins),
@@ -495,7 +529,7 @@ impl Session<'_> {
                     Err(error) => self.reply_error(seq, &error)?,
                 }
             }
-            (State::Ready, ControlMessage::DestroyWorker { worker_id }) => {
+            ControlMessage::DestroyWorker { worker_id } => {
                 match self
                     .service
                     .registry
@@ -505,11 +539,11 @@ impl Session<'_> {
                     Err(error) => self.reply_error(seq, &error)?,
                 }
             }
-            (State::Ready, ControlMessage::WorkersByGidRequest { gid }) => {
+            ControlMessage::WorkersByGidRequest { gid } => {
                 let ids = self.service.registry.by_gid(&self.owner, gid);
                 self.reply(seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
             }
-            (State::Ready, ControlMessage::StatusRequest { cursor }) => {
+            ControlMessage::StatusRequest { cursor } => {
                 match self.status.page(self.service, &self.owner, cursor) {
                     Ok((records, next_cursor)) => {
                         let records = List::new(&records);
@@ -524,21 +558,24 @@ impl Session<'_> {
                     Err(error) => self.reply_error(seq, &error)?,
                 }
             }
-            (state, body) => {
-                let kind = urom_wire::Body::kind(&body);
-                let status = if state == State::Ready {
-                    Status::BadState
-                } else {
-                    Status::Authentication
-                };
-                return Err(self.refuse(
-                    seq,
-                    status,
-                    &format!("unexpected {kind:?} message while {}", state.describe()),
-                ));
-            }
+            other => return Err(self.unexpected(seq, State::Ready, &other)),
         }
         Ok(())
+    }
+
+    /// Refuses a message that has no place in `state`.
+    fn unexpected(&self, seq: u64, state: State, body: &ControlMessage<'_>) -> End {
+        let kind = urom_wire::Body::kind(body);
+        let status = if state == State::Ready {
+            Status::BadState
+        } else {
+            Status::Authentication
+        };
+        self.refuse(
+            seq,
+            status,
+            &format!("unexpected {kind:?} message while {}", state.describe()),
+        )
     }
 
     /// How the host reaches `worker`: its Unix socket from this machine; from another, its UCX

@@ -1,0 +1,70 @@
+//! Hosts on this machine: the daemon's Unix socket. Each accepted connection's user is read
+//! (`SO_PEERCRED`) at once and the gate's policy applied before any thread is spent on it; an
+//! admitted host is served by a session on a thread of its own.
+
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use tracing::{error, warn};
+use urom_wire::Status;
+
+use crate::Service;
+use crate::gate::{Peer, write_refusal};
+use crate::registry::HostId;
+use crate::session;
+
+/// Takes a freshly accepted connection: turns it away at once, or serves it as host `host` on
+/// a thread of its own.
+pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
+    let peer = match getsockopt(&stream, PeerCredentials) {
+        Ok(credentials) => Peer {
+            uid: credentials.uid(),
+            pid: credentials.pid(),
+        },
+        Err(e) => {
+            warn!("cannot read a connecting peer's credentials: {e}; closed");
+            return;
+        }
+    };
+    let gate = &service.gate;
+    if !gate.allows(peer.uid) {
+        let reason = format!("user {} may not use this service", peer.uid);
+        turn_away(service, stream, peer, Status::Authentication, &reason);
+        return;
+    }
+    let permit = match gate.permit(peer.uid) {
+        Ok(permit) => permit,
+        Err(reason) => {
+            turn_away(service, stream, peer, Status::Full, &reason);
+            return;
+        }
+    };
+    if let Err(e) = stream.set_nonblocking(false) {
+        warn!("cannot set up a host connection: {e}; closed");
+        return;
+    }
+    let halves = match urom_core::transport::stream::split_unix(stream) {
+        Ok(halves) => halves,
+        Err(e) => {
+            warn!("cannot set up a host connection: {e}; closed");
+            return;
+        }
+    };
+    let session_service = Arc::clone(service);
+    let client = session::Client::Local(peer);
+    let spawned = std::thread::Builder::new()
+        .name(format!("urom-host-{host}"))
+        .spawn(move || session::serve(&session_service, host, halves, client, (permit, None)));
+    if let Err(e) = spawned {
+        error!("cannot serve a host: {e}");
+    }
+}
+
+/// Answers `stream` with an error, without waiting for room to write it, and closes it.
+fn turn_away(service: &Service, stream: UnixStream, peer: Peer, status: Status, reason: &str) {
+    service.gate.log_refusal(&peer, reason);
+    if stream.set_nonblocking(true).is_ok() {
+        write_refusal(&mut &stream, service.max_msg_size, status, reason);
+    }
+}
