@@ -32,7 +32,7 @@ use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::engine::Poll;
 use super::oob::{OobCollective, OobError, OobRequest};
@@ -537,43 +537,19 @@ impl Domain<Idle> {
     }
 }
 
-/// Where a starting domain is.
-pub enum DomainStartProgress {
-    /// Still starting: progress, then ask again.
-    Starting(Domain<Starting>),
-    /// It failed; the idle domain (its collective, workers and buffers kept) comes back.
-    Failed(Domain<Idle>, DomainStartError),
-}
-
-impl fmt::Debug for DomainStartProgress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Starting(_) => f.write_str("Starting"),
-            Self::Failed(_, e) => write!(f, "Failed({e})"),
-        }
-    }
-}
+/// Where a starting domain is; failed, the idle domain keeps its collective, workers and
+/// buffers.
+pub type DomainStartProgress = super::Progress<Domain<Starting>, Domain<Idle>, DomainStartError>;
 
 impl Domain<Starting> {
     /// Progresses `engine` until the domain runs or fails; still starting after `timeout`, it
     /// is handed back as [`DomainStartProgress::Starting`].
     pub fn wait_running(
-        mut self,
+        self,
         engine: &mut ProgressEngine,
         timeout: Duration,
     ) -> Result<Domain<Running>, DomainStartProgress> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            engine.progress();
-            match self.try_running() {
-                Err(DomainStartProgress::Starting(again))
-                    if deadline.is_none_or(|deadline| Instant::now() < deadline) =>
-                {
-                    self = again;
-                }
-                outcome => return outcome,
-            }
-        }
+        super::start::wait_running(self, engine, timeout, Self::try_running)
     }
 
     /// The running domain once the engine's progress has started it.

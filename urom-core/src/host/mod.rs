@@ -54,6 +54,7 @@ mod memory;
 pub mod oob;
 mod service;
 mod service_file;
+mod start;
 mod status;
 mod task;
 mod worker;
@@ -69,6 +70,7 @@ pub use service::{
 pub use service_file::{
     SERVICE_FILE_VAR, ServiceFileError, ServiceLine, lookup_service, same_pci, service_lines,
 };
+pub use start::Progress;
 pub use status::StatusReport;
 pub use task::{
     CompletedTask, TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskLoanError, TaskSlots,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::control::{ControlError, Reply};
 use super::domain::DomainInbox;
@@ -778,42 +778,17 @@ fn idle_again(config: Box<Config>, started: Started) -> Worker<Idle> {
 }
 
 /// Where a starting worker is.
-pub enum StartProgress {
-    /// Still starting: progress, then ask again.
-    Starting(Worker<Starting>),
-    /// It failed; the idle worker can be configured and started again.
-    Failed(Worker<Idle>, WorkerStartError),
-}
-
-impl fmt::Debug for StartProgress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Starting(_) => f.write_str("Starting"),
-            Self::Failed(_, e) => write!(f, "Failed({e})"),
-        }
-    }
-}
+pub type StartProgress = super::Progress<Worker<Starting>, Worker<Idle>, WorkerStartError>;
 
 impl Worker<Starting> {
     /// Progresses `engine` until the worker runs or fails; still starting after `timeout`, it
     /// is handed back as [`StartProgress::Starting`].
     pub fn wait_running(
-        mut self,
+        self,
         engine: &mut ProgressEngine,
         timeout: Duration,
     ) -> Result<Worker<Running>, StartProgress> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            engine.progress();
-            match self.try_running() {
-                Err(StartProgress::Starting(again))
-                    if deadline.is_none_or(|deadline| Instant::now() < deadline) =>
-                {
-                    self = again;
-                }
-                outcome => return outcome,
-            }
-        }
+        super::start::wait_running(self, engine, timeout, Self::try_running)
     }
 
     /// The running worker once the engine's progress has set it up.
