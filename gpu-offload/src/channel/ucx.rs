@@ -15,10 +15,13 @@ use urom_core::transport::{ChannelConfig, ConnectError};
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::channel::{DataHelloRepr, DataListenerRepr};
 
-use super::{
-    ChannelError, ChannelParams, Control, ControlLink, DataConnections, OrchestratorChannel,
-    STEP_TIMEOUT, ServerChannel, SetupLink, TICK, check_data_hello, exchange_as_orchestrator,
-    exchange_as_server, orchestrator_hellos, recv_one, send_frame, server_hellos,
+use super::connections::{DataConnections, OrchestratorChannel, ServerChannel};
+use super::control::Control;
+use super::error::ChannelError;
+use super::params::{ChannelParams, STEP_TIMEOUT, TICK};
+use super::setup::{
+    SetupLink, check_data_hello, exchange_as_orchestrator, exchange_as_server, orchestrator_hellos,
+    recv_one, send_frame, server_hellos,
 };
 
 /// How long the orchestrator waits between attempts to reach a server that is not there yet.
@@ -63,7 +66,7 @@ impl Listener {
         let control =
             UcxListener::bind(address, &control_config()).map_err(|e| ChannelError::ListenUcx {
                 address,
-                reason: e.to_string(),
+                source: e.into(),
             })?;
         Ok(Self { control, address })
     }
@@ -91,7 +94,7 @@ impl Listener {
         let at = SocketAddr::new(self.address.ip(), 0);
         let mut listener = UcxListener::bind(at, &config).map_err(|e| ChannelError::ListenUcx {
             address: at,
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         let port = listener.local_addr().port();
         tracing::debug!(port, "listening for the data connections");
@@ -109,9 +112,7 @@ impl Listener {
             data.push(conn);
         }
         Ok(ServerChannel {
-            control: Control {
-                link: ControlLink::Ucx(control),
-            },
+            control: Control::ucx(control),
             data: DataConnections::Ucx(data),
             params,
         })
@@ -135,7 +136,7 @@ fn accept_until(
         match listener.accept(TICK) {
             Ok(Some(conn)) => return Ok(conn),
             Ok(None) => {}
-            Err(e) => return Err(ChannelError::AcceptUcx(e.to_string())),
+            Err(e) => return Err(ChannelError::AcceptUcx(e.into())),
         }
     }
 }
@@ -159,7 +160,7 @@ pub(super) fn connect(
                 if Instant::now() >= deadline {
                     return Err(ChannelError::ConnectUcx {
                         address,
-                        reason: e.to_string(),
+                        source: e.into(),
                     });
                 }
                 std::thread::sleep(RETRY);
@@ -167,7 +168,7 @@ pub(super) fn connect(
             Err(e) => {
                 return Err(ChannelError::ConnectUcx {
                     address,
-                    reason: e.to_string(),
+                    source: e.into(),
                 });
             }
         }
@@ -192,9 +193,7 @@ pub(super) fn connect(
         data.push(conn);
     }
     Ok(OrchestratorChannel {
-        control: Control {
-            link: ControlLink::Ucx(control),
-        },
+        control: Control::ucx(control),
         data: DataConnections::Ucx(data),
         params,
     })
