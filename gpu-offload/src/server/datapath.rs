@@ -36,6 +36,7 @@
 //! buffers, once it has nothing in flight, buffered or unwritten: a thread and its clients on
 //! one CPU wake each other without inter-processor interrupts. Nothing in the loop allocates.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
@@ -176,11 +177,11 @@ impl Client {
 }
 
 /// The in-flight table: which client (slot, generation) each forwarded frame came from, and
-/// how many requests it holds.
+/// how many requests it holds, oldest first. Its storage is allocated once, for `capacity`
+/// frames; the caller checks [`InFlight::is_full`] before each push, so it never grows.
 struct InFlight {
-    entries: Box<[(u32, u32, u32)]>,
-    head: usize,
-    len: usize,
+    entries: VecDeque<(u32, u32, u32)>,
+    capacity: usize,
     /// Requests in the frames in flight.
     messages: usize,
 }
@@ -188,31 +189,37 @@ struct InFlight {
 impl InFlight {
     fn new(capacity: usize) -> Self {
         Self {
-            entries: vec![(0, 0, 0); capacity].into_boxed_slice(),
-            head: 0,
-            len: 0,
+            entries: VecDeque::with_capacity(capacity),
+            capacity,
             messages: 0,
         }
     }
 
+    /// Frames in flight.
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no frame is in flight.
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     fn is_full(&self) -> bool {
-        self.len == self.entries.len()
+        self.entries.len() == self.capacity
     }
 
     fn push(&mut self, entry: (u32, u32, u32)) {
-        let at = (self.head + self.len) % self.entries.len();
-        self.entries[at] = entry;
-        self.len += 1;
+        debug_assert!(
+            !self.is_full(),
+            "the in-flight table grows past its capacity"
+        );
+        self.entries.push_back(entry);
         self.messages += entry.2 as usize;
     }
 
     fn pop(&mut self) -> Option<(u32, u32, u32)> {
-        if self.len == 0 {
-            return None;
-        }
-        let entry = self.entries[self.head];
-        self.head = (self.head + 1) % self.entries.len();
-        self.len -= 1;
+        let entry = self.entries.pop_front()?;
         self.messages -= entry.2 as usize;
         Some(entry)
     }
@@ -316,13 +323,13 @@ impl<T: Transport> DataPath<T> {
         let end = loop {
             if self.draining.load(Ordering::Relaxed) {
                 let since = *drain_since.get_or_insert_with(Instant::now);
-                if self.inflight.len == 0 && self.dirty.is_empty() {
+                if self.inflight.is_empty() && self.dirty.is_empty() {
                     break DataPathEnd::Drained;
                 }
                 if since.elapsed() > DRAIN_LIMIT {
                     warn!(
                         thread = self.index,
-                        in_flight = self.inflight.len,
+                        in_flight = self.inflight.len(),
                         "drain time over: closing clients with requests unanswered"
                     );
                     break DataPathEnd::Drained;
@@ -341,7 +348,7 @@ impl<T: Transport> DataPath<T> {
             // the next look finds. Only clients just written to are likely to have sent more
             // at once.
             let polling =
-                !wrote && self.inflight.len > 0 && now - last_progress < POLL_BEFORE_SLEEP;
+                !wrote && !self.inflight.is_empty() && now - last_progress < POLL_BEFORE_SLEEP;
             progress = if polling {
                 if now - last_poll >= POLL_WHILE_AWAITING {
                     last_poll = now;
@@ -354,10 +361,10 @@ impl<T: Transport> DataPath<T> {
                 // can bring work: sleep at once, even after a busy turn (a look that finds
                 // nothing costs a system call per burst, and events already there end the
                 // sleep at once).
-                let settled = self.inflight.len == 0 && self.pending.is_empty();
+                let settled = self.inflight.is_empty() && self.pending.is_empty();
                 let timeout = if progress && !settled {
                     EpollTimeout::ZERO
-                } else if self.inflight.len > 0 {
+                } else if !self.inflight.is_empty() {
                     self.await_answers()
                 } else if drain_since.is_some() {
                     // Only clients' unwritten answers are left: look again soon.
