@@ -46,14 +46,16 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{
     CudaContext, CudaModule, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
+use cudarc::nvrtc::CompileError;
 use tracing::{error, info, warn};
 use urom_core::transport::{FrameSender, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
+use super::StartError;
 use crate::channel::ChannelParams;
 
 /// Why the CUDA processor cannot run or stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum CudaError {
     /// No CUDA driver library on this machine.
     NoDriver,
@@ -68,10 +70,12 @@ pub enum CudaError {
         /// The call.
         op: &'static str,
         /// The driver's error.
-        reason: String,
+        source: DriverError,
     },
     /// NVRTC could not compile the kernel.
-    Compile(String),
+    Compile(CompileError),
+    /// The feeder threads could not be started.
+    Feeders(StartError),
     /// The kernel ended or failed while it should run.
     KernelFailed(String),
     /// The GPU cannot keep a warp running for every processor thread at once.
@@ -93,8 +97,9 @@ impl fmt::Display for CudaError {
             }
             Self::NoGpu => f.write_str("the CUDA driver sees no GPU"),
             Self::NoSuchGpu(addr) => write!(f, "no GPU at PCIe address {addr}"),
-            Self::Driver { op, reason } => write!(f, "{op} failed: {reason}"),
-            Self::Compile(reason) => write!(f, "the kernel does not compile: {reason}"),
+            Self::Driver { op, source } => write!(f, "{op} failed: {source}"),
+            Self::Compile(e) => write!(f, "the kernel does not compile: {e}"),
+            Self::Feeders(e) => write!(f, "starting the feeder threads failed: {e}"),
             Self::KernelFailed(reason) => write!(f, "the kernel stopped: {reason}"),
             Self::TooManyThreads { threads, resident } => write!(
                 f,
@@ -105,136 +110,24 @@ impl fmt::Display for CudaError {
     }
 }
 
-impl std::error::Error for CudaError {}
+impl std::error::Error for CudaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Driver { source, .. } => Some(source),
+            Self::Compile(e) => Some(e),
+            Self::Feeders(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 fn driver(op: &'static str) -> impl FnOnce(DriverError) -> CudaError {
-    move |e| CudaError::Driver {
-        op,
-        reason: e.to_string(),
-    }
+    move |source| CudaError::Driver { op, source }
 }
 
 const KERNEL_NAME: &str = "reverse_requests";
-const KERNEL: &str = r#"
-#define FREE 0u
-#define REQUEST 1u
-#define RESPONSE 2u
-#define STOP 3u
-#define ALL_LANES 0xffffffffu
-#define REQUEST_OFFSET 16u
-
-__device__ __forceinline__ unsigned long long bswap64(unsigned long long x)
-{
-    const unsigned int lo = (unsigned int)x;
-    const unsigned int hi = (unsigned int)(x >> 32);
-    return ((unsigned long long)__byte_perm(lo, 0, 0x0123) << 32) | __byte_perm(hi, 0, 0x0123);
-}
-
-/* The 16 bytes of the 32 in `a` then `b` (little-endian) that start at byte `r`, reversed. */
-__device__ __forceinline__ ulonglong2 reversed_window(ulonglong2 a, ulonglong2 b, unsigned int r)
-{
-    const unsigned long long x = r < 8 ? a.x : a.y;
-    const unsigned long long y = r < 8 ? a.y : b.x;
-    const unsigned long long z = r < 8 ? b.x : b.y;
-    const unsigned int shift = (r & 7u) * 8u;
-    const unsigned long long lo = shift ? (x >> shift) | (y << (64u - shift)) : x;
-    const unsigned long long hi = shift ? (y >> shift) | (z << (64u - shift)) : y;
-    return make_ulonglong2(bswap64(hi), bswap64(lo));
-}
-
-/* Writes the `len` bytes at `in` to `out` in reverse order, 16 bytes at a time; both are
-   16-byte aligned. Output chunk j holds input bytes [len - 16 - 16j, len - 16j) reversed: the
-   window at byte len % 16 of input chunks c0 - j and c0 - j + 1, c0 = len / 16 - 1. So the
-   loads reach from the 16 bytes before `in` to the 16 after its last whole chunk (the slot's
-   header and response area; the bytes they feed land past `len` in `out`). */
-__device__ void reverse_payload(const unsigned char *in, unsigned char *out, unsigned int len)
-{
-    const ulonglong2 *src = (const ulonglong2 *)in;
-    ulonglong2 *dst = (ulonglong2 *)out;
-    const unsigned int chunks = (len + 15u) / 16u;
-    const unsigned int r = len & 15u;
-    int c = (int)(len / 16u) - 1;
-    ulonglong2 above = __ldcv(&src[c + 1]);
-    unsigned int j = 0;
-    for (; j + 4u <= chunks; j += 4u, c -= 4) {
-        const ulonglong2 in0 = __ldcv(&src[c]);
-        const ulonglong2 in1 = __ldcv(&src[c - 1]);
-        const ulonglong2 in2 = __ldcv(&src[c - 2]);
-        const ulonglong2 in3 = __ldcv(&src[c - 3]);
-        __stwt(&dst[j], reversed_window(in0, above, r));
-        __stwt(&dst[j + 1u], reversed_window(in1, in0, r));
-        __stwt(&dst[j + 2u], reversed_window(in2, in1, r));
-        __stwt(&dst[j + 3u], reversed_window(in3, in2, r));
-        above = in3;
-    }
-    for (; j < chunks; ++j, --c) {
-        const ulonglong2 below = __ldcv(&src[c]);
-        __stwt(&dst[j], reversed_window(below, above, r));
-        above = below;
-    }
-}
-
-extern "C" __global__ void reverse_requests(unsigned char *rings,
-                                            unsigned long long channel_stride,
-                                            unsigned int slot_stride,
-                                            unsigned int slots,
-                                            unsigned int max_len,
-                                            unsigned int response_offset)
-{
-    const unsigned int lane = threadIdx.x;
-    unsigned char *ring = rings + (unsigned long long)blockIdx.x * channel_stride;
-    const unsigned int window = slots < 32u ? slots : 32u;
-    unsigned int next = 0;
-    for (;;) {
-        /* Lane 0 alone waits for the oldest slot to be taken. */
-        unsigned int first = FREE;
-        if (lane == 0) {
-            volatile unsigned long long *header =
-                (volatile unsigned long long *)(ring + (unsigned long long)next * slot_stride);
-            do {
-                first = (unsigned int)*header;
-            } while (first == FREE);
-        }
-        first = __shfl_sync(ALL_LANES, first, 0);
-        if (first == STOP) {
-            return;
-        }
-        /* Then each lane reads one header from the oldest on, and the run of requests from
-           the oldest is answered together, until the oldest is not a request. */
-        for (;;) {
-            unsigned int at = next + lane;
-            if (at >= slots) {
-                at -= slots;
-            }
-            unsigned char *slot = ring + (unsigned long long)at * slot_stride;
-            unsigned long long header = 0;
-            if (lane < window) {
-                header = *(volatile unsigned long long *)slot;
-            }
-            const unsigned int requests =
-                __ballot_sync(ALL_LANES, (unsigned int)header == REQUEST);
-            const unsigned int run = requests == ALL_LANES ? 32u : __ffs(~requests) - 1u;
-            if (run == 0) {
-                break;
-            }
-            __threadfence_system();
-            if (lane < run) {
-                const unsigned int len = (unsigned int)(header >> 32);
-                reverse_payload(slot + REQUEST_OFFSET, slot + response_offset,
-                                len < max_len ? len : max_len);
-            }
-            __threadfence_system();
-            if (lane < run) {
-                *(volatile unsigned long long *)slot = (header & ~0xffffffffull) | RESPONSE;
-            }
-            next += run;
-            if (next >= slots) {
-                next -= slots;
-            }
-        }
-    }
-}
-"#;
+/// The kernel's CUDA C++ source, compiled at run time by NVRTC.
+const KERNEL: &str = include_str!("kernel.cu");
 
 /// Where a slot's request payload starts (the kernel's `REQUEST_OFFSET`).
 const REQUEST_OFFSET: usize = 16;
@@ -436,8 +329,7 @@ impl CudaProcessor {
     ) -> Result<Self, CudaError> {
         let ctx = Arc::clone(&gpu.ctx);
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-        let ptx =
-            cudarc::nvrtc::compile_ptx(KERNEL).map_err(|e| CudaError::Compile(e.to_string()))?;
+        let ptx = cudarc::nvrtc::compile_ptx(KERNEL).map_err(CudaError::Compile)?;
         let module = ctx.load_module(ptx).map_err(driver("cuModuleLoadData"))?;
         let function = module
             .load_function(KERNEL_NAME)
@@ -515,10 +407,7 @@ impl CudaProcessor {
                 Ok(feeder) => processor.feeders.push(feeder),
                 Err(e) => {
                     processor.stop();
-                    return Err(CudaError::Driver {
-                        op: "starting the feeder threads",
-                        reason: e.to_string(),
-                    });
+                    return Err(CudaError::Feeders(e));
                 }
             }
         }

@@ -9,7 +9,7 @@ use urom_core::transport::Transport;
 use crate::channel::ChannelParams;
 
 /// Why the CUDA processor cannot run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum CudaError {
     /// This build has no CUDA support.
     NotBuilt,
