@@ -329,7 +329,19 @@ impl fmt::Display for ClientError {
     }
 }
 
-impl std::error::Error for ClientError {}
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Connect { source, .. } | Self::Io { source, .. } => Some(source),
+            Self::ServerClosed {
+                server: ServerProbe::Unknown(e),
+                ..
+            } => Some(e),
+            Self::Malformed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Runs the threads and returns what they measured, or the first failure.
 pub fn run(config: &ClientConfig) -> Result<Stats, ClientError> {

@@ -19,7 +19,6 @@ pub mod cuda;
 #[path = "no_cuda.rs"]
 pub mod cuda;
 
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -105,33 +104,24 @@ pub struct OrchestratorArgs {
 impl JsonArgs for OrchestratorArgs {}
 
 /// Why the orchestrator could not run or stopped with an error.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum OrchestratorError {
     /// The CUDA processor was asked for and cannot run.
+    #[error(transparent)]
     Cuda(CudaError),
     /// The channel to the server could not be set up.
+    #[error(transparent)]
     Channel(ChannelError),
     /// A `--cpu` this process may not run on.
+    #[error(transparent)]
     Cpu(crate::cli::CpuCheckError),
     /// The processor's threads could not be started.
+    #[error(transparent)]
     Start(StartError),
     /// The server went away without shutting down.
+    #[error("the server went away without shutting down")]
     ServerGone,
 }
-
-impl fmt::Display for OrchestratorError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Cuda(e) => write!(f, "{e}"),
-            Self::Channel(e) => write!(f, "{e}"),
-            Self::Cpu(e) => write!(f, "{e}"),
-            Self::Start(e) => write!(f, "{e}"),
-            Self::ServerGone => f.write_str("the server went away without shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for OrchestratorError {}
 
 /// How the orchestrator's run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,24 +173,15 @@ impl Processor {
 }
 
 /// Why processor threads could not start.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A thread could not be created.
-    Thread(std::io::Error),
+    #[error("cannot start a processor thread: {0}")]
+    Thread(#[source] std::io::Error),
     /// A thread could not be pinned to its `--cpu`.
-    Pin(urom_core::PinError),
+    #[error("{0} (is the --cpu online and allowed for this process?)")]
+    Pin(#[source] urom_core::PinError),
 }
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Thread(e) => write!(f, "cannot start a processor thread: {e}"),
-            Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// Starts `body` on a thread called `name`, pinned to `cpu` when there is one, and returns
 /// once it is pinned; `None` from the thread means it never ran `body`.

@@ -14,7 +14,6 @@
 
 mod datapath;
 
-use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -92,11 +91,13 @@ pub struct ServerArgs {
 impl JsonArgs for ServerArgs {}
 
 /// Why the server could not start or stopped with an error.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The channel to the orchestrator could not be set up.
-    Channel(ChannelError),
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
     /// The TCP socket could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
     Listen {
         /// The address.
         addr: SocketAddr,
@@ -104,36 +105,17 @@ pub enum ServerError {
         source: io::Error,
     },
     /// A `--cpu` this process may not run on.
+    #[error(transparent)]
     Cpu(crate::cli::CpuCheckError),
     /// A data-path thread could not be pinned to its CPU.
-    Pin(urom_core::PinError),
+    #[error("{0} (is the --cpu online and allowed for this process?)")]
+    Pin(#[source] urom_core::PinError),
     /// A data-path thread could not be started.
-    Thread(io::Error),
+    #[error("cannot start a data-path thread: {0}")]
+    Thread(#[source] io::Error),
     /// The orchestrator went away without shutting down.
+    #[error("the orchestrator went away without shutting down")]
     OrchestratorGone,
-}
-
-impl fmt::Display for ServerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Channel(e) => write!(f, "{e}"),
-            Self::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
-            Self::Cpu(e) => write!(f, "{e}"),
-            Self::Pin(e) => write!(f, "{e} (is the --cpu online and allowed for this process?)"),
-            Self::Thread(e) => write!(f, "cannot start a data-path thread: {e}"),
-            Self::OrchestratorGone => {
-                f.write_str("the orchestrator went away without shutting down")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ServerError {}
-
-impl From<ChannelError> for ServerError {
-    fn from(e: ChannelError) -> Self {
-        Self::Channel(e)
-    }
 }
 
 /// How the server's run ended.
