@@ -532,6 +532,7 @@ unsafe extern "C" {
         config: *const ucp_config_t,
         context_p: *mut ucp_context_h,
     ) -> ucs_status_t;
+    pub fn ucp_cleanup(context_p: ucp_context_h);
 
     pub fn ucp_worker_create(
         context: ucp_context_h,

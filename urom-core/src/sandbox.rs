@@ -11,7 +11,11 @@
 //! memory, mapped with `host::HostMemory` (feature `ucx`) and added to the domain: the worker reaches
 //! them through the domain's keys with UCX remote memory access. Nothing here allocates.
 //!
-//! The byte format lives in [`urom_wire::sandbox`] and is re-exported here. [`timestamps`]
+//! The byte format lives in [`urom_wire::sandbox`] and is re-exported here. Commands carry
+//! UCX's `ucp_mem_map_params_t`, whose size depends on the UCX: this host writes
+//! [`HOST_LAYOUT`], the layout of the UCX it was built against (64-byte commands on UCX 1.13,
+//! 72-byte ones on 1.14 and later, and without the `ucx` feature); the plugin reads both, so a
+//! host and a worker built against different UCX versions agree. [`timestamps`]
 //! has the plugin's message timestamps (`UROM_SANDBOX_TIMESTAMPS`): its recorder, and the
 //! reading and pairing of its files, to time messages between workers without the hosts.
 
@@ -21,9 +25,24 @@ use crate::host::{CommandError, CompletedTask, Running, TaskCallback, TaskHandle
 use crate::wire::Status;
 
 pub use crate::wire::sandbox::{
-    COMMAND_LEN, MemMapParams, NAME, NOTIFICATION_LEN, SandboxCommand, SandboxError,
-    SandboxNotification, VERSION, check_version,
+    COMMAND_LEN_UCX_1_13, COMMAND_LEN_UCX_1_14, CommandLayout, MEM_MAP_FIELD_EXPORTED_MEMH_BUFFER,
+    MemMapParams, NAME, NOTIFICATION_LEN, SandboxCommand, SandboxError, SandboxNotification,
+    VERSION, check_version,
 };
+
+/// The command layout this host writes: that of the UCX headers it was built against (ucx-sys's
+/// version; 72-byte commands from UCX 1.14, 64-byte ones on 1.13), and without the `ucx`
+/// feature the 72-byte layout of current UCX (what DOCA's sandbox plugin, built against DOCA's
+/// UCX, reads). urom's plugin reads both.
+#[cfg(feature = "ucx")]
+pub const HOST_LAYOUT: CommandLayout =
+    CommandLayout::for_ucx(ucx_sys::VERSION.0, ucx_sys::VERSION.1);
+/// The command layout this host writes: that of the UCX headers it was built against (ucx-sys's
+/// version; 72-byte commands from UCX 1.14, 64-byte ones on 1.13), and without the `ucx`
+/// feature the 72-byte layout of current UCX (what DOCA's sandbox plugin, built against DOCA's
+/// UCX, reads). urom's plugin reads both.
+#[cfg(not(feature = "ucx"))]
+pub const HOST_LAYOUT: CommandLayout = CommandLayout::Ucx114;
 
 /// The `memh_id` of the buffer variant on workers whose UCX cannot import memory handles
 /// (before 1.14): the buffer is in the sending host's memory, reached through the domain's
@@ -128,8 +147,8 @@ fn fill(
     task.user_data_mut()[..8].copy_from_slice(&cookie.to_le_bytes());
     task.set_callback(callback);
     command
-        .pack(task.payload_mut())
-        .unwrap_or(command.buffer_len())
+        .pack(HOST_LAYOUT, task.payload_mut())
+        .unwrap_or(command.buffer_len(HOST_LAYOUT))
 }
 
 impl SandboxHost {
@@ -208,9 +227,10 @@ impl SandboxHost {
         worker.submit(self.id, |task| fill(task, cookie, callback, &command))
     }
 
-    /// Asks the worker to map memory from an exported memory handle (UCX 1.14 and later; a
-    /// worker whose UCX has none answers `DOCA_ERROR_NOT_SUPPORTED`); `callback` reads the
-    /// outcome with [`mem_map_result`].
+    /// Asks the worker to map memory from an exported memory handle (with the `ucx` feature,
+    /// `MappedMemory::exported_memh`); `callback` reads the outcome with [`mem_map_result`]. A
+    /// worker whose UCX cannot import memory handles (before 1.15, or no transport that can:
+    /// every machine without mlx5) answers `DOCA_ERROR_NOT_SUPPORTED`, and its log says why.
     pub fn mem_map(
         &self,
         worker: &Worker<Running>,

@@ -1,7 +1,8 @@
 //! Peer workers and mapped host memory (`transport::ucx::{PeerWorker, MappedMemory}`) in one
 //! process: tagged messages matched UCX's way, completions naming their tokens, slots reused,
-//! remote keys unpacked, bounds of mapped memory, and remote memory access that waits for a
-//! slow host without stalling its worker.
+//! remote keys unpacked, bounds of mapped memory, remote memory access that waits for a slow
+//! host without stalling its worker, and exported memory handles only where UCX can export
+//! them (refused with `UCS_ERR_UNSUPPORTED` elsewhere, endpoints still reachable).
 //!
 //! Stays on TCP over the loopback interface unless `UCX_TLS` / `UCX_NET_DEVICES` say otherwise.
 #![cfg(feature = "ucx")]
@@ -9,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use urom_core::transport::ucx::{
-    self, Completion, MappedMemory, OperationKind, OutOfBounds, PeerWorker, RemoteMemory,
+    self, Completion, ImportParams, MappedMemory, OperationKind, OutOfBounds, PeerWorker,
+    RemoteMemory,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -204,4 +206,77 @@ fn remote_memory_access_waits_for_a_slow_host_without_stalling_its_worker() {
     let mut out = [0u8; 16];
     memory.read(1000, &mut out).unwrap();
     assert_eq!(&out, b"into host memory");
+}
+
+/// Whether this machine has an RDMA device (mlx5 and the like), the only kind whose UCX
+/// transports can export memory handles.
+fn has_rdma_device() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut devices| devices.next().is_some())
+}
+
+#[test]
+fn memory_handles_are_exported_only_where_ucx_can_and_endpoints_stay_reachable() {
+    setup();
+    let supported = ucx::exported_memh_supported();
+    if !has_rdma_device() || !ucx_sys::HAS_EXPORTED_MEMH {
+        // Every CPU-only transport (and UCX 1.13) answers UNSUPPORTED to an export.
+        assert!(!supported, "no transport here can export memory handles");
+    }
+    let memory = MappedMemory::new(4096).unwrap();
+    let mut a = PeerWorker::new().unwrap();
+    let params = ImportParams {
+        field_mask: 0b11,
+        address: memory.va(),
+        length: memory.len() as u64,
+        ..ImportParams::default()
+    };
+    if supported {
+        assert!(!memory.exported_memh().is_empty(), "an exported handle");
+        assert_eq!(a.import_memh(params, memory.exported_memh()), Ok(0));
+    } else {
+        assert_eq!(
+            memory.exported_memh(),
+            b"",
+            "no handle where UCX cannot export"
+        );
+        let error = a.import_memh(params, b"not a memory handle").unwrap_err();
+        assert_eq!(error.status, ucx_sys::UCS_ERR_UNSUPPORTED);
+        assert_eq!(error.op, ucx::NO_EXPORTED_MEMH);
+        assert!(error.to_string().contains("UCX >= 1.15"), "{error}");
+    }
+    assert!(
+        a.import_memh(params, b"").is_err(),
+        "no handle, nothing to map"
+    );
+
+    // The peer context asked for exported handles only where they work: endpoints and RMA
+    // reach their peers (asked for on a machine without such a transport, UCX would make every
+    // endpoint unreachable).
+    let mut b = PeerWorker::new().unwrap();
+    let host = ucx::HostMemoryWorker::new().unwrap();
+    let to_b = a.connect(b.address()).unwrap();
+    let to_host = a.connect(host.address()).unwrap();
+    let key = a.unpack_key(to_host, memory.rkey()).unwrap();
+    b.tag_recv(0x1, u64::MAX, 64, 1);
+    let from = RemoteMemory {
+        peer: to_host,
+        key,
+        address: memory.va(),
+    };
+    a.tag_send_from(to_b, 0x1, from, 8, 2).unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    let mut tokens = Vec::new();
+    while tokens.len() < 2 {
+        host.progress();
+        for done in [a.progress(), b.progress()].into_iter().flatten() {
+            assert_eq!(done.result, Ok(()), "{done:?}");
+            tokens.push(done.token);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the peers did not reach each other"
+        );
+    }
+    tokens.sort();
+    assert_eq!(tokens, [1, 2]);
 }

@@ -2,22 +2,30 @@
 //! UROM sandbox sample's commands (memory map, tagged send, tagged receive) and notifications,
 //! byte for byte.
 //!
-//! A command is a 64-byte [`CommandWire`] (a `u64` type, then a 56-byte union), followed by the
-//! bytes the command carries; a notification is a 48-byte [`NotificationWire`] (a `u64` type,
-//! then a 40-byte union), followed by the bytes an inline receive got. Little-endian; offsets
-//! from the start of the message:
+//! A command is a [`CommandWire`] (a `u64` type, then the C union), followed by the bytes the
+//! command carries; a notification is a 48-byte [`NotificationWire`] (a `u64` type, then a
+//! 40-byte union), followed by the bytes an inline receive got. Little-endian; offsets from
+//! the start of the message.
+//!
+//! The command's union holds UCX's `ucp_mem_map_params_t`, so its size follows the UCX headers
+//! the sender was compiled against: 40 bytes on UCX 1.13, 48 from 1.14 (which added
+//! `exported_memh_buffer`). Every command, whatever its type, is then 64 bytes
+//! ([`CommandLayout::Ucx113`]) or 72 bytes ([`CommandLayout::Ucx114`]) before what it carries:
 //!
 //! ```text
-//! command          0 u64 type (0 MEM_MAP, 1 TAG_SEND, 2 TAG_RECV) | 8 union         = 64
-//! MEM_MAP          8 u64 context | 16 ucp_mem_map_params_t (40 bytes on UCX 1.13:
+//! command          0 u64 type (0 MEM_MAP, 1 TAG_SEND, 2 TAG_RECV) | 8 union   = 64 or 72
+//! MEM_MAP          8 u64 context | 16 ucp_mem_map_params_t:
 //!                  16 u64 field_mask | 24 u64 address | 32 u64 length | 40 u32 flags
-//!                  44 u32 prot | 48 u32 memory_type | 52 u32 pad)
-//!                  56 u64 exported_memh_buffer_len; then that many bytes of exported memh
+//!                  44 u32 prot | 48 u32 memory_type | 52 u32 pad
+//!   UCX 1.13       56 u64 exported_memh_buffer_len                                   (64)
+//!   UCX >= 1.14    56 u64 exported_memh_buffer (the sender's pointer; ignored)
+//!                  64 u64 exported_memh_buffer_len                                   (72)
+//!                  then that many bytes of exported memory handle
 //! TAG_SEND         8 u64 context | 16 u64 dest (domain id) | 24 u64 buffer | 32 u64 count
-//!                  40 u64 tag | 48 u64 memh_id (0: inline) | 56 pad;
+//!                  40 u64 tag | 48 u64 memh_id (0: inline) | 56 pad (to 64 or 72);
 //!                  then `count` bytes when inline, nothing otherwise
 //! TAG_RECV         8 u64 context | 16 u64 buffer | 24 u64 count | 32 u64 tag
-//!                  40 u64 tag_mask | 48 u64 memh_id (0: inline) | 56 pad
+//!                  40 u64 tag_mask | 48 u64 memh_id (0: inline) | 56 pad (to 64 or 72)
 //!
 //! notification     0 u64 type (0 MEM_MAP, 1 TAG_SEND, 2 TAG_RECV) | 8 union         = 48
 //! MEM_MAP          8 u64 context | 16 u64 memh_id
@@ -27,11 +35,19 @@
 //!                  then `count` bytes when `buffer` is non-zero
 //! ```
 //!
-//! A command whose length is not exactly 64 plus the bytes it says follow is refused
-//! ([`SandboxError::BadLength`]), as the plugin answers `DOCA_ERROR_INVALID_VALUE`. The
-//! buffer variant of a send or receive (`memh_id` non-zero) names `count` bytes at `buffer`
-//! in the host's memory, reached by the worker through the domain's keys; its receive
-//! notification has `buffer` 0 (the bytes went to the host's memory).
+//! [`SandboxCommand::unpack`] reads both layouts and tells them apart by the command's length
+//! (the frame's length is known): a command is read in the layout whose fixed part plus the
+//! bytes it says follow is exactly its length. For a send or a receive at most one layout can
+//! fit (they differ by 8 bytes). A MEM_MAP fits both only when the word at 56 is the word at
+//! 64 plus 8 (in the 1.14 layout that word is a pointer, so only for a pointer below a few
+//! hundred, or a 1.13 memory handle whose first word is its length minus 8); then
+//! `UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER` in its field mask, a field UCX 1.13 does not
+//! have, picks the 1.14 layout, and its absence the 1.13 one. Any other length is refused
+//! ([`SandboxError::BadCommandLength`], naming the length each layout calls for), as the
+//! plugin answers `DOCA_ERROR_INVALID_VALUE`. [`SandboxCommand::pack`] writes the layout it is
+//! given. The buffer variant of a send or receive (`memh_id` non-zero) names `count` bytes at
+//! `buffer` in the host's memory, reached by the worker through the domain's keys; its
+//! receive notification has `buffer` 0 (the bytes went to the host's memory).
 
 use core::fmt;
 
@@ -59,7 +75,8 @@ pub const NOTIFY_TAG_SEND: u64 = 1;
 /// `UROM_WORKER_NOTIFY_SANDBOX_TAG_RECV`.
 pub const NOTIFY_TAG_RECV: u64 = 2;
 
-/// UCX 1.13's `ucp_mem_map_params_t`, as a MEM_MAP command carries it.
+/// UCX 1.13's `ucp_mem_map_params_t`, as a MEM_MAP command carries it: also the first 40 bytes
+/// of every later version's, which appends `exported_memh_buffer` (a pointer; 48 bytes in all).
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
 pub struct MemMapParamsWire {
@@ -91,18 +108,61 @@ pub struct MessageWire<const WORDS: usize> {
     pub words: [U64; WORDS],
 }
 
-/// The fixed part of a command: [`CMD_MEM_MAP`], [`CMD_TAG_SEND`] or [`CMD_TAG_RECV`] and the
-/// union's 56 bytes as seven words.
+/// The fixed part of a command in the UCX 1.13 layout ([`CommandLayout::Ucx113`]):
+/// [`CMD_MEM_MAP`], [`CMD_TAG_SEND`] or [`CMD_TAG_RECV`] and the union's 56 bytes as seven
+/// words. Also the first 64 bytes of a command in the later layout.
 pub type CommandWire = MessageWire<7>;
 assert_eq_size!(CommandWire, [u8; 64]);
+
+/// The fixed part of a command in the layout of UCX 1.14 and later
+/// ([`CommandLayout::Ucx114`]): the type and the union's 64 bytes as eight words.
+pub type CommandWireUcx114 = MessageWire<8>;
+assert_eq_size!(CommandWireUcx114, [u8; 72]);
 
 /// The fixed part of a notification: [`NOTIFY_MEM_MAP`], [`NOTIFY_TAG_SEND`] or
 /// [`NOTIFY_TAG_RECV`] and the union's 40 bytes as five words.
 pub type NotificationWire = MessageWire<5>;
 assert_eq_size!(NotificationWire, [u8; 48]);
 
-/// Bytes of a command before what it carries.
-pub const COMMAND_LEN: usize = size_of::<CommandWire>();
+/// Bytes of a command before what it carries, in the UCX 1.13 layout.
+pub const COMMAND_LEN_UCX_1_13: usize = size_of::<CommandWire>();
+/// Bytes of a command before what it carries, in the layout of UCX 1.14 and later.
+pub const COMMAND_LEN_UCX_1_14: usize = size_of::<CommandWireUcx114>();
+
+/// `UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER` (UCX 1.14 and later): the field-mask bit of
+/// a MEM_MAP that imports the exported memory handle it carries.
+pub const MEM_MAP_FIELD_EXPORTED_MEMH_BUFFER: u64 = 1 << 5;
+
+/// Which UCX's `ucp_mem_map_params_t` a command's union holds, and so how long its fixed part
+/// is (see the module docs). A sender writes the layout of the UCX headers it was compiled
+/// against; [`SandboxCommand::unpack`] reads both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommandLayout {
+    /// UCX 1.13: a 40-byte `ucp_mem_map_params_t`, 64-byte commands.
+    Ucx113,
+    /// UCX 1.14 and later: a 48-byte `ucp_mem_map_params_t` (with `exported_memh_buffer`),
+    /// 72-byte commands; what DOCA's sandbox sample compiled against its UCX sends.
+    Ucx114,
+}
+
+impl CommandLayout {
+    /// The layout of a sender compiled against UCX `major.minor`.
+    pub const fn for_ucx(major: u32, minor: u32) -> Self {
+        if major > 1 || minor >= 14 {
+            Self::Ucx114
+        } else {
+            Self::Ucx113
+        }
+    }
+
+    /// Bytes of a command before what it carries: 64 or 72.
+    pub const fn fixed_len(self) -> usize {
+        match self {
+            Self::Ucx113 => COMMAND_LEN_UCX_1_13,
+            Self::Ucx114 => COMMAND_LEN_UCX_1_14,
+        }
+    }
+}
 /// Bytes of a notification before what it carries.
 pub const NOTIFICATION_LEN: usize = size_of::<NotificationWire>();
 
@@ -121,6 +181,10 @@ pub struct MemMapParams {
     pub prot: u32,
     /// `memory_type`.
     pub memory_type: u32,
+    /// `exported_memh_buffer` (UCX 1.14 and later): the sender's pointer to the handle, which
+    /// the receiver replaces with the bytes that follow the command; not in the 1.13 layout
+    /// (0 when read from it).
+    pub exported_memh_buffer: u64,
 }
 
 /// A sandbox command.
@@ -206,6 +270,19 @@ pub enum SandboxNotification<'a> {
 /// Why sandbox bytes or a sandbox plugin were refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxError {
+    /// A command's length is neither what the UCX 1.13 layout calls for nor what the layout of
+    /// UCX 1.14 and later does (see the module docs).
+    BadCommandLength {
+        /// The command's type.
+        kind: u64,
+        /// Its length.
+        len: usize,
+        /// The length read in the UCX 1.13 layout: 64 plus the bytes it says follow.
+        ucx_1_13: u64,
+        /// The length read in the layout of UCX 1.14 and later: 72 plus the bytes it says
+        /// follow (72 when it is too short to say).
+        ucx_1_14: u64,
+    },
     /// The message's length is not what its fixed part says.
     BadLength {
         /// Its length.
@@ -239,6 +316,18 @@ impl fmt::Display for SandboxError {
             Self::BadLength { len, expected } => write!(
                 f,
                 "sandbox message of {len} bytes; its header calls for {expected}"
+            ),
+            Self::BadCommandLength {
+                kind,
+                len,
+                ucx_1_13,
+                ucx_1_14,
+            } => write!(
+                f,
+                "sandbox command of type {kind} is {len} bytes; expected {ucx_1_13} (a \
+                 {COMMAND_LEN_UCX_1_13}-byte command, the layout of UCX 1.13's \
+                 ucp_mem_map_params_t, and the bytes it says follow) or {ucx_1_14} (a \
+                 {COMMAND_LEN_UCX_1_14}-byte command, the layout of UCX 1.14 and later)"
             ),
             Self::UnknownType(kind) => write!(f, "unknown sandbox message type {kind}"),
             Self::BufferTooSmall { len, needed } => write!(
@@ -313,40 +402,46 @@ fn words<const N: usize>(values: [u64; N]) -> [U64; N] {
 }
 
 impl<'a> SandboxCommand<'a> {
-    /// Its length packed.
-    pub fn buffer_len(&self) -> usize {
-        COMMAND_LEN
+    /// Its length packed in `layout`.
+    pub fn buffer_len(&self, layout: CommandLayout) -> usize {
+        layout.fixed_len()
             + match self {
                 Self::MemMap { exported_memh, .. } => exported_memh.len(),
-                Self::TagSend { data, .. } => data.len(),
-                Self::TagRecv { .. } => 0,
+                Self::TagSend {
+                    data, memh_id: 0, ..
+                } => data.len(),
+                Self::TagSend { .. } | Self::TagRecv { .. } => 0,
             }
     }
 
-    /// Packs the command into the start of `buf`, every byte of its fixed part written;
-    /// returns its length. An inline send's `count` is written as its data's length.
-    pub fn pack(&self, buf: &mut [u8]) -> Result<usize, SandboxError> {
-        let (wire, data) = match *self {
+    /// Packs the command in `layout` into the start of `buf`, every byte of its fixed part
+    /// written; returns its length. An inline send's `count` is written as its data's length.
+    pub fn pack(&self, layout: CommandLayout, buf: &mut [u8]) -> Result<usize, SandboxError> {
+        // The union's words; the last is padding (zero) for sends and receives.
+        let mut w = [0u64; 8];
+        let (kind, data) = match *self {
             Self::MemMap {
                 context,
                 params,
                 exported_memh,
             } => {
-                let mut w = [0u64; 7];
-                w[0] = context;
-                w[1] = params.field_mask;
-                w[2] = params.address;
-                w[3] = params.length;
-                w[4] = u64::from(params.flags) | (u64::from(params.prot) << 32);
-                w[5] = u64::from(params.memory_type);
-                w[6] = exported_memh.len() as u64;
-                (
-                    CommandWire {
-                        kind: U64::new(CMD_MEM_MAP),
-                        words: words(w),
-                    },
-                    exported_memh,
-                )
+                w[..6].copy_from_slice(&[
+                    context,
+                    params.field_mask,
+                    params.address,
+                    params.length,
+                    u64::from(params.flags) | (u64::from(params.prot) << 32),
+                    u64::from(params.memory_type),
+                ]);
+                let memh_len = exported_memh.len() as u64;
+                match layout {
+                    CommandLayout::Ucx113 => w[6] = memh_len,
+                    CommandLayout::Ucx114 => {
+                        w[6] = params.exported_memh_buffer;
+                        w[7] = memh_len;
+                    }
+                }
+                (CMD_MEM_MAP, exported_memh)
             }
             Self::TagSend {
                 context,
@@ -357,19 +452,13 @@ impl<'a> SandboxCommand<'a> {
                 memh_id,
                 data,
             } => {
-                let count = if memh_id == 0 {
-                    data.len() as u64
+                let (count, data) = if memh_id == 0 {
+                    (data.len() as u64, data)
                 } else {
-                    count
+                    (count, &[][..])
                 };
-                let data = if memh_id == 0 { data } else { &[][..] };
-                (
-                    CommandWire {
-                        kind: U64::new(CMD_TAG_SEND),
-                        words: words([context, dest, buffer, count, tag, memh_id, 0]),
-                    },
-                    data,
-                )
+                w[..6].copy_from_slice(&[context, dest, buffer, count, tag, memh_id]);
+                (CMD_TAG_SEND, data)
             }
             Self::TagRecv {
                 context,
@@ -378,41 +467,89 @@ impl<'a> SandboxCommand<'a> {
                 tag,
                 tag_mask,
                 memh_id,
-            } => (
-                CommandWire {
-                    kind: U64::new(CMD_TAG_RECV),
-                    words: words([context, buffer, count, tag, tag_mask, memh_id, 0]),
-                },
-                &[][..],
-            ),
+            } => {
+                w[..6].copy_from_slice(&[context, buffer, count, tag, tag_mask, memh_id]);
+                (CMD_TAG_RECV, &[][..])
+            }
         };
-        put(buf, wire.as_bytes(), data)
+        let wire = CommandWireUcx114 {
+            kind: U64::new(kind),
+            words: words(w),
+        };
+        put(buf, &wire.as_bytes()[..layout.fixed_len()], data)
     }
 
-    /// Reads a packed command; `bytes` must hold exactly one.
+    /// Reads a packed command of either layout; `bytes` must hold exactly one.
     pub fn unpack(bytes: &'a [u8]) -> Result<Self, SandboxError> {
-        let (wire, rest) = split::<CommandWire>(bytes)?;
+        Self::unpack_with_layout(bytes).map(|(command, _)| command)
+    }
+
+    /// Reads a packed command of either layout, and says which it was (by its length: see the
+    /// module docs); `bytes` must hold exactly one.
+    pub fn unpack_with_layout(bytes: &'a [u8]) -> Result<(Self, CommandLayout), SandboxError> {
+        let (wire, _) = split::<CommandWire>(bytes)?;
+        let kind = wire.kind.get();
         let w = wire.words.map(|w| w.get());
-        match wire.kind.get() {
-            CMD_MEM_MAP => {
-                exact(COMMAND_LEN, rest, w[6])?;
-                Ok(Self::MemMap {
-                    context: w[0],
-                    params: MemMapParams {
-                        field_mask: w[1],
-                        address: w[2],
-                        length: w[3],
-                        flags: w[4] as u32,
-                        prot: (w[4] >> 32) as u32,
-                        memory_type: w[5] as u32,
-                    },
-                    exported_memh: rest,
-                })
+        // The union's last word in the 1.14 layout, when there is one.
+        let w7 = bytes
+            .get(COMMAND_LEN_UCX_1_13..COMMAND_LEN_UCX_1_14)
+            .and_then(|b| U64::read_from_bytes(b).ok())
+            .map(|w| w.get());
+        let fixed_113 = COMMAND_LEN_UCX_1_13 as u64;
+        let fixed_114 = COMMAND_LEN_UCX_1_14 as u64;
+        // The whole length each layout calls for.
+        let (ucx_1_13, ucx_1_14) = match kind {
+            CMD_MEM_MAP => (
+                fixed_113.saturating_add(w[6]),
+                w7.map(|memh_len| fixed_114.saturating_add(memh_len)),
+            ),
+            CMD_TAG_SEND => {
+                let (count, memh_id) = (w[3], w[5]);
+                let inline = if memh_id == 0 { count } else { 0 };
+                (
+                    fixed_113.saturating_add(inline),
+                    Some(fixed_114.saturating_add(inline)),
+                )
             }
+            CMD_TAG_RECV => (fixed_113, Some(fixed_114)),
+            kind => return Err(SandboxError::UnknownType(kind)),
+        };
+        let len = bytes.len() as u64;
+        let layout = match (len == ucx_1_13, ucx_1_14 == Some(len)) {
+            // Only a MEM_MAP can fit both: the field UCX 1.13 lacks decides.
+            (true, true) if w[1] & MEM_MAP_FIELD_EXPORTED_MEMH_BUFFER != 0 => CommandLayout::Ucx114,
+            (true, _) => CommandLayout::Ucx113,
+            (false, true) => CommandLayout::Ucx114,
+            (false, false) => {
+                return Err(SandboxError::BadCommandLength {
+                    kind,
+                    len: bytes.len(),
+                    ucx_1_13,
+                    ucx_1_14: ucx_1_14.unwrap_or(fixed_114),
+                });
+            }
+        };
+        let rest = &bytes[layout.fixed_len()..];
+        let command = match kind {
+            CMD_MEM_MAP => Self::MemMap {
+                context: w[0],
+                params: MemMapParams {
+                    field_mask: w[1],
+                    address: w[2],
+                    length: w[3],
+                    flags: w[4] as u32,
+                    prot: (w[4] >> 32) as u32,
+                    memory_type: w[5] as u32,
+                    exported_memh_buffer: match layout {
+                        CommandLayout::Ucx113 => 0,
+                        CommandLayout::Ucx114 => w[6],
+                    },
+                },
+                exported_memh: rest,
+            },
             CMD_TAG_SEND => {
                 let [context, dest, buffer, count, tag, memh_id, _] = w;
-                exact(COMMAND_LEN, rest, if memh_id == 0 { count } else { 0 })?;
-                Ok(Self::TagSend {
+                Self::TagSend {
                     context,
                     dest,
                     buffer,
@@ -420,22 +557,21 @@ impl<'a> SandboxCommand<'a> {
                     tag,
                     memh_id,
                     data: rest,
-                })
+                }
             }
-            CMD_TAG_RECV => {
+            _ => {
                 let [context, buffer, count, tag, tag_mask, memh_id, _] = w;
-                exact(COMMAND_LEN, rest, 0)?;
-                Ok(Self::TagRecv {
+                Self::TagRecv {
                     context,
                     buffer,
                     count,
                     tag,
                     tag_mask,
                     memh_id,
-                })
+                }
             }
-            kind => Err(SandboxError::UnknownType(kind)),
-        }
+        };
+        Ok((command, layout))
     }
 }
 
@@ -567,15 +703,30 @@ mod tests {
             b"hi\0",
         ]);
         let mut buf = [0xa5u8; 80];
-        assert_eq!(command.pack(&mut buf), Ok(67));
-        assert_eq!(command.buffer_len(), 67);
+        assert_eq!(command.pack(CommandLayout::Ucx113, &mut buf), Ok(67));
+        assert_eq!(command.buffer_len(CommandLayout::Ucx113), 67);
         assert_eq!(&buf[..67], &golden[..]);
         assert_eq!(buf[67], 0xa5);
-        assert_eq!(SandboxCommand::unpack(&golden), Ok(command));
+        assert_eq!(
+            SandboxCommand::unpack_with_layout(&golden),
+            Ok((command, CommandLayout::Ucx113))
+        );
+
+        // UCX 1.14 and later: the same words, the union padded to 64 bytes, then the bytes.
+        let golden_114 = concat(&[&golden[..64], &[0; 8], b"hi\0"]);
+        let mut buf = [0xa5u8; 80];
+        assert_eq!(command.pack(CommandLayout::Ucx114, &mut buf), Ok(75));
+        assert_eq!(command.buffer_len(CommandLayout::Ucx114), 75);
+        assert_eq!(&buf[..75], &golden_114[..]);
+        assert_eq!(buf[75], 0xa5);
+        assert_eq!(
+            SandboxCommand::unpack_with_layout(&golden_114),
+            Ok((command, CommandLayout::Ucx114))
+        );
     }
 
     #[test]
-    fn a_receive_and_a_buffer_send_are_exactly_64_bytes() {
+    fn a_receive_and_a_buffer_send_are_exactly_64_or_72_bytes() {
         let recv = SandboxCommand::TagRecv {
             context: 0xdead,
             buffer: 0x7000,
@@ -595,16 +746,29 @@ mod tests {
             &le(0),
         ]);
         let mut buf = [0xa5u8; 64];
-        assert_eq!(recv.pack(&mut buf), Ok(64));
+        assert_eq!(recv.pack(CommandLayout::Ucx113, &mut buf), Ok(64));
         assert_eq!(&buf[..], &golden[..]);
         assert_eq!(SandboxCommand::unpack(&golden), Ok(recv));
+        let mut buf = [0xa5u8; 72];
+        assert_eq!(recv.pack(CommandLayout::Ucx114, &mut buf), Ok(72));
+        assert_eq!(&buf[..], &concat(&[&golden[..], &[0; 8]])[..]);
         assert_eq!(
-            SandboxCommand::unpack(&concat(&[&golden[..], b"x"])),
-            Err(SandboxError::BadLength {
-                len: 65,
-                expected: 64
-            })
+            SandboxCommand::unpack_with_layout(&buf),
+            Ok((recv, CommandLayout::Ucx114))
         );
+        for len in [65, 71, 73] {
+            let mut bytes = golden.clone();
+            bytes.resize(len, 0);
+            assert_eq!(
+                SandboxCommand::unpack(&bytes),
+                Err(SandboxError::BadCommandLength {
+                    kind: CMD_TAG_RECV,
+                    len,
+                    ucx_1_13: 64,
+                    ucx_1_14: 72
+                })
+            );
+        }
 
         let send = SandboxCommand::TagSend {
             context: 1,
@@ -616,8 +780,11 @@ mod tests {
             data: &[],
         };
         let mut buf = [0xa5u8; 64];
-        assert_eq!(send.pack(&mut buf), Ok(64));
+        assert_eq!(send.pack(CommandLayout::Ucx113, &mut buf), Ok(64));
         assert_eq!(&buf[32..40], &le(4096));
+        assert_eq!(SandboxCommand::unpack(&buf), Ok(send));
+        let mut buf = [0xa5u8; 72];
+        assert_eq!(send.pack(CommandLayout::Ucx114, &mut buf), Ok(72));
         assert_eq!(SandboxCommand::unpack(&buf), Ok(send));
     }
 
@@ -632,6 +799,7 @@ mod tests {
                 flags: 1,
                 prot: 0x303,
                 memory_type: 0,
+                exported_memh_buffer: 0,
             },
             exported_memh: b"memh",
         };
@@ -649,9 +817,97 @@ mod tests {
             b"memh",
         ]);
         let mut buf = [0xa5u8; 68];
-        assert_eq!(command.pack(&mut buf), Ok(68));
+        assert_eq!(command.pack(CommandLayout::Ucx113, &mut buf), Ok(68));
         assert_eq!(&buf[..], &golden[..]);
-        assert_eq!(SandboxCommand::unpack(&golden), Ok(command));
+        assert_eq!(
+            SandboxCommand::unpack_with_layout(&golden),
+            Ok((command, CommandLayout::Ucx113))
+        );
+    }
+
+    #[test]
+    fn a_mem_map_carries_the_ucx_114_params_then_the_memh() {
+        let command = SandboxCommand::MemMap {
+            context: 5,
+            params: MemMapParams {
+                field_mask: 0x3f,
+                address: 0x1000,
+                length: 0x2000,
+                flags: 1,
+                prot: 0x303,
+                memory_type: 0,
+                exported_memh_buffer: 0x7f00_0000_1000,
+            },
+            exported_memh: b"memh",
+        };
+        let golden = concat(&[
+            &le(CMD_MEM_MAP),
+            &le(5),
+            &le(0x3f),
+            &le(0x1000),
+            &le(0x2000),
+            &1u32.to_le_bytes(),
+            &0x303u32.to_le_bytes(),
+            &0u32.to_le_bytes(),
+            &0u32.to_le_bytes(),
+            &le(0x7f00_0000_1000),
+            &le(4),
+            b"memh",
+        ]);
+        let mut buf = [0xa5u8; 76];
+        assert_eq!(command.pack(CommandLayout::Ucx114, &mut buf), Ok(76));
+        assert_eq!(&buf[..], &golden[..]);
+        assert_eq!(
+            SandboxCommand::unpack_with_layout(&golden),
+            Ok((command, CommandLayout::Ucx114))
+        );
+        // One byte short or long: neither layout, and the error names both lengths.
+        let error = SandboxCommand::unpack(&golden[..75]).unwrap_err();
+        assert_eq!(
+            error,
+            SandboxError::BadCommandLength {
+                kind: CMD_MEM_MAP,
+                len: 75,
+                ucx_1_13: 64 + 0x7f00_0000_1000,
+                ucx_1_14: 76
+            }
+        );
+        let text = std::string::ToString::to_string(&error);
+        assert!(
+            text.contains("64-byte") && text.contains("72-byte"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_mem_map_both_layouts_fit_is_decided_by_the_114_field() {
+        // 64 bytes + 16 of memh whose first word is 8: read as 1.13, the length word (16) is
+        // the 1.14 reading's length (8) plus 8.
+        let mut bytes = concat(&[
+            &le(CMD_MEM_MAP),
+            &le(1),
+            &le(0x3),
+            &le(0x1000),
+            &le(0x2000),
+            &le(0),
+            &le(0),
+            &le(16),
+            &le(8),
+            b"12345678",
+        ]);
+        let (command, layout) = SandboxCommand::unpack_with_layout(&bytes).unwrap();
+        assert_eq!(layout, CommandLayout::Ucx113);
+        assert!(
+            matches!(command, SandboxCommand::MemMap { exported_memh, .. }
+            if exported_memh.len() == 16)
+        );
+        bytes[16] |= MEM_MAP_FIELD_EXPORTED_MEMH_BUFFER as u8;
+        let (command, layout) = SandboxCommand::unpack_with_layout(&bytes).unwrap();
+        assert_eq!(layout, CommandLayout::Ucx114);
+        assert!(
+            matches!(command, SandboxCommand::MemMap { exported_memh, .. }
+            if exported_memh == b"12345678")
+        );
     }
 
     #[test]
@@ -740,9 +996,11 @@ mod tests {
         bytes[32..40].copy_from_slice(&le(5));
         assert_eq!(
             SandboxCommand::unpack(&bytes),
-            Err(SandboxError::BadLength {
+            Err(SandboxError::BadCommandLength {
+                kind: CMD_TAG_SEND,
                 len: 64,
-                expected: 69
+                ucx_1_13: 69,
+                ucx_1_14: 77
             })
         );
         bytes[32..40].copy_from_slice(&le(u64::MAX));

@@ -15,11 +15,23 @@
 //!   with UCX RMA (`ucp_get_nbx` before a send, `ucp_put_nbx` and a flush after a receive),
 //!   never waiting: the copy advances with the plugin's progress, so a host slow to progress
 //!   its memory worker delays only its own commands, never the worker;
-//! * `MEM_MAP` (importing an exported memory handle) needs UCX 1.14: this build binds UCX 1.13
-//!   and answers `DOCA_ERROR_NOT_SUPPORTED`.
+//! * `MEM_MAP` maps the host memory an exported memory handle describes (`ucp_mem_map` with
+//!   `exported_memh_buffer`) and answers with a `memh_id` (2, 3, ...; sends and receives with
+//!   any non-zero `memh_id` reach the host's memory through the domain's keys). It works where
+//!   UCX can import memory handles (`urom_core::transport::ucx::exported_memh_supported`: UCX
+//!   1.15 or later and a transport that exports, mlx5 with cross-function memory keys; only there
+//!   does the plugin's UCP context ask for `UCP_FEATURE_EXPORTED_MEMH`, which elsewhere makes
+//!   every endpoint unreachable). Elsewhere (UCX 1.13 and 1.14, every machine without mlx5),
+//!   and for a `MEM_MAP` without a handle, it answers `DOCA_ERROR_NOT_SUPPORTED` and logs why.
 //!
-//! Errors as DOCA's plugin maps them: a command of the wrong length or an unknown type is
-//! `DOCA_ERROR_INVALID_VALUE`, a failed UCX call `DOCA_ERROR_DRIVER` (a send or receive that
+//! Commands come in both layouts of the DOCA sample's C struct, whose union holds UCX's
+//! `ucp_mem_map_params_t`: 64 bytes as compiled against UCX 1.13, 72 against 1.14 and later
+//! (NVIDIA's sandbox host built against DOCA's UCX sends those). The plugin tells them apart by
+//! the command's length (`urom_wire::sandbox`), so hosts built against any UCX are understood.
+//!
+//! Errors as DOCA's plugin maps them: a command of neither layout's length or an unknown type
+//! is `DOCA_ERROR_INVALID_VALUE` (the worker's log names the length each layout calls for), a
+//! failed UCX call `DOCA_ERROR_DRIVER` (a send or receive that
 //! UCX ends with an error is notified with `DOCA_ERROR_DRIVER` and UCX's status), a lookup's
 //! error is passed on (`DOCA_ERROR_NOT_FOUND` for an unknown domain id or an address in no
 //! buffer). Sends and receives complete from the plugin's progress. The plugin gives its

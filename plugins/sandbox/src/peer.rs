@@ -5,14 +5,22 @@ use std::collections::HashMap;
 
 use urom_core::plugin::{Arm, Command, Domain, Notifier, WakeFds};
 use urom_core::sandbox::timestamps::{Event, Recorder, monotonic_ns};
-use urom_core::sandbox::{NOTIFICATION_LEN, SandboxCommand, SandboxNotification};
+use urom_core::sandbox::{
+    MemMapParams, NOTIFICATION_LEN, SandboxCommand, SandboxError, SandboxNotification,
+};
 use urom_core::transport::ucx::{
-    OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory, UcxError,
+    ImportParams, NO_EXPORTED_MEMH, OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory,
+    UcxError, exported_memh_supported,
 };
 use urom_core::wire::Status;
 
 /// The most bytes an inline receive may ask for: the largest message a channel carries.
 const MAX_INLINE_RECV: u64 = 16 << 20;
+
+/// The `memh_id` of the first memory handle a MEM_MAP imports (then 3, 4, ...): never 0
+/// (inline) nor `urom_core::sandbox::DOMAIN_MEMH_ID`. Sends and receives with any non-zero
+/// `memh_id` reach the host's memory through the domain's keys.
+const FIRST_IMPORTED_MEMH_ID: u64 = 2;
 
 /// An endpoint to a domain member, and the address it was made for.
 struct Endpoint {
@@ -210,10 +218,17 @@ impl SandboxPeer {
         out: &mut Notifier<'_>,
     ) -> Result<(), Status> {
         let domain = out.domain();
-        match SandboxCommand::unpack(command.payload)? {
-            // Importing an exported memory handle needs UCX 1.14 (`ucp_memh_pack` and the
-            // `exported_memh_buffer` parameter); this build binds 1.13.
-            SandboxCommand::MemMap { .. } => Err(Status::NotSupported),
+        let unpacked = SandboxCommand::unpack(command.payload).map_err(|error: SandboxError| {
+            // The status cannot say why; the worker's log can.
+            eprintln!("worker_sandbox: refused: {error}");
+            Status::from(error)
+        })?;
+        match unpacked {
+            SandboxCommand::MemMap {
+                context,
+                params,
+                exported_memh,
+            } => self.mem_map(command, out, context, params, exported_memh),
             SandboxCommand::TagSend {
                 context,
                 dest,
@@ -275,6 +290,58 @@ impl SandboxPeer {
                 Ok(())
             }
         }
+    }
+
+    /// MEM_MAP: maps the host memory an exported memory handle describes and answers with its
+    /// `memh_id`. Where this worker's UCX cannot import memory handles, and for a MEM_MAP
+    /// without one (which would map the worker's own memory), `DOCA_ERROR_NOT_SUPPORTED`; a
+    /// handle UCX refuses is `DOCA_ERROR_DRIVER`. The log says why.
+    fn mem_map(
+        &mut self,
+        command: &Command<'_>,
+        out: &mut Notifier<'_>,
+        context: u64,
+        params: MemMapParams,
+        exported_memh: &[u8],
+    ) -> Result<(), Status> {
+        if exported_memh.is_empty() {
+            eprintln!(
+                "worker_sandbox: MEM_MAP without an exported memory handle (it would map the \
+                 worker's own memory) is not supported"
+            );
+            return Err(Status::NotSupported);
+        }
+        if !exported_memh_supported() {
+            eprintln!("worker_sandbox: MEM_MAP not supported: {NO_EXPORTED_MEMH}");
+            return Err(Status::NotSupported);
+        }
+        let import = ImportParams {
+            field_mask: params.field_mask,
+            address: params.address,
+            length: params.length,
+            flags: params.flags,
+            prot: params.prot,
+            memory_type: params.memory_type,
+        };
+        let index = self
+            .worker
+            .import_memh(import, exported_memh)
+            .map_err(|error| {
+                eprintln!("worker_sandbox: MEM_MAP: {error}");
+                driver(error)
+            })?;
+        let notification = SandboxNotification::MemMap {
+            context,
+            memh_id: FIRST_IMPORTED_MEMH_ID + index as u64,
+        };
+        let n = notification.pack(&mut self.notification)?;
+        out.notify(
+            command.dest_id,
+            command.plugin,
+            command.urom_context,
+            Status::Success,
+            &self.notification[..n],
+        )
     }
 
     pub(crate) fn progress(&mut self, out: &mut Notifier<'_>) -> Result<bool, Status> {

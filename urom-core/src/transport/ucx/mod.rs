@@ -138,8 +138,10 @@
 //! hands completions out of its progress; remote memory access waits for completion until a
 //! deadline. [`MappedMemory`] is host memory mapped with `ucp_mem_map`, with its packed remote
 //! key; its [`HostMemoryWorker`] must be progressed by the host (its progress engine does it)
-//! for peers' access to complete over TCP, where UCX emulates RMA with active messages. UCX
-//! 1.13 cannot export memory handles, so a mapped buffer has none to give.
+//! for peers' access to complete over TCP, where UCX emulates RMA with active messages. Memory
+//! handles are exported (and imported) only where [`exported_memh_supported`] (UCX >= 1.15 and
+//! a transport that exports, mlx5); elsewhere a mapped buffer has none to give, and the context
+//! does not ask for the feature.
 
 mod conn;
 mod handshake;
@@ -150,7 +152,8 @@ mod ucp;
 pub use conn::{UcxConnection, UcxReceiver, UcxSender};
 pub use handshake::{Door, MAX_SLOT_BYTES, UcxConnectError, UcxListener};
 pub use peer::{
-    Completion, HostMemoryWorker, MappedMemory, OperationKind, OutOfBounds, PeerId, PeerWorker,
-    RemoteKeyId, RemoteMemory, SlotId, UcxError,
+    Completion, HostMemoryWorker, ImportParams, MappedMemory, NO_EXPORTED_MEMH, OperationKind,
+    OutOfBounds, PeerId, PeerWorker, RemoteKeyId, RemoteMemory, SlotId, UcxError,
+    exported_memh_supported,
 };
 pub use ucp::set_config_defaults;

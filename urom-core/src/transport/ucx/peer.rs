@@ -29,9 +29,20 @@
 //! [`MappedMemory`] is zeroed memory this module allocates and maps with `ucp_mem_map`, with
 //! its packed remote key (`ucp_rkey_pack`) for a domain's `add_buffer`. A peer may read and
 //! write it at any time through its key, so the host reaches it only by copying in and out
-//! ([`MappedMemory::write`], [`MappedMemory::read`]), never through a reference. UCX 1.13
-//! cannot export memory handles (`ucp_memh_pack` is 1.14), so there is no memory handle to
-//! give: a buffer is added with an empty one, whose lookups answer `DOCA_ERROR_NOT_SUPPORTED`.
+//! ([`MappedMemory::write`], [`MappedMemory::read`]), never through a reference.
+//!
+//! # Exported memory handles
+//!
+//! Where UCX can export memory handles ([`exported_memh_supported`]: built against UCX 1.15 or
+//! later, and a transport that exports, mlx5 with cross-function memory keys), the peer context
+//! asks for `UCP_FEATURE_EXPORTED_MEMH`, [`MappedMemory`] also packs its handle for export
+//! ([`MappedMemory::exported_memh`], the memory handle of a domain's `add_buffer`), and a
+//! [`PeerWorker`] maps memory from such a handle ([`PeerWorker::import_memh`]). Elsewhere (UCX
+//! 1.13 and 1.14, and every machine without such a transport, where UCX answers
+//! `UCS_ERR_UNSUPPORTED` to an export) the feature is not asked for (with RMA it would make
+//! every endpoint unreachable), the exported handle is empty (a buffer added with it has
+//! memory-handle lookups answering `DOCA_ERROR_NOT_SUPPORTED`), and importing fails with
+//! `UCS_ERR_UNSUPPORTED` and a reason.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -42,6 +53,40 @@ use std::ptr::NonNull;
 use ucx_sys as sys;
 
 use super::ucp::{Armed, Worker, check, init_op, peer_context, request_param};
+
+/// Whether this process's UCX can export and import memory handles: built against UCX 1.15 or
+/// later and a transport that can (mlx5 with cross-function memory keys), probed once with a
+/// throwaway context. `false` on UCX 1.13 and 1.14 and on machines without such a transport,
+/// where every transport answers `UCS_ERR_UNSUPPORTED`. See the module docs.
+pub fn exported_memh_supported() -> bool {
+    super::ucp::exported_memh_supported()
+}
+
+/// Why importing (or exporting) a memory handle is refused where [`exported_memh_supported`]
+/// is `false`.
+pub const NO_EXPORTED_MEMH: &str = "mapping an exported memory handle (needs UCX >= 1.15 and a \
+     transport that exports memory, mlx5 with cross-function memory keys; this process has \
+     neither or not both)";
+
+/// The parameters of a mapping from an exported memory handle ([`PeerWorker::import_memh`]):
+/// UCX's `ucp_mem_map_params_t` fields besides the handle, each counting when its
+/// `UCP_MEM_MAP_PARAM_FIELD_*` bit is in `field_mask` (address 1, length 2, flags 4, prot 8,
+/// memory type 16; others are ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImportParams {
+    /// Which fields count.
+    pub field_mask: u64,
+    /// The memory's address (in the exporter's memory).
+    pub address: u64,
+    /// Its length.
+    pub length: u64,
+    /// `UCP_MEM_MAP_*` flags.
+    pub flags: u32,
+    /// `UCP_MEM_MAP_PROT_*` protection.
+    pub prot: u32,
+    /// `ucs_memory_type_t`.
+    pub memory_type: u32,
+}
 
 /// A UCX call that failed, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +249,8 @@ pub struct PeerWorker {
     /// Operations started whose completion was not handed out yet.
     active: usize,
     ready: Box<ReadyList>,
+    /// Mappings of exported memory handles, unmapped on drop.
+    imported: Vec<sys::ucp_mem_h>,
 }
 
 impl fmt::Debug for PeerWorker {
@@ -232,7 +279,54 @@ impl PeerWorker {
             free: Vec::new(),
             active: 0,
             ready: Box::new(ReadyList(Default::default())),
+            imported: Vec::new(),
         })
+    }
+
+    /// Maps the memory that `exported` (a memory handle packed for export by its owner,
+    /// [`MappedMemory::exported_memh`]) describes, with `params`; returns the mapping's index
+    /// among this worker's imports (from 0). The mapping lasts as long as the worker. Where
+    /// [`exported_memh_supported`] is `false`, fails with `UCS_ERR_UNSUPPORTED` and
+    /// [`NO_EXPORTED_MEMH`] as the reason, touching nothing.
+    pub fn import_memh(
+        &mut self,
+        params: ImportParams,
+        exported: &[u8],
+    ) -> Result<usize, UcxError> {
+        if !exported_memh_supported() || exported.is_empty() {
+            let _ = params;
+            return Err(UcxError::new(NO_EXPORTED_MEMH, sys::UCS_ERR_UNSUPPORTED));
+        }
+        #[cfg(ucx_1_15)]
+        {
+            let context = peer_context().map_err(|status| UcxError::new(init_op(), status))?;
+            let named = sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
+                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT
+                | sys::UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+            let map = sys::ucp_mem_map_params_t {
+                field_mask: (params.field_mask & named)
+                    | sys::UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER,
+                address: params.address as usize as *mut c_void,
+                length: params.length as usize,
+                flags: params.flags,
+                prot: params.prot,
+                memory_type: params.memory_type as sys::ucs_memory_type_t,
+                exported_memh_buffer: exported.as_ptr().cast(),
+            };
+            let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
+            // SAFETY: the context is live (it has the exported-memh feature: supported); `map`
+            // points to `exported`, readable for the call (UCX parses what it keeps), and names
+            // memory in the exporter's address space, which UCX maps through the handle and
+            // this process never dereferences; `memh` is a valid place for the result.
+            let status = unsafe { sys::ucp_mem_map(context, &map, &mut memh) };
+            check(status).map_err(|status| UcxError::new("ucp_mem_map (import)", status))?;
+            self.imported.push(memh);
+            Ok(self.imported.len() - 1)
+        }
+        #[cfg(not(ucx_1_15))]
+        unreachable!("exported memory handles are never supported before UCX 1.15")
     }
 
     /// This worker's UCP address, for peers to connect to.
@@ -642,6 +736,12 @@ impl PeerWorker {
 
 impl Drop for PeerWorker {
     fn drop(&mut self) {
+        if let (false, Ok(context)) = (self.imported.is_empty(), peer_context()) {
+            for memh in self.imported.drain(..) {
+                // SAFETY: mapped in this context by `import_memh`, unmapped once.
+                let _ = unsafe { sys::ucp_mem_unmap(context, memh) };
+            }
+        }
         for (rkey, _) in self.keys.drain(..) {
             // SAFETY: unpacked on an endpoint of this worker, destroyed once, before the
             // endpoints close.
@@ -782,6 +882,8 @@ pub struct MappedMemory {
     len: usize,
     memh: sys::ucp_mem_h,
     rkey: Vec<u8>,
+    /// The handle packed for export; empty where UCX cannot export.
+    exported_memh: Vec<u8>,
 }
 
 impl fmt::Debug for MappedMemory {
@@ -790,6 +892,7 @@ impl fmt::Debug for MappedMemory {
             .field("va", &format_args!("{:#x}", self.va()))
             .field("len", &self.len)
             .field("rkey_len", &self.rkey.len())
+            .field("exported_memh_len", &self.exported_memh.len())
             .finish()
     }
 }
@@ -860,6 +963,7 @@ impl MappedMemory {
             len: layout.size(),
             memh,
             rkey: Vec::new(),
+            exported_memh: Vec::new(),
         };
         let mut packed: *mut c_void = std::ptr::null_mut();
         let mut packed_len = 0usize;
@@ -873,7 +977,40 @@ impl MappedMemory {
             // SAFETY: packed by ucp_rkey_pack, released once.
             unsafe { sys::ucp_rkey_buffer_release(packed) };
         }
+        if exported_memh_supported() {
+            mapped.exported_memh = mapped.pack_for_export()?;
+        }
         Ok(mapped)
+    }
+
+    /// The memory handle packed for export (`ucp_memh_pack` with `UCP_MEMH_PACK_FLAG_EXPORT`).
+    #[cfg(ucx_1_15)]
+    fn pack_for_export(&self) -> Result<Vec<u8>, UcxError> {
+        let params = sys::ucp_memh_pack_params_t {
+            field_mask: sys::UCP_MEMH_PACK_PARAM_FIELD_FLAGS,
+            flags: sys::UCP_MEMH_PACK_FLAG_EXPORT,
+        };
+        let mut packed: *mut c_void = std::ptr::null_mut();
+        let mut packed_len = 0usize;
+        // SAFETY: `memh` is the peer context's live mapping; `params` sets a flag (flags 0 is
+        // fatal in UCX); both outputs are valid places.
+        let status =
+            unsafe { sys::ucp_memh_pack(self.memh, &params, &mut packed, &mut packed_len) };
+        check(status).map_err(|status| UcxError::new("ucp_memh_pack (export)", status))?;
+        if packed.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: UCX packed `packed_len` readable bytes at `packed`, valid until released.
+        let bytes = unsafe { std::slice::from_raw_parts(packed.cast::<u8>(), packed_len) }.to_vec();
+        let release = sys::ucp_memh_buffer_release_params_t::default();
+        // SAFETY: packed by ucp_memh_pack, released once.
+        unsafe { sys::ucp_memh_buffer_release(packed, &release) };
+        Ok(bytes)
+    }
+
+    #[cfg(not(ucx_1_15))]
+    fn pack_for_export(&self) -> Result<Vec<u8>, UcxError> {
+        Ok(Vec::new())
     }
 
     /// Its address in this process (the `va` of a domain buffer).
@@ -894,6 +1031,14 @@ impl MappedMemory {
     /// Its packed remote key (`ucp_rkey_pack`), for a domain's `add_buffer`.
     pub fn rkey(&self) -> &[u8] {
         &self.rkey
+    }
+
+    /// Its memory handle packed for export (`ucp_memh_pack` with `UCP_MEMH_PACK_FLAG_EXPORT`),
+    /// for a domain's `add_buffer` and the sandbox's MEM_MAP; empty where UCX cannot export
+    /// ([`exported_memh_supported`]), and a buffer added with it then has memory-handle
+    /// lookups answering `DOCA_ERROR_NOT_SUPPORTED`.
+    pub fn exported_memh(&self) -> &[u8] {
+        &self.exported_memh
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {

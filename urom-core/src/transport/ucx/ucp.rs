@@ -83,22 +83,111 @@ fn version_problem() -> Option<&'static str> {
         .as_deref()
 }
 
-/// The process-wide context of peer workers and host memory: tag matching, remote memory
-/// access, 64-bit atomics and wake-up, as the DOCA sandbox plugin asks for.
+/// The features of the peer context: tag matching, remote memory access, 64-bit atomics and
+/// wake-up, as the DOCA sandbox plugin asks for.
+const PEER_FEATURES: u64 =
+    sys::UCP_FEATURE_TAG | sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_AMO64 | sys::UCP_FEATURE_WAKEUP;
+
+/// The process-wide context of peer workers and host memory: [`PEER_FEATURES`], and exported
+/// memory handles where a transport can export them ([`exported_memh_supported`]; asked for
+/// where none can, UCX makes every endpoint of the context unreachable).
 pub(super) fn peer_context() -> Result<sys::ucp_context_h, sys::ucs_status_t> {
     let made = PEER_CONTEXT.get_or_init(|| {
-        create_context(
-            sys::UCP_FEATURE_TAG
-                | sys::UCP_FEATURE_RMA
-                | sys::UCP_FEATURE_AMO64
-                | sys::UCP_FEATURE_WAKEUP,
-        )
-        .map(Context)
+        let export = if exported_memh_supported() {
+            exported_memh_feature()
+        } else {
+            0
+        };
+        create_context(PEER_FEATURES | export).map(Context)
     });
     match made {
         Ok(context) => Ok(context.0),
         Err(status) => Err(*status),
     }
+}
+
+/// `UCP_FEATURE_EXPORTED_MEMH` where this build's UCX implements it (1.15 and later).
+fn exported_memh_feature() -> u64 {
+    #[cfg(ucx_1_15)]
+    {
+        sys::UCP_FEATURE_EXPORTED_MEMH
+    }
+    #[cfg(not(ucx_1_15))]
+    {
+        0
+    }
+}
+
+/// Whether this process's UCX can export memory handles (`ucp_memh_pack` with
+/// `UCP_MEMH_PACK_FLAG_EXPORT`) and so import them (`ucp_mem_map` with `exported_memh_buffer`):
+/// built against UCX 1.15 or later (1.14 declares the functions, 1.15 implements them), and a
+/// transport that can (mlx5 with cross-function memory keys) exports a page mapped in a
+/// throwaway context with the peer context's features and `UCP_FEATURE_EXPORTED_MEMH`. On
+/// machines without one every transport answers `UCS_ERR_UNSUPPORTED`, and the peer context
+/// does not ask for the feature. Probed once per process, with the same `UCX_*` settings as
+/// the contexts; the throwaway context makes no endpoint.
+pub(super) fn exported_memh_supported() -> bool {
+    static SUPPORTED: OnceLock<bool> = OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        #[cfg(ucx_1_15)]
+        {
+            probe_export().is_ok()
+        }
+        #[cfg(not(ucx_1_15))]
+        {
+            false
+        }
+    })
+}
+
+/// Maps a page in a throwaway context and packs its handle for export: `Ok` when UCX can.
+#[cfg(ucx_1_15)]
+fn probe_export() -> Result<(), sys::ucs_status_t> {
+    let context = create_context(PEER_FEATURES | sys::UCP_FEATURE_EXPORTED_MEMH)?;
+    let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("a page");
+    // SAFETY: the layout has a non-zero size.
+    let page = unsafe { std::alloc::alloc_zeroed(layout) };
+    let result = if page.is_null() {
+        Err(sys::UCS_ERR_NO_RESOURCE)
+    } else {
+        let params = sys::ucp_mem_map_params_t {
+            field_mask: sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+            address: page.cast(),
+            length: layout.size(),
+            ..Default::default()
+        };
+        let mut memh: sys::ucp_mem_h = std::ptr::null_mut();
+        // SAFETY: the context is live; `params` names the page allocated above, which stays
+        // allocated until after the unmap below; `memh` is a valid place for the result.
+        let mapped = check(unsafe { sys::ucp_mem_map(context, &params, &mut memh) });
+        let packed = mapped.and_then(|()| {
+            let pack = sys::ucp_memh_pack_params_t {
+                field_mask: sys::UCP_MEMH_PACK_PARAM_FIELD_FLAGS,
+                flags: sys::UCP_MEMH_PACK_FLAG_EXPORT,
+            };
+            let mut buffer: *mut std::ffi::c_void = std::ptr::null_mut();
+            let mut len = 0usize;
+            // SAFETY: `memh` is the context's live mapping; `pack` sets a flag (flags 0 is
+            // fatal in UCX); both outputs are valid places.
+            let status = unsafe { sys::ucp_memh_pack(memh, &pack, &mut buffer, &mut len) };
+            if status == sys::UCS_OK && !buffer.is_null() {
+                let release = sys::ucp_memh_buffer_release_params_t::default();
+                // SAFETY: packed by ucp_memh_pack above, released once.
+                unsafe { sys::ucp_memh_buffer_release(buffer, &release) };
+            }
+            check(status)
+        });
+        if mapped.is_ok() {
+            // SAFETY: the context's mapping, unmapped once.
+            let _ = unsafe { sys::ucp_mem_unmap(context, memh) };
+        }
+        // SAFETY: allocated above with `layout`, no longer mapped, freed once.
+        unsafe { std::alloc::dealloc(page, layout) };
+        packed
+    };
+    // SAFETY: the throwaway context, with no worker and no mapping left, cleaned up once.
+    unsafe { sys::ucp_cleanup(context) };
+    result
 }
 
 fn create_context(features: u64) -> Result<sys::ucp_context_h, sys::ucs_status_t> {
