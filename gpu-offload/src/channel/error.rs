@@ -146,3 +146,22 @@ pub enum ChannelError {
 pub(super) fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> ChannelError {
     move |source| ChannelError::Io { op, source }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn os_errors_stay_the_source_and_in_the_message() {
+        let e = io_error("write")(io::Error::from(io::ErrorKind::BrokenPipe));
+        let source = e.source().expect("the io::Error is the source");
+        assert_eq!(
+            source.downcast_ref::<io::Error>().map(io::Error::kind),
+            Some(io::ErrorKind::BrokenPipe)
+        );
+        assert_eq!(e.to_string(), format!("channel write failed: {source}"));
+        assert!(ChannelError::Stopped.source().is_none());
+    }
+}
