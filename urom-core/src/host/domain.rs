@@ -26,7 +26,6 @@
 //! `DOCA_ERROR_BAD_STATE`; a setter after start does not exist (`Domain<Running>` has none).
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::BorrowedFd;
 use std::rc::Rc;
@@ -36,16 +35,16 @@ use std::time::Duration;
 
 use super::engine::Poll;
 use super::oob::{OobCollective, OobError, OobRequest};
-use super::worker::{DomainLink, WorkerFailure, WorkerProtocolError};
+use super::worker::{DomainLink, DomainReply, WorkerFailure};
 use super::{Idle, ProgressEngine, Running, Starting, State, Worker};
 use crate::domain::{DomainTable, DomainTableError};
 use crate::transport::{Armed, FrameSendError};
 use crate::wire::domain::{
-    AddressReply, AddressRequest, Buffer, DomainMessage, JOIN_BLOCK_LEN, JoinBlock, MAX_TABLE_LEN,
-    MemberSpec, PluginAddress, READY_BLOCK_LEN, ReadyBlock, RecordRepr, RecordSpec,
-    TABLE_CHUNK_HEADER_LEN, TableAck, TableChunk, TableRepr,
+    AddressRequest, Buffer, DomainMessage, JOIN_BLOCK_LEN, JoinBlock, MAX_TABLE_LEN, MemberSpec,
+    PluginAddress, READY_BLOCK_LEN, ReadyBlock, RecordRepr, RecordSpec, TABLE_CHUNK_HEADER_LEN,
+    TableChunk, TableRepr,
 };
-use crate::wire::{DecodeError, FRAME_HEADER_LEN, FrameRepr, MaxMsgSize, Status};
+use crate::wire::{DecodeError, FRAME_HEADER_LEN, MaxMsgSize, Status};
 
 /// Why a domain setter refused its arguments. Never allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -610,76 +609,6 @@ impl Domain<Running> {
             config: self.config,
             data: Unstarted,
         }
-    }
-}
-
-/// A reply a worker sent to a domain start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DomainReply {
-    /// A plugin's address, or why there is none.
-    Address {
-        request: u64,
-        plugin: u64,
-        status: Status,
-        address: Vec<u8>,
-    },
-    /// The table was taken, or why not.
-    Ack { request: u64, status: Status },
-}
-
-/// Where a worker's domain replies wait for the domain start that asked for them.
-#[derive(Debug, Default)]
-pub(crate) struct DomainInbox {
-    open: bool,
-    replies: VecDeque<DomainReply>,
-}
-
-impl DomainInbox {
-    pub(crate) fn set_open(&mut self, open: bool) {
-        self.open = open;
-        if !open {
-            self.replies.clear();
-        }
-    }
-
-    pub(crate) fn take(&mut self) -> Option<DomainReply> {
-        self.replies.pop_front()
-    }
-
-    /// Keeps a domain reply from the worker; a frame that is not one, or one no domain start
-    /// waits for, breaks the data protocol.
-    pub(crate) fn accept(
-        &mut self,
-        frame: &[u8],
-        max: MaxMsgSize,
-    ) -> Result<(), WorkerProtocolError> {
-        let parsed = FrameRepr::<DomainMessage>::parse(frame, max)
-            .map_err(WorkerProtocolError::Malformed)?;
-        let kind = crate::wire::frame::Body::kind(&parsed.body).raw();
-        let reply = match parsed.body {
-            DomainMessage::DomainAddressReply(AddressReply {
-                request,
-                plugin,
-                status,
-                address,
-            }) => DomainReply::Address {
-                request,
-                plugin,
-                status,
-                address: address.to_vec(),
-            },
-            DomainMessage::DomainTableAck(TableAck { request, status }) => {
-                DomainReply::Ack { request, status }
-            }
-            DomainMessage::DomainAddressRequest(_) | DomainMessage::DomainTableChunk(_) => {
-                return Err(WorkerProtocolError::UnexpectedDomainFrame(kind));
-            }
-        };
-        if !self.open {
-            return Err(WorkerProtocolError::UnexpectedDomainFrame(kind));
-        }
-        self.replies.push_back(reply);
-        Ok(())
     }
 }
 
@@ -1266,49 +1195,6 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "the out-of-band exchange failed: rank 2: left the rendezvous"
-        );
-    }
-
-    #[test]
-    fn a_stray_domain_reply_breaks_the_protocol_and_an_awaited_one_is_kept() {
-        let max = MaxMsgSize::DEFAULT;
-        let frame = FrameRepr {
-            seq: 1,
-            body: DomainMessage::DomainTableAck(TableAck {
-                request: 9,
-                status: Status::Success,
-            }),
-        };
-        let mut bytes = vec![0; frame.buffer_len()];
-        frame.emit(&mut bytes, max).unwrap();
-        let mut inbox = DomainInbox::default();
-        assert_eq!(
-            inbox.accept(&bytes, max),
-            Err(WorkerProtocolError::UnexpectedDomainFrame(0x0213))
-        );
-        inbox.set_open(true);
-        assert_eq!(inbox.accept(&bytes, max), Ok(()));
-        assert_eq!(
-            inbox.take(),
-            Some(DomainReply::Ack {
-                request: 9,
-                status: Status::Success
-            })
-        );
-        assert_eq!(inbox.take(), None);
-        // A request from a worker is never right.
-        let frame = FrameRepr {
-            seq: 2,
-            body: DomainMessage::DomainAddressRequest(AddressRequest {
-                request: 1,
-                plugin: 1,
-            }),
-        };
-        let mut bytes = vec![0; frame.buffer_len()];
-        frame.emit(&mut bytes, max).unwrap();
-        assert_eq!(
-            inbox.accept(&bytes, max),
-            Err(WorkerProtocolError::UnexpectedDomainFrame(0x0210))
         );
     }
 }

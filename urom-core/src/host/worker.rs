@@ -1,6 +1,7 @@
 //! The worker context: a worker process and the channel to it, with its task slots.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
@@ -9,7 +10,6 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use super::control::{ControlError, Reply};
-use super::domain::DomainInbox;
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
 use super::task::{
@@ -30,7 +30,7 @@ use crate::wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, fast_notification, max_command_payload,
     max_notify_payload, write_command_headers,
 };
-use crate::wire::domain::DomainMessage;
+use crate::wire::domain::{AddressReply, DomainMessage, TableAck};
 use crate::wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
 
 /// Why a worker did not start.
@@ -969,7 +969,7 @@ impl DomainLink {
     }
 
     /// The next domain reply the worker sent, if any.
-    pub(crate) fn take_reply(&self) -> Option<super::domain::DomainReply> {
+    pub(crate) fn take_reply(&self) -> Option<DomainReply> {
         match &mut self.core.borrow_mut().phase {
             Phase::Running(link) => link.domain.take(),
             _ => None,
@@ -997,12 +997,83 @@ impl DomainLink {
     }
 }
 
+/// A reply a worker sent to a domain start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DomainReply {
+    /// A plugin's address, or why there is none.
+    Address {
+        request: u64,
+        plugin: u64,
+        status: Status,
+        address: Vec<u8>,
+    },
+    /// The table was taken, or why not.
+    Ack { request: u64, status: Status },
+}
+
+/// Where a worker's domain replies wait for the domain start that asked for them.
+#[derive(Debug, Default)]
+pub(crate) struct DomainInbox {
+    open: bool,
+    replies: VecDeque<DomainReply>,
+}
+
+impl DomainInbox {
+    pub(crate) fn set_open(&mut self, open: bool) {
+        self.open = open;
+        if !open {
+            self.replies.clear();
+        }
+    }
+
+    pub(crate) fn take(&mut self) -> Option<DomainReply> {
+        self.replies.pop_front()
+    }
+
+    /// Keeps a domain reply from the worker; a frame that is not one, or one no domain start
+    /// waits for, breaks the data protocol.
+    pub(crate) fn accept(
+        &mut self,
+        frame: &[u8],
+        max: MaxMsgSize,
+    ) -> Result<(), WorkerProtocolError> {
+        let parsed = FrameRepr::<DomainMessage>::parse(frame, max)
+            .map_err(WorkerProtocolError::Malformed)?;
+        let kind = crate::wire::frame::Body::kind(&parsed.body).raw();
+        let reply = match parsed.body {
+            DomainMessage::DomainAddressReply(AddressReply {
+                request,
+                plugin,
+                status,
+                address,
+            }) => DomainReply::Address {
+                request,
+                plugin,
+                status,
+                address: address.to_vec(),
+            },
+            DomainMessage::DomainTableAck(TableAck { request, status }) => {
+                DomainReply::Ack { request, status }
+            }
+            DomainMessage::DomainAddressRequest(_) | DomainMessage::DomainTableChunk(_) => {
+                return Err(WorkerProtocolError::UnexpectedDomainFrame(kind));
+            }
+        };
+        if !self.open {
+            return Err(WorkerProtocolError::UnexpectedDomainFrame(kind));
+        }
+        self.replies.push_back(reply);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::host::CompletedTask;
     use crate::transport::loopback::LoopbackConnection;
     use crate::wire::data::{Command, Notification};
+    use crate::wire::domain::AddressRequest;
 
     thread_local! {
         static DONE: RefCell<Vec<(u8, Status)>> = const { RefCell::new(Vec::new()) };
@@ -1139,5 +1210,48 @@ mod tests {
             receive(&mut host, &mut tasks, &mut DomainInbox::default()),
             Err((0, WorkerFailure::Lost(FrameRecvError::PeerGone(_))))
         ));
+    }
+
+    #[test]
+    fn a_stray_domain_reply_breaks_the_protocol_and_an_awaited_one_is_kept() {
+        let max = MaxMsgSize::DEFAULT;
+        let frame = FrameRepr {
+            seq: 1,
+            body: DomainMessage::DomainTableAck(TableAck {
+                request: 9,
+                status: Status::Success,
+            }),
+        };
+        let mut bytes = vec![0; frame.buffer_len()];
+        frame.emit(&mut bytes, max).unwrap();
+        let mut inbox = DomainInbox::default();
+        assert_eq!(
+            inbox.accept(&bytes, max),
+            Err(WorkerProtocolError::UnexpectedDomainFrame(0x0213))
+        );
+        inbox.set_open(true);
+        assert_eq!(inbox.accept(&bytes, max), Ok(()));
+        assert_eq!(
+            inbox.take(),
+            Some(DomainReply::Ack {
+                request: 9,
+                status: Status::Success
+            })
+        );
+        assert_eq!(inbox.take(), None);
+        // A request from a worker is never right.
+        let frame = FrameRepr {
+            seq: 2,
+            body: DomainMessage::DomainAddressRequest(AddressRequest {
+                request: 1,
+                plugin: 1,
+            }),
+        };
+        let mut bytes = vec![0; frame.buffer_len()];
+        frame.emit(&mut bytes, max).unwrap();
+        assert_eq!(
+            inbox.accept(&bytes, max),
+            Err(WorkerProtocolError::UnexpectedDomainFrame(0x0210))
+        );
     }
 }

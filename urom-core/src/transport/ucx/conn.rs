@@ -61,7 +61,7 @@ impl Ucp {
             std::os::fd::AsRawFd::as_raw_fd(&wakers[TX]),
             std::os::fd::AsRawFd::as_raw_fd(&wakers[RX]),
         ];
-        let state = StateBox::new(
+        let mut state = StateBox::new(
             &worker,
             config.max_msg_size.get(),
             config.slots as usize,
@@ -79,7 +79,7 @@ impl Ucp {
         })
     }
 
-    pub(super) fn state(&self) -> &mut State {
+    pub(super) fn state(&mut self) -> &mut State {
         self.state.get()
     }
 
@@ -116,8 +116,9 @@ impl Ucp {
 
     /// Tells the peer how many frames this end released, if that changed.
     fn send_credits(&mut self) {
+        let no_ep = self.ep.is_null();
         let state = self.state();
-        if state.rx.released == state.rx.reported || state.failed.is_some() || self.ep.is_null() {
+        if state.rx.released == state.rx.reported || state.failed.is_some() || no_ep {
             return;
         }
         let value = state.rx.released;
@@ -362,7 +363,7 @@ impl Ucp {
     /// round that would only find nothing more: a call into the network stack on the path of
     /// every frame.
     #[inline]
-    fn progress_for_rx(&self) {
+    fn progress_for_rx(&mut self) {
         for _ in 0..64 {
             if self.worker.progress() == 0 || self.state().rx_ready() {
                 break;
@@ -404,7 +405,7 @@ impl Ucp {
     }
 
     /// Whether the sending half can send; `Err` when it never will.
-    fn tx_check(&self) -> Result<bool, FrameSendError> {
+    fn tx_check(&mut self) -> Result<bool, FrameSendError> {
         let state = self.state();
         if let Some(what) = state.protocol {
             return Err(FrameSendError::Protocol(what));
@@ -626,7 +627,7 @@ impl Drop for Held<'_> {
 }
 
 impl Link {
-    fn new(ucp: Ucp) -> Arc<Self> {
+    fn new(mut ucp: Ucp) -> Arc<Self> {
         use std::os::fd::AsRawFd;
         let efd = ucp.worker.efd().as_raw_fd();
         let wakers = [ucp.wakers[TX].as_raw_fd(), ucp.wakers[RX].as_raw_fd()];
@@ -644,7 +645,7 @@ impl Link {
 
     #[inline]
     fn lock(&self) -> Held<'_> {
-        let guard = self.ucp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.ucp.lock().unwrap_or_else(|e| e.into_inner());
         guard.state().locked = true;
         Held(guard)
     }
@@ -769,7 +770,7 @@ pub struct UcxReceiver {
 
 impl UcxConnection {
     /// Wraps an end whose handshake is done.
-    pub(super) fn from_ucp(ucp: Ucp, config: &ChannelConfig) -> Self {
+    pub(super) fn from_ucp(mut ucp: Ucp, config: &ChannelConfig) -> Self {
         ucp.state().ep = ucp.ep;
         let link = Link::new(ucp);
         Self {

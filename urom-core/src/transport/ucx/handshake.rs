@@ -194,10 +194,14 @@ fn send_message(
     until: Option<Instant>,
 ) -> Result<(), i8> {
     let state = ucp.state();
+    let (at, len) = (bytes.as_ptr(), bytes.len());
+    // The Vec's heap buffer does not move with it: the bytes stay where they are, unchanged,
+    // until the worker is destroyed.
     state.handshake_out.push(bytes);
-    let data: &[u8] = state.handshake_out.last().map_or(&[][..], |b| &b[..]);
-    // SAFETY: `ep` is a live endpoint of this worker; the message's bytes stay in the state
-    // (a Vec's heap buffer does not move with it) until the worker is destroyed.
+    // SAFETY: `len` bytes at `at`, kept in the state as said above; UCX's callbacks, which run
+    // inside the send, reach only the state's own fields, never that buffer.
+    let data = unsafe { std::slice::from_raw_parts(at, len) };
+    // SAFETY: `ep` is a live endpoint of this worker; `data` outlives the worker.
     unsafe {
         ucp.worker
             .send_detached(ep, AM_HANDSHAKE, &[], data, until.map(Some))

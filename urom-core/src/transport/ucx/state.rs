@@ -286,11 +286,14 @@ impl StateBox {
         self.ptr
     }
 
-    /// The state. The caller holds the connection's lock (or is the only owner) and does not
-    /// keep the reference across a call into the worker.
-    #[allow(clippy::mut_from_ref)]
-    pub(super) fn get(&self) -> &mut State {
-        // SAFETY: see the type's invariants and the caller's obligation above.
+    /// The state. Borrowing the box mutably is what makes this sound: the owner (a connection
+    /// end, under its lock) holds the box beside its worker, so the compiler keeps the
+    /// reference from living across a call into the worker, where UCX's callbacks reach the
+    /// state through the raw pointer.
+    pub(super) fn get(&mut self) -> &mut State {
+        // SAFETY: see the type's invariants; `&mut self` excludes every other reference made
+        // through the box, and callbacks run only inside calls into the worker, which need the
+        // owner's worker borrowed while this reference is not.
         unsafe { &mut *self.ptr }
     }
 }
