@@ -1,6 +1,6 @@
 //! Three machines in one: the server in one network namespace, the orchestrator in a second and
-//! the clients in a third, joined by veth pairs with link-local addresses (the server's
-//! namespace is the hub: it reaches both others, they reach only it). The channel is UCX over
+//! the clients in a third, joined by veth pairs with never-routed benchmarking-range addresses
+//! (the server's namespace is the hub: it reaches both others, they reach only it). The channel is UCX over
 //! TCP (`-c ucx://IP:PORT`). Skips with a printed reason when not root or `ip` is missing.
 //!
 //! One test runs every case in turn on one set of namespaces. Every program runs as a process

@@ -1,4 +1,4 @@
-//! Two machines in one: two network namespaces joined by a veth pair with link-local addresses.
+//! Two machines in one: two network namespaces joined by a veth pair with addresses of the never-routed benchmarking range.
 //! The daemon and its workers run in the first, hosts in the second, over UCX on TCP. Skips with
 //! a printed reason when not root or `ip` is missing.
 //!
