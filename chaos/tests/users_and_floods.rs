@@ -150,7 +150,9 @@ fn spawn_answer(peer: &Peer) -> String {
 fn a_foreign_user_reaches_nothing_it_does_not_own() {
     const SCENARIO: &str = "foreign_user";
     if !is_root() {
-        println!("chaos {SCENARIO}: skipped: running a peer as another user needs root");
+        urom_testkit::skip(&format!(
+            "chaos {SCENARIO}: running a peer as another user needs root"
+        ));
         return;
     }
     let seed = seed_for(SCENARIO);

@@ -19,7 +19,7 @@ const PER_BATCH: usize = 8;
 fn a_client_moves_to_the_thread_on_its_cpu_and_loses_nothing() {
     let cpus = two_cpus();
     if cpus[0] == cpus[1] {
-        eprintln!("skipped: this process may run on one CPU only");
+        urom_testkit::skip("this process may run on one CPU only");
         return;
     }
     let stack = Stack::start(&cpus, 2, &["-l", "60"], &[]);

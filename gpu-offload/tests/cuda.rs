@@ -19,7 +19,7 @@ fn skip_reason() -> Option<String> {
 #[test]
 fn the_cuda_processor_reverses_every_message() {
     if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
+        urom_testkit::skip(&reason);
         return;
     }
     let stack = Stack::start(&two_cpus(), 2, &[], &["--processor", "cuda"]);
@@ -33,7 +33,7 @@ fn the_cuda_processor_reverses_every_message() {
 #[test]
 fn auto_falls_back_to_the_cpu_without_a_gpu() {
     if skip_reason().is_none() {
-        println!("skipped: this machine has a usable GPU, so `auto` picks CUDA");
+        urom_testkit::skip("this machine has a usable GPU, so `auto` picks CUDA");
         return;
     }
     let stack = Stack::start(&two_cpus()[..1], 1, &[], &["--processor", "auto"]);

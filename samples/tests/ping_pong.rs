@@ -160,7 +160,7 @@ fn mpirun_command(mpirun: &std::path::Path) -> Command {
 #[test]
 fn two_ranks_started_by_mpirun_ping_pong_through_mpi() {
     let Some(mpirun) = on_path("mpirun") else {
-        println!("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
+        urom_testkit::skip("no mpirun on PATH (apt-get install openmpi-bin)");
         return;
     };
     let (_plugins, daemon) = local_daemon();
@@ -217,7 +217,7 @@ fn two_ranks_on_two_machines_each_with_its_own_daemon() {
     let network = match Network::create("pingpong", 2) {
         Ok(network) => network,
         Err(why) => {
-            println!("skipped: {why}");
+            urom_testkit::skip(&why);
             return;
         }
     };

@@ -36,6 +36,45 @@ pub fn profile_dir() -> PathBuf {
         .to_owned()
 }
 
+/// The file where tests that could not run here say so: `<target>/skipped-tests.log`, one line
+/// each (the test, then why). `.ci/run` empties it first and prints it last, so that a skip is
+/// counted and seen, never mistaken for a pass.
+pub fn skipped_tests_log() -> PathBuf {
+    profile_dir()
+        .parent()
+        .expect("a profile directory inside the target directory")
+        .join("skipped-tests.log")
+}
+
+/// Records that the running test (or the part of it named by `what`) cannot run here and why,
+/// in [`skipped_tests_log`] and on standard output; the test then returns.
+pub fn skip(why: &str) {
+    use std::io::Write;
+
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.file_stem()
+                .map(|stem| stem.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default();
+    println!("skipped: {why}");
+    let line = format!("{binary} {test}: {why}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skipped_tests_log())
+        .and_then(|mut log| log.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        println!(
+            "(cannot record the skip in {}: {e})",
+            skipped_tests_log().display()
+        );
+    }
+}
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -183,7 +183,7 @@ mod tests {
         let network = match Network::create("selftest", 2) {
             Ok(network) => network,
             Err(why) => {
-                println!("skipped: {why}");
+                crate::skip(&why);
                 return;
             }
         };

@@ -607,7 +607,7 @@ fn two_ranks_started_by_mpirun_meet_through_mpi() {
     use std::io::Read;
 
     let Some(mpirun) = on_path("mpirun") else {
-        eprintln!("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
+        urom_testkit::skip("no mpirun on PATH (apt-get install openmpi-bin)");
         return;
     };
     let (_plugins, daemon) = daemon();

@@ -48,7 +48,7 @@ fn child_as_nobody(rank: u32, path: &Path) -> Child {
 /// saying why) when this process may not run another user's process.
 fn setup() -> Option<(TempDir, PathBuf)> {
     if !nix::unistd::geteuid().is_root() {
-        println!("skipped: running a rank as another user needs root");
+        urom_testkit::skip("running a rank as another user needs root");
         return None;
     }
     let dir = TempDir::new("urom-oob-users");

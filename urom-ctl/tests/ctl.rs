@@ -249,7 +249,7 @@ fn a_user_stops_its_own_workers_and_not_another_users() {
     );
 
     if !root {
-        println!("skipped the part with a second user: running urom-ctl as nobody needs root");
+        urom_testkit::skip("the part with a second user: running urom-ctl as nobody needs root");
         return;
     }
     // Another user sees none of root's workers and may not stop them.

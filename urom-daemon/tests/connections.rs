@@ -25,7 +25,7 @@ fn without_other_users_allowed_only_the_daemons_user_can_connect() {
 #[test]
 fn a_user_the_daemon_does_not_serve_is_turned_away_at_once() {
     if !is_root() {
-        println!("skipped: running a peer as another user needs root");
+        urom_testkit::skip("running a peer as another user needs root");
         return;
     }
     // With another user allowed, every local user can connect; nobody is not that user.
@@ -80,7 +80,7 @@ fn a_connection_that_says_nothing_is_closed_after_the_hello_timeout() {
 #[test]
 fn many_idle_connections_leave_room_for_other_hosts() {
     if !is_root() {
-        println!("skipped: running a peer as another user needs root");
+        urom_testkit::skip("running a peer as another user needs root");
         return;
     }
     // Few open files, so that the idle connections would take them all.

@@ -664,7 +664,7 @@ fn every_refused_frame_gets_its_error_reply_and_an_orderly_close() {
 #[test]
 fn a_host_of_another_user_is_refused() {
     if !nix::unistd::geteuid().is_root() {
-        println!("skipped: running as another user needs root");
+        urom_testkit::skip("running as another user needs root");
         return;
     }
     let (_plugins, daemon) = graph_daemon();

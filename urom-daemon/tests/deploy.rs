@@ -442,7 +442,7 @@ fn the_image_builds_and_serves_where_a_container_engine_can_run_it() {
     let engine = match container_engine() {
         Ok(engine) => engine,
         Err(why) => {
-            println!("skipped: no usable container engine: {why}");
+            urom_testkit::skip(&format!("no usable container engine: {why}"));
             return;
         }
     };
@@ -463,7 +463,9 @@ fn the_image_builds_and_serves_where_a_container_engine_can_run_it() {
         .is_err()
         {
             if let Err(why) = engine_run(engine, &["pull", &image], Duration::from_secs(120)) {
-                println!("skipped: base image {image} is not here and cannot be pulled: {why}");
+                urom_testkit::skip(&format!(
+                    "base image {image} is not here and cannot be pulled: {why}"
+                ));
                 return;
             }
         }
@@ -501,7 +503,9 @@ fn the_image_builds_and_serves_where_a_container_engine_can_run_it() {
         Duration::from_secs(60),
     ) {
         let _ = engine_run(engine, &["rm", "-f", &name], Duration::from_secs(30));
-        println!("skipped: {engine} builds the image but cannot run a container here: {why}");
+        urom_testkit::skip(&format!(
+            "{engine} builds the image but cannot run a container here: {why}"
+        ));
         return;
     }
     let deadline = Instant::now() + TIMEOUT;

@@ -16,7 +16,7 @@ use urom_wire::Status;
 #[test]
 fn a_root_daemon_runs_another_users_worker_as_that_user() {
     if !is_root() {
-        println!("skipped: running a host as another user needs root");
+        urom_testkit::skip("running a host as another user needs root");
         return;
     }
     let (_plugins, daemon) = graph_daemon(&["--allow-uid", &NOBODY.to_string()]);
@@ -113,7 +113,7 @@ fn environment_entries_that_change_how_programs_load_are_refused() {
 #[test]
 fn another_users_worker_socket_is_out_of_reach() {
     if !is_root() {
-        println!("skipped: running a peer as another user needs root");
+        urom_testkit::skip("running a peer as another user needs root");
         return;
     }
     let (_plugins, daemon) = graph_daemon(&["--allow-uid", &NOBODY.to_string()]);

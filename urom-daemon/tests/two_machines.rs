@@ -37,7 +37,7 @@ fn setup(tag: &str) -> Option<Setup> {
     let network = match Network::create(tag, 2) {
         Ok(network) => network,
         Err(why) => {
-            println!("skipped: {why}");
+            urom_testkit::skip(&why);
             return None;
         }
     };

@@ -49,7 +49,7 @@ fn a_host_paused_3s_holds_up_no_one_and_loses_nothing() {
 #[test]
 fn a_host_paused_15s_and_40s_holds_up_no_one_and_loses_nothing() {
     if !long_tests() {
-        println!("skipped: set UROM_LONG_TESTS=1 to pause hosts for 15 and 40 s");
+        urom_testkit::skip("set UROM_LONG_TESTS=1 to pause hosts for 15 and 40 s");
         return;
     }
     pause_and_check(Duration::from_secs(15));

@@ -653,7 +653,7 @@ mod tests {
     fn the_kernel_compiles_where_nvrtc_is_present() {
         // SAFETY: only tries to load the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            println!("skipped: no NVRTC library (libnvrtc.so.13) on this machine");
+            urom_testkit::skip("no NVRTC library (libnvrtc.so.13) on this machine");
             return;
         }
         let ptx = cudarc::nvrtc::compile_ptx(KERNEL).expect("the kernel compiles");
@@ -766,7 +766,9 @@ int main(void)
         let compiled = match compiled {
             Ok(output) => output,
             Err(e) => {
-                println!("skipped: no C compiler (cc) to run the kernel's functions here: {e}");
+                urom_testkit::skip(&format!(
+                    "no C compiler (cc) to run the kernel's functions here: {e}"
+                ));
                 return;
             }
         };
