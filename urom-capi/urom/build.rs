@@ -43,9 +43,5 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CC");
     // With the `ucx` feature and a UCX outside the system directories (ucx-sys's `UCX_DIR`): a
     // hard rpath to its library directory, for the library and the tests.
-    println!("cargo:rerun-if-env-changed=DEP_UCP_LIBDIR");
-    if let Some(dir) = std::env::var_os("DEP_UCP_LIBDIR") {
-        let dir = dir.to_string_lossy();
-        println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags,-rpath,{dir}");
-    }
+    urom_build_support::rpath_to_ucx();
 }
