@@ -22,7 +22,10 @@ pub fn rpath_to_ucx() {
 /// was built against reaches (1.N or later); declares them all.
 pub fn ucx_version_cfgs(minors: &[u32]) {
     println!("cargo:rerun-if-env-changed=DEP_UCP_VERSION");
-    let names: Vec<String> = minors.iter().map(|minor| format!("ucx_1_{minor}")).collect();
+    let names: Vec<String> = minors
+        .iter()
+        .map(|minor| format!("ucx_1_{minor}"))
+        .collect();
     println!("cargo::rustc-check-cfg=cfg({})", names.join(", "));
     // "major.minor.release", e.g. "1.22.0".
     let version: Option<(u32, u32)> = std::env::var("DEP_UCP_VERSION").ok().and_then(|v| {
