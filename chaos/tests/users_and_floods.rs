@@ -10,10 +10,10 @@
 //!
 //! Each prints its `chaos <scenario>: ...` line like the scenarios of `chaos.rs`.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -59,24 +59,9 @@ struct Peer {
 
 impl Peer {
     fn start(args: &[&str]) -> Self {
-        let mut child = peer(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("starting the peer as nobody");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            child: ChildGuard(child),
-            lines,
-        }
+        let (child, lines) =
+            ChildGuard::spawn_with_lines(&mut peer(args)).expect("starting the peer as nobody");
+        Self { child, lines }
     }
 
     /// The next line, waited for at most twice [`PATIENCE`].

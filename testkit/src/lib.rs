@@ -191,6 +191,32 @@ impl Drop for TempDir {
 pub struct ChildGuard(pub std::process::Child);
 
 impl ChildGuard {
+    /// Starts `command` with its standard input piped (left in the child for the caller to
+    /// take or drop) and its output lines delivered, as they come, on the returned receiver.
+    pub fn spawn_with_lines(
+        command: &mut Command,
+    ) -> std::io::Result<(Self, std::sync::mpsc::Receiver<String>)> {
+        use std::io::BufRead;
+
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok((Self(child), lines))
+    }
+
     /// Sends `signal` (e.g. `libc`'s SIGTERM number) to the child.
     pub fn signal(&self, signal: i32) {
         let status = Command::new("kill")

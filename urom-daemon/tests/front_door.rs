@@ -50,12 +50,12 @@
 //! dies must fail its host's tasks in flight exactly once and be reported by the daemon.
 #![cfg(feature = "ucx")]
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -190,23 +190,11 @@ struct Host {
 
 impl Host {
     fn start(mut command: Command) -> Self {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("starting urom-remote-host");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let (mut child, lines) =
+            ChildGuard::spawn_with_lines(&mut command).expect("starting urom-remote-host");
         Self {
-            stdin: child.stdin.take(),
-            child: ChildGuard(child),
+            stdin: child.0.stdin.take(),
+            child,
             lines,
             started: Instant::now(),
         }
