@@ -18,7 +18,7 @@ record_start() {
     local var
     # The environment variables the scripts and benches read, when set.
     for var in ROUNDS OFFLOAD_MAX_CONCURRENT GPU_OFFLOAD_BIN GPU_OFFLOAD_BENCH_QUICK \
-        GPU_OFFLOAD_BENCH_ORCH_CPUS UROM_RATE_PROFILE UCX_TLS UCX_NET_DEVICES; do
+        GPU_OFFLOAD_BENCH_ORCH_CPUS UROM_RATE_PROFILE UCX_TLS UCX_NET_DEVICES UCX_DIR; do
         if [ -n "${!var+x}" ]; then record_command="$var=${!var} $record_command"; fi
     done
     record_started=$(date -u '+%Y-%m-%d %H:%M UTC')
