@@ -7,7 +7,9 @@
 //! are parsed from a stream buffer, so one that straddles two reads is read correctly.
 //!
 //! Ctrl-C (or SIGTERM) ends a run early: each thread sends nothing more, takes and checks the
-//! answers to what it already sent, and the statistics cover the requests done.
+//! answers to what it already sent for at most [`STOP_GRACE`], and the statistics cover the
+//! requests done. A thread never blocks for longer than [`STOP_POLL`] without looking at the
+//! stop flag, so a stalled server cannot hold a stopped client.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -130,6 +132,8 @@ pub struct Stats {
     pub rx_bytes: u64,
     /// The run was stopped before every thread sent all its requests.
     pub interrupted: bool,
+    /// Requests sent whose answers had not come [`STOP_GRACE`] after the stop.
+    pub unanswered: u64,
 }
 
 impl Stats {
@@ -191,6 +195,12 @@ impl ServerProbe {
 
 /// How long the client waits for a connection that tells whether the server is still there.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest a thread blocks in a read or a write before it looks at the stop flag again.
+pub const STOP_POLL: Duration = Duration::from_millis(10);
+
+/// After a stop, how long a thread still takes the answers to what it sent.
+pub const STOP_GRACE: Duration = Duration::from_millis(50);
 
 /// Why a client run failed.
 #[derive(Debug)]
@@ -255,12 +265,14 @@ pub enum ClientError {
     },
     /// A thread panicked.
     Panicked(usize),
-    /// The run was stopped (Ctrl-C) before all requests were sent; the rest were answered.
+    /// The run was stopped (Ctrl-C) before all requests were sent.
     Interrupted {
         /// Requests answered and checked.
         done: u64,
         /// Requests the run was to send.
         planned: u64,
+        /// Requests sent whose answers had not come [`STOP_GRACE`] after the stop.
+        unanswered: u64,
     },
 }
 
@@ -321,9 +333,24 @@ impl fmt::Display for ClientError {
                 reason,
             } => write!(f, "thread {thread}: response {index} is wrong: {reason}"),
             Self::Panicked(thread) => write!(f, "thread {thread} panicked"),
-            Self::Interrupted { done, planned } => write!(
+            Self::Interrupted {
+                done,
+                planned,
+                unanswered: 0,
+            } => write!(
                 f,
                 "interrupted after {done} of {planned} requests, every one answered and checked"
+            ),
+            Self::Interrupted {
+                done,
+                planned,
+                unanswered,
+            } => write!(
+                f,
+                "interrupted after {done} of {planned} requests answered and checked; \
+                 {unanswered} more were sent but not answered within {} ms of the stop (the \
+                 server stalled or is slow)",
+                STOP_GRACE.as_millis()
             ),
         }
     }
@@ -371,6 +398,7 @@ pub fn run_until(config: &ClientConfig, stop: &AtomicBool) -> Result<Stats, Clie
     let mut first: Option<Instant> = None;
     let mut last: Option<Instant> = None;
     let mut operations = 0;
+    let mut unanswered = 0;
     let mut failure = None;
     for (thread, result) in results.into_iter().enumerate() {
         match result {
@@ -378,6 +406,7 @@ pub fn run_until(config: &ClientConfig, stop: &AtomicBool) -> Result<Stats, Clie
                 first = Some(first.map_or(done.start, |f| f.min(done.start)));
                 last = Some(last.map_or(done.end, |l| l.max(done.end)));
                 operations += done.answered;
+                unanswered += done.unanswered;
             }
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(_) => failure = failure.or(Some(ClientError::Panicked(thread))),
@@ -395,6 +424,7 @@ pub fn run_until(config: &ClientConfig, stop: &AtomicBool) -> Result<Stats, Clie
         tx_bytes: operations * request_len as u64,
         rx_bytes: operations * response_len as u64,
         interrupted: operations < config.iterations * config.threads as u64,
+        unanswered,
     })
 }
 
@@ -404,6 +434,8 @@ struct ThreadRun {
     end: Instant,
     /// Requests answered and checked.
     answered: u64,
+    /// Requests sent whose answers had not come [`STOP_GRACE`] after the stop.
+    unanswered: u64,
 }
 
 fn encode(message: GpuMessage<'_>) -> Vec<u8> {
@@ -438,8 +470,11 @@ fn run_thread(
         server: ServerProbe::of(config.server),
     };
     stream.set_nodelay(true).map_err(io_error)?;
+    // Short timeouts, so that a stalled server cannot keep this thread from the stop flag;
+    // `config.timeout` is measured across them.
+    stream.set_read_timeout(Some(STOP_POLL)).map_err(io_error)?;
     stream
-        .set_read_timeout(Some(config.timeout))
+        .set_write_timeout(Some(STOP_POLL))
         .map_err(io_error)?;
     let request = encode(GpuMessage::ClientRequest(&config.message));
     let expected = encode(GpuMessage::ClientResponse(&config.expected));
@@ -450,30 +485,74 @@ fn run_thread(
         .cycle()
         .take(request.len() * pipeline)
         .collect();
+    let request_len = request.len();
     let mut rbuf = vec![0u8; MIN_READ_BUFFER.max(2 * expected.len())];
     let (mut rstart, mut rend) = (0usize, 0usize);
-    let (mut sent, mut received) = (0u64, 0u64);
+    // `queued` requests are committed to the stream, of which the last `unwritten` bytes are
+    // not written yet; a request counts as sent once its last byte is written.
+    let (mut queued, mut unwritten, mut received) = (0u64, 0usize, 0u64);
+    let sent = |queued: u64, unwritten: usize| queued - unwritten.div_ceil(request_len) as u64;
+    // Since when neither a read nor a write moved a byte.
+    let mut idle_since: Option<Instant> = None;
+    let mut stopped_at: Option<Instant> = None;
     let start = Instant::now();
     let mut total = config.iterations;
     while received < total {
-        if stop.load(Ordering::Relaxed) {
-            total = sent;
+        if stopped_at.is_none() && stop.load(Ordering::Relaxed) {
+            // Send nothing more, not even the rest of a request half written.
+            queued = sent(queued, unwritten);
+            unwritten = 0;
+            total = queued;
+            stopped_at = Some(Instant::now());
             if received == total {
                 break;
             }
         }
-        let in_flight = (sent - received) as usize;
-        let to_send = (pipeline - in_flight).min((total - sent) as usize);
+        if stopped_at.is_some_and(|at| at.elapsed() >= STOP_GRACE) {
+            break;
+        }
+        let in_flight = (queued - received) as usize;
+        let to_send = (pipeline - in_flight).min((total - queued) as usize);
         if to_send > 0 {
-            stream
-                .write_all(&batch[..to_send * request.len()])
-                .map_err(|e| match e.kind() {
-                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
-                        server_closed(received, sent)
-                    }
-                    _ => io_error(e),
-                })?;
-            sent += to_send as u64;
+            queued += to_send as u64;
+            unwritten += to_send * request_len;
+        }
+        if unwritten > 0 {
+            // The stream holds identical requests: the next byte is at this offset of one.
+            let at = (request_len - unwritten % request_len) % request_len;
+            let len = unwritten.min(batch.len() - at);
+            match stream.write(&batch[at..at + len]) {
+                Ok(n) => {
+                    unwritten -= n;
+                    idle_since = None;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    idle_since.get_or_insert_with(Instant::now);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    return Err(server_closed(received, sent(queued, unwritten)));
+                }
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+        if idle_since.is_some_and(|since| since.elapsed() >= config.timeout) {
+            return Err(ClientError::Timeout { thread, received });
+        }
+        if unwritten > 0 && sent(queued, unwritten) == received {
+            // Nothing can be answered before more is written.
+            continue;
         }
         if rstart > 0 {
             rbuf.copy_within(rstart..rend, 0);
@@ -481,19 +560,27 @@ fn run_thread(
             rstart = 0;
         }
         let n = match stream.read(&mut rbuf[rend..]) {
-            Ok(0) => return Err(server_closed(received, sent)),
-            Ok(n) => n,
+            Ok(0) => return Err(server_closed(received, sent(queued, unwritten))),
+            Ok(n) => {
+                idle_since = None;
+                n
+            }
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
-                return Err(ClientError::Timeout { thread, received });
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= config.timeout {
+                    return Err(ClientError::Timeout { thread, received });
+                }
+                continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                return Err(server_closed(received, sent));
+                return Err(server_closed(received, sent(queued, unwritten)));
             }
             Err(e) => return Err(io_error(e)),
         };
@@ -511,7 +598,7 @@ fn run_thread(
                     });
                 }
             };
-            if received >= sent {
+            if received >= sent(queued, unwritten) {
                 return Err(ClientError::Mismatch {
                     thread,
                     index: received,
@@ -534,6 +621,7 @@ fn run_thread(
         start,
         end: Instant::now(),
         answered: received,
+        unanswered: queued - received,
     })
 }
 
@@ -574,6 +662,7 @@ mod tests {
             tx_bytes: 1 << 31,
             rx_bytes: 1 << 30,
             interrupted: false,
+            unanswered: 0,
         };
         let text = stats.to_string();
         assert!(text.contains("Duration:          2000000 us"), "{text}");

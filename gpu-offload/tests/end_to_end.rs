@@ -222,3 +222,87 @@ fn bad_flags_name_the_flag() {
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("gpu-offload-client"));
 }
+
+/// A server that accepts one client and never answers: it reads and drops what comes when
+/// `reads`, else reads nothing. Returns its port and a receiver told the number of bytes read
+/// (0 when it does not read) once the client is connected and has sent something.
+fn stalled_server(reads: bool) -> (u16, std::sync::mpsc::Receiver<usize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        if !reads {
+            let _ = tx.send(0);
+            // Hold the connection, unread, until the client is gone.
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            return;
+        }
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0;
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            total += n;
+            let _ = tx.send(total);
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn ctrl_c_stops_a_client_whose_server_stalls_printing_the_statistics() {
+    // Blocked in a read (the server took the requests and never answers), and blocked in a
+    // write (the server reads nothing, 64 requests of 60,000 bytes fill the socket).
+    for (reads, signal, length, pipeline) in [(true, SIGINT, 5, 4), (false, SIGTERM, 60_000, 64)] {
+        let (port, sent) = stalled_server(reads);
+        let message = message_of(length);
+        let client = Command::new(CLIENT)
+            .args(["-s", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+            .args(["-i", "1000000", "-m", &message, "-e", &reversed(&message)])
+            .args(["--max-concurrent-messages", &pipeline.to_string()])
+            .args(["--response-timeout", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the client");
+        let mut client = urom_testkit::ChildGuard(client);
+        sent.recv_timeout(TIMEOUT)
+            .expect("the client never connected or sent");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let signalled = std::time::Instant::now();
+        client.signal(signal);
+        let status = client
+            .wait_timeout(std::time::Duration::from_secs(5))
+            .expect("the client did not stop within 5 s of the signal");
+        let took = signalled.elapsed();
+        println!(
+            "stalled server ({}): the client stopped {} ms after the signal",
+            if reads { "reading" } else { "not reading" },
+            took.as_millis()
+        );
+        assert_eq!(status.code(), Some(1));
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        client
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        client
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(stdout.contains("| Operation count:   0\n"), "{stdout}");
+        assert!(
+            stderr.contains("interrupted after 0 of 1000000 requests")
+                && stderr.contains("not answered within"),
+            "{stderr}"
+        );
+    }
+}

@@ -12,6 +12,7 @@ fn main() {
             return Err(client::ClientError::Interrupted {
                 done: stats.operations,
                 planned: config.iterations * config.threads as u64,
+                unanswered: stats.unanswered,
             });
         }
         Ok(())
