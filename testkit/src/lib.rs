@@ -53,11 +53,16 @@ pub fn skip(why: &str) {
 
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
+    // Cargo names test binaries `<name>-<16 hex digits>`.
     let binary = std::env::current_exe()
         .ok()
         .and_then(|exe| {
             exe.file_stem()
                 .map(|stem| stem.to_string_lossy().into_owned())
+        })
+        .map(|stem| match stem.rsplit_once('-') {
+            Some((name, hash)) if hash.len() == 16 => name.to_owned(),
+            _ => stem,
         })
         .unwrap_or_default();
     println!("skipped: {why}");
