@@ -116,15 +116,14 @@ pub enum ChannelError {
     )]
     NoUcx(SocketAddr),
     /// The server could not listen for UCX connections.
-    #[error(
-        "channel ucx://{address}: cannot listen for the orchestrator: {source} (the address must \
-         be one of this machine's, or 0.0.0.0 for all)"
-    )]
+    #[error("channel ucx://{address}: cannot listen for the orchestrator: {source}{cause}")]
     ListenUcx {
         /// The address.
         address: SocketAddr,
         /// What UCX said.
         source: ConnectError,
+        /// What a probe of the address found.
+        cause: ListenCause,
     },
     /// The orchestrator's UCX connection to the server's listener failed.
     #[error("the orchestrator's UCX connection failed: {0}")]
@@ -163,5 +162,38 @@ mod tests {
         );
         assert_eq!(e.to_string(), format!("channel write failed: {source}"));
         assert!(ChannelError::Stopped.source().is_none());
+    }
+}
+
+/// Why an address cannot be listened on, as a probe with a socket of our own finds it after
+/// UCX failed (UCX says only "Device is busy" or "Invalid address").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenCause {
+    /// The address is not one of this machine's.
+    NotLocal,
+    /// Another program listens on that port.
+    PortTaken,
+    /// Connections of an earlier run still hold the port (TCP TIME-WAIT, or closing), made
+    /// without address reuse (`UCX_TCP_CM_REUSEADDR=n`, or an older build).
+    Lingering,
+    /// The probe found nothing wrong with the address.
+    Unknown,
+}
+
+impl std::fmt::Display for ListenCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NotLocal => " (the address must be one of this machine's, or 0.0.0.0 for all)",
+            Self::PortTaken => {
+                " (another program listens on that port: is a server with this -c already \
+                 running?)"
+            }
+            Self::Lingering => {
+                " (connections of an earlier run still hold the port, in TCP TIME-WAIT for up \
+                 to 60 s, and that run or this one did not allow reusing it: wait, or keep \
+                 UCX_TCP_CM_REUSEADDR unset or y on every run)"
+            }
+            Self::Unknown => "",
+        })
     }
 }

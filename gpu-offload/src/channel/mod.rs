@@ -59,7 +59,7 @@ use std::time::Duration;
 
 pub use connections::{DataConnections, OrchestratorChannel, ServerChannel};
 pub use control::{Control, ControlEvent};
-pub use error::ChannelError;
+pub use error::{ChannelError, ListenCause};
 pub use name::{DEFAULT_CHANNEL_NAME, Endpoint, UCX_SCHEME, check_name, socket_path};
 pub use params::{ChannelParams, TICK};
 #[cfg(feature = "ucx")]

@@ -17,7 +17,7 @@ use urom_wire::gpu::channel::{DataHelloRepr, DataListenerRepr};
 
 use super::connections::{DataConnections, OrchestratorChannel, ServerChannel};
 use super::control::Control;
-use super::error::ChannelError;
+use super::error::{ChannelError, ListenCause};
 use super::params::{ChannelParams, STEP_TIMEOUT, TICK};
 use super::setup::{
     SetupLink, check_data_hello, exchange_as_orchestrator, exchange_as_server, orchestrator_hellos,
@@ -61,12 +61,16 @@ pub(super) struct Listener {
 }
 
 impl Listener {
-    /// Listens on `address` (port 0: any free port).
+    /// Listens on `address` (port 0: any free port). The port is reused even while
+    /// connections of an earlier run hold it in TCP TIME-WAIT, so that a server restarted after
+    /// a crash gets its address back (unless `UCX_TCP_CM_REUSEADDR` says otherwise).
     pub(super) fn bind(address: SocketAddr) -> Result<Self, ChannelError> {
+        urom_core::transport::ucx::set_config_defaults(&[("TCP_CM_REUSEADDR", "y")]);
         let control =
             UcxListener::bind(address, &control_config()).map_err(|e| ChannelError::ListenUcx {
                 address,
                 source: e.into(),
+                cause: probe(address),
             })?;
         Ok(Self { control, address })
     }
@@ -95,6 +99,7 @@ impl Listener {
         let mut listener = UcxListener::bind(at, &config).map_err(|e| ChannelError::ListenUcx {
             address: at,
             source: e.into(),
+            cause: probe(at),
         })?;
         let port = listener.local_addr().port();
         tracing::debug!(port, "listening for the data connections");
@@ -116,6 +121,65 @@ impl Listener {
             data: DataConnections::Ucx(data),
             params,
         })
+    }
+}
+
+/// Why `address` cannot be listened on: binds a socket of our own to it (an address of
+/// another machine fails), then looks for the sockets that hold its port in this network
+/// namespace's `/proc/net/tcp` and `/proc/net/tcp6`.
+fn probe(address: SocketAddr) -> ListenCause {
+    use nix::errno::Errno;
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
+    };
+    use std::os::fd::AsRawFd;
+    let family = if address.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let bound = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).and_then(|s| {
+        setsockopt(&s, sockopt::ReuseAddr, &true)?;
+        bind(s.as_raw_fd(), &SockaddrStorage::from(address))
+    });
+    if bound == Err(Errno::EADDRNOTAVAIL) {
+        return ListenCause::NotLocal;
+    }
+    let states = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|table| port_states(&table, address.port()))
+        .collect::<Vec<_>>();
+    cause_of(&states)
+}
+
+/// The TCP states (`/proc/net/tcp`'s hex `st`) of the sockets bound to `port` in `table`.
+fn port_states(table: &str, port: u16) -> Vec<u8> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1)?;
+            let state = fields.nth(1)?;
+            let (_, local_port) = local.rsplit_once(':')?;
+            (u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| u8::from_str_radix(state, 16).ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// What the sockets on a port, by TCP state, say about why it cannot be listened on.
+fn cause_of(states: &[u8]) -> ListenCause {
+    /// `TCP_LISTEN` in the kernel's numbering.
+    const LISTEN: u8 = 0x0a;
+    if states.contains(&LISTEN) {
+        ListenCause::PortTaken
+    } else if states.is_empty() {
+        ListenCause::Unknown
+    } else {
+        ListenCause::Lingering
     }
 }
 
@@ -197,4 +261,27 @@ pub(super) fn connect(
         data: DataConnections::Ucx(data),
         params,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sockets_on_a_port_name_the_cause() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:9CAF 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:9CB0 0100007F:8BC2 06 00000000:00000000 03:00001770 00000000     0        0 0 3 0000000000000000
+";
+        assert_eq!(port_states(table, 0x9caf), [0x0a]);
+        assert_eq!(
+            cause_of(&port_states(table, 0x9caf)),
+            ListenCause::PortTaken
+        );
+        assert_eq!(
+            cause_of(&port_states(table, 0x9cb0)),
+            ListenCause::Lingering
+        );
+        assert_eq!(cause_of(&port_states(table, 1)), ListenCause::Unknown);
+    }
 }

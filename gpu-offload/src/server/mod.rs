@@ -562,6 +562,42 @@ pub fn run(args: ServerArgs, stop: &AtomicBool) -> Result<ServerEnd, ServerError
     server.run(stop)
 }
 
+/// The UCX setting that lets a listener take a port that connections of an earlier run still
+/// hold in TCP TIME-WAIT.
+pub const UCX_REUSE_VARIABLE: &str = "UCX_TCP_CM_REUSEADDR";
+
+/// In a build with the `ucx` feature, runs this program again (`exec`, same process id,
+/// arguments and descriptors) with [`UCX_REUSE_VARIABLE`]`=y` unless the environment sets it,
+/// so that a server restarted after a crash can listen on its `-c ucx://` address at once.
+/// UCX reads that setting only from the environment (`ucp_config_modify` does not reach its
+/// connection manager in UCX 1.13), and a program cannot change its own environment safely
+/// once it may run threads. Returns when the variable is set already, without the feature, or
+/// when the `exec` fails (then UCX's default, no reuse, applies, and a listener that finds the
+/// port held says so).
+pub fn exec_with_ucx_port_reuse() {
+    #[cfg(feature = "ucx")]
+    {
+        use std::os::unix::process::CommandExt;
+        if std::env::var_os(UCX_REUSE_VARIABLE).is_some() {
+            return;
+        }
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        let mut args = std::env::args_os();
+        let arg0 = args.next().unwrap_or_else(|| exe.clone().into_os_string());
+        let error = std::process::Command::new(&exe)
+            .arg0(arg0)
+            .args(args)
+            .env(UCX_REUSE_VARIABLE, "y")
+            .exec();
+        eprintln!(
+            "gpu-offload-server: cannot run again with {UCX_REUSE_VARIABLE}=y ({error}); a \
+             restart soon after a crash may find its -c ucx:// port still held"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
