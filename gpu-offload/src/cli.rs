@@ -77,6 +77,48 @@ pub fn main_with<A: JsonArgs, T, E: fmt::Display>(
     }
 }
 
+/// UCX's log lines (its warnings and errors) go to stderr, with ours, not to stdout, where
+/// scripts read `listening on` and `processing`.
+pub const UCX_LOG_TO_STDERR: (&str, &str) = ("UCX_LOG_FILE", "stderr");
+
+/// A UCX listener may take a port that connections of an earlier run still hold in TCP
+/// TIME-WAIT, so that a server restarted after a crash gets its `-c ucx://` address back.
+pub const UCX_REUSE_PORTS: (&str, &str) = ("UCX_TCP_CM_REUSEADDR", "y");
+
+/// In a build with the `ucx` feature, runs this program again (`exec`: same process id,
+/// arguments and descriptors) with each of `defaults` (`(variable, value)`) that the
+/// environment does not set, so that the operator's settings win. UCX reads these variables
+/// only from the environment, some when its library loads (`UCX_LOG_FILE`), others not through
+/// `ucp_config_modify` (`UCX_TCP_CM_REUSEADDR` in UCX 1.13), and a program cannot change its
+/// own environment safely. Returns when every variable is set already, without the feature,
+/// or when the `exec` fails (said on stderr after `name`; UCX's defaults then apply).
+pub fn exec_with_ucx_defaults(name: &str, defaults: &[(&str, &str)]) {
+    #[cfg(feature = "ucx")]
+    {
+        use std::os::unix::process::CommandExt;
+        let missing: Vec<_> = defaults
+            .iter()
+            .filter(|(variable, _)| std::env::var_os(variable).is_none())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        let mut args = std::env::args_os();
+        let arg0 = args.next().unwrap_or_else(|| exe.clone().into_os_string());
+        let error = std::process::Command::new(&exe)
+            .arg0(arg0)
+            .args(args)
+            .envs(missing.iter().map(|&&(variable, value)| (variable, value)))
+            .exec();
+        eprintln!("{name}: cannot run again with UCX's settings {missing:?} ({error})");
+    }
+    #[cfg(not(feature = "ucx"))]
+    let _ = (name, defaults);
+}
+
 /// Logs to stderr at the numeric `level`. Does nothing when a logger is already installed (a
 /// program run inside a test).
 pub fn init_logging(level: u8) {

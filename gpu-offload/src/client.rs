@@ -54,12 +54,13 @@ pub struct ClientArgs {
     #[arg(short = 'i', long, value_name = "ITERATION_COUNT")]
     pub iteration_count: u64,
 
-    /// The request's payload.
+    /// The request's payload: text, or `hex:` and its bytes in hexadecimal (`hex:c3a9`).
     #[arg(short = 'm', long, value_name = "MESSAGE", allow_hyphen_values = true)]
     pub message_string: String,
 
-    /// The payload every response must carry (the message reversed, for the byte-reversing
-    /// processors).
+    /// The payload every response must carry (the message's bytes reversed, for the
+    /// byte-reversing processors): text, or `hex:` and its bytes in hexadecimal, for bytes
+    /// that are no text (`-m é -e hex:a9c3`).
     #[arg(
         short = 'e',
         long,
@@ -111,13 +112,38 @@ impl ClientConfig {
             server,
             threads: args.thread_count as usize,
             iterations: args.iteration_count,
-            message: args.message_string.as_bytes().to_vec(),
-            expected: args.expected_response.as_bytes().to_vec(),
+            message: payload("-m", &args.message_string)?,
+            expected: payload("-e", &args.expected_response)?,
             pipeline: args.max_concurrent_messages as usize,
             timeout: Duration::from_secs(args.response_timeout),
         })
     }
 }
+
+/// A `-m` or `-e` value's bytes: its text's, or after `hex:` the bytes its hexadecimal
+/// digits spell.
+fn payload(flag: &'static str, value: &str) -> Result<Vec<u8>, ClientError> {
+    let Some(digits) = value.strip_prefix(HEX_PREFIX) else {
+        return Ok(value.as_bytes().to_vec());
+    };
+    let bad = |reason| ClientError::BadHex { flag, reason };
+    if digits.len() % 2 != 0 {
+        return Err(bad("an odd number of hexadecimal digits"));
+    }
+    digits
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or(bad("a character that is no hexadecimal digit"))
+        })
+        .collect()
+}
+
+/// What starts a `-m` or `-e` value given as hexadecimal bytes.
+pub const HEX_PREFIX: &str = "hex:";
 
 /// What a run measured.
 #[derive(Clone, Copy, Debug)]
@@ -207,6 +233,13 @@ pub const STOP_GRACE: Duration = Duration::from_millis(50);
 pub enum ClientError {
     /// The server address did not resolve.
     Resolve(String),
+    /// A `-m` or `-e` value after `hex:` is not hexadecimal bytes.
+    BadHex {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// A message is longer than a `u32` length field holds.
     MessageTooLong(usize),
     /// A thread could not connect.
@@ -280,6 +313,10 @@ impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Resolve(host) => write!(f, "cannot resolve server address `{host}`"),
+            Self::BadHex { flag, reason } => write!(
+                f,
+                "{flag} hex:...: {reason}; give two hexadecimal digits per byte, e.g. hex:c3a9"
+            ),
             Self::MessageTooLong(len) => {
                 write!(f, "a {len}-byte message does not fit the wire format")
             }
@@ -672,6 +709,25 @@ mod tests {
         assert!(
             text.contains("IO rate:           1.000000 MIOP/s"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn payloads_are_text_or_hex_bytes() {
+        assert_eq!(payload("-m", "abc").unwrap(), b"abc");
+        assert_eq!(payload("-e", "hex:a9C3").unwrap(), [0xa9, 0xc3]);
+        assert_eq!(payload("-e", "hex:").unwrap(), b"");
+        assert!(
+            payload("-e", "hex:a9c")
+                .unwrap_err()
+                .to_string()
+                .contains("odd")
+        );
+        assert!(
+            payload("-e", "hex:zz")
+                .unwrap_err()
+                .to_string()
+                .contains("-e hex:")
         );
     }
 

@@ -57,14 +57,22 @@ fn offending_clients_are_dropped_and_others_served() {
     refused(
         &stack,
         &[0, 0, 0, 16, 0, 0, 0, 4, 0, 0, 0, 9, 1, 2, 3, 4],
-        "malformed client_request",
+        "its payload length field (bytes 8 to 11) says 9 bytes, but its wire_size leaves 4",
     );
 
     // wire_size below the header.
     refused(
         &stack,
         &[0, 0, 0, 4, 0, 0, 0, 4],
-        "less than the 12-byte header",
+        "a request's wire_size (its first 4 bytes) says 4 bytes, less than its 12-byte header",
+    );
+
+    // A start_shutdown (always 8 bytes) whose wire_size says 9.
+    refused(
+        &stack,
+        &[0, 0, 0, 9, 0, 0, 0, 1, 0],
+        "a message's wire_size (its first 4 bytes) says 9 bytes, but a message of its msg_id is \
+         always 8",
     );
 
     stack.stop_with(SIGINT, true);

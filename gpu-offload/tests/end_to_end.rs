@@ -306,3 +306,26 @@ fn ctrl_c_stops_a_client_whose_server_stalls_printing_the_statistics() {
         );
     }
 }
+
+#[test]
+fn the_reversed_bytes_of_a_non_ascii_message_can_be_expected_in_hex() {
+    let stack = Stack::start(&two_cpus()[..1], 1, &[], &[]);
+    let message = "héllo wörld ✓";
+    let hex = |bytes: &mut dyn Iterator<Item = u8>| -> String {
+        bytes.map(|b| format!("{b:02x}")).collect()
+    };
+    // The reversed bytes are no UTF-8: only hex can name them.
+    let expected = format!("hex:{}", hex(&mut message.bytes().rev()));
+    let output = run_client(stack.port, 1, 20, message, &expected, 4);
+    assert_client_ok(&output, 20, "-m text, -e hex");
+    let request = format!("hex:{}", hex(&mut [0u8, 0xff, 0x80, 7].into_iter()));
+    let output = run_client(stack.port, 2, 20, &request, "hex:0780ff00", 4);
+    assert_client_ok(&output, 40, "-m hex, -e hex");
+    let output = run_client(stack.port, 1, 1, "abc", "hex:63626", 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.code() == Some(1) && stderr.contains("-e hex:...: an odd number"),
+        "{stderr}"
+    );
+    stack.stop_with(SIGTERM, true);
+}

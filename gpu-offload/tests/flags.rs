@@ -216,3 +216,23 @@ fn a_ucx_channel_that_cannot_work_is_refused_at_start() {
         ],
     );
 }
+
+#[test]
+fn more_threads_than_the_orchestrator_runs_are_refused_at_start_by_both() {
+    let cpu = two_cpus()[0].to_string();
+    let mut args = vec!["-p", "0"];
+    for _ in 0..1025 {
+        args.extend(["--cpu", &cpu]);
+    }
+    let server = run_alone(SERVER, &args);
+    assert_refused(
+        &server,
+        &["--cpu given 1025 times: at most 1024 data-path threads"],
+    );
+    let orchestrator = run_alone(ORCHESTRATOR, &["-t", "1025", "--connect-timeout", "5"]);
+    let stderr = String::from_utf8_lossy(&orchestrator.stderr);
+    assert!(
+        !orchestrator.status.success() && stderr.contains("1..=1024"),
+        "{stderr}"
+    );
+}

@@ -1,8 +1,9 @@
 //! Restarts over UCX (`-c ucx://IP:PORT`), the server in one network namespace and the
 //! orchestrator and the clients in a second: a server killed under load is restarted on the
 //! same address at once, every time, although the connections of its earlier run hold the
-//! port in TCP TIME-WAIT; a server that cannot listen names the real cause. Skips with a
-//! printed reason when not root or `ip` is missing.
+//! port in TCP TIME-WAIT; a server that cannot listen names the real cause; UCX's own log
+//! lines go to stderr, not to stdout where scripts read. Skips with a printed reason when not
+//! root or `ip` is missing.
 #![cfg(feature = "ucx")]
 
 mod common;
@@ -56,18 +57,96 @@ impl Machines {
     }
 }
 
-#[test]
-fn a_server_killed_under_load_is_restarted_on_the_same_ucx_address_every_time() {
-    let network = match Network::create("gpurst", 2) {
-        Ok(network) => network,
+/// Two machines, or why the test skips.
+fn machines(tag: &str) -> Option<Machines> {
+    match Network::create(tag, 2) {
+        Ok(network) => Some(Machines {
+            network,
+            dir: TempDir::new("gpu-offload-restart"),
+        }),
         Err(why) => {
             urom_testkit::skip(&why);
-            return;
+            None
         }
+    }
+}
+
+#[test]
+fn ucx_log_lines_go_to_stderr_and_stdout_keeps_only_what_scripts_read() {
+    let Some(machines) = machines("gpulog") else {
+        return;
     };
-    let machines = Machines {
-        network,
-        dir: TempDir::new("gpu-offload-restart"),
+    let ip = machines.network.hub_address(HOST_NS);
+    let channel = format!("ucx://{ip}:0");
+    // An unknown UCX_* variable makes UCX warn in both programs.
+    let mut server = ChildGuard(
+        machines
+            .server(&channel, "server.log")
+            .env("UCX_GPU_OFFLOAD_TEST_UNKNOWN", "1")
+            .env_remove("UCX_WARN_UNUSED_ENV_VARS")
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = std::io::BufReader::new(server.0.stdout.take().unwrap());
+    // Port 0 picks the channel's port: the server logs it.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let channel = loop {
+        let log = machines.log("server.log");
+        if let Some(at) = log.find(&format!("ucx://{ip}:")) {
+            let rest = &log[at..];
+            let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
+            let found = rest[..end].to_owned();
+            if !found.ends_with(":0") {
+                break found;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no channel port in
+{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let orchestrator = machines
+        .command(HOST_NS, ORCHESTRATOR)
+        .args(["-c", &channel, "-t", "1"])
+        .env("UCX_GPU_OFFLOAD_TEST_UNKNOWN", "1")
+        .env_remove("UCX_WARN_UNUSED_ENV_VARS")
+        .stdout(Stdio::piped())
+        .stderr(machines.log_file("orchestrator.log"))
+        .spawn()
+        .unwrap();
+    let mut orchestrator = ChildGuard(orchestrator);
+    use std::io::BufRead;
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.starts_with("listening on "), "{first:?}");
+    let mut orchestrator_first = String::new();
+    std::io::BufReader::new(orchestrator.0.stdout.take().unwrap())
+        .read_line(&mut orchestrator_first)
+        .unwrap();
+    assert_eq!(orchestrator_first, "processing\n");
+    server.signal(common::SIGINT);
+    server.wait_timeout(TIMEOUT).expect("the server stops");
+    orchestrator
+        .wait_timeout(TIMEOUT)
+        .expect("the orchestrator stops");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest, "", "the server's stdout after `listening on`");
+    for log in ["server.log", "orchestrator.log"] {
+        let log = machines.log(log);
+        assert!(
+            log.contains("UCX_GPU_OFFLOAD_TEST_UNKNOWN") && log.contains("UCX  WARN"),
+            "{log}"
+        );
+    }
+}
+
+#[test]
+fn a_server_killed_under_load_is_restarted_on_the_same_ucx_address_every_time() {
+    let Some(machines) = machines("gpurst") else {
+        return;
     };
     let ip = machines.network.hub_address(HOST_NS);
     let port = machines.network.run_in(SERVER_NS, || {

@@ -993,6 +993,14 @@ fn check_request(
             warn!(thread, %peer, "a request with a payload of {} bytes exceeds --max-message-length {max_len}; answering the requests before it, then disconnecting the client", length - CLIENT_HEADER_LEN);
             return Err(());
         }
+        Err(DecodeError::LengthBelowHeader { length, header }) => {
+            warn!(thread, %peer, "a request's wire_size (its first 4 bytes) says {length} bytes, less than its {header}-byte header; answering the requests before it, then disconnecting the client");
+            return Err(());
+        }
+        Err(DecodeError::LengthMismatch { expected, length }) => {
+            warn!(thread, %peer, "a message's wire_size (its first 4 bytes) says {length} bytes, but a message of its msg_id is always {expected}; answering the requests before it, then disconnecting the client");
+            return Err(());
+        }
         Err(e) => {
             warn!(thread, %peer, "malformed message from client: {e}; answering the requests before it, then disconnecting it");
             return Err(());
@@ -1002,6 +1010,10 @@ fn check_request(
         Ok(GpuMessage::ClientRequest(_)) => Ok(Some(len)),
         Ok(other) => {
             warn!(thread, %peer, msg_id = ?other.msg_id(), "client sent a message other than client_request; answering the requests before it, then disconnecting it");
+            Err(())
+        }
+        Err(DecodeError::LengthMismatch { expected, length }) => {
+            warn!(thread, %peer, "malformed client_request: its payload length field (bytes 8 to 11) says {length} bytes, but its wire_size leaves {expected} for the payload; answering the requests before it, then disconnecting it");
             Err(())
         }
         Err(e) => {

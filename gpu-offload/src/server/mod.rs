@@ -107,6 +107,13 @@ pub enum ServerError {
     /// A `--cpu` this process may not run on.
     #[error(transparent)]
     Cpu(crate::cli::CpuCheckError),
+    /// More `--cpu` flags than the orchestrator can run processor threads for.
+    #[error(
+        "--cpu given {0} times: at most {max} data-path threads, as the orchestrator runs at most \
+         {max} processor threads (-t)",
+        max = crate::limits::MAX_PROCESSOR_THREADS
+    )]
+    TooManyThreads(usize),
     /// A data-path thread could not be pinned to its CPU.
     #[error("{0} (is the --cpu online and allowed for this process?)")]
     Pin(#[source] urom_core::PinError),
@@ -175,6 +182,9 @@ impl PendingServer {
     /// Listens on the channel socket named by `args`.
     pub fn bind(args: ServerArgs) -> Result<Self, ServerError> {
         // Flags that cannot work are refused now, not once the orchestrator is there.
+        if args.cpus.len() > crate::limits::MAX_PROCESSOR_THREADS as usize {
+            return Err(ServerError::TooManyThreads(args.cpus.len()));
+        }
         args.params().channel_config()?;
         crate::cli::check_cpus(&args.cpus).map_err(ServerError::Cpu)?;
         let addr = SocketAddr::new(args.listen_address, args.server_listen_port);
@@ -560,42 +570,6 @@ pub fn run(args: ServerArgs, stop: &AtomicBool) -> Result<ServerEnd, ServerError
     let _ = io::stdout().flush();
     info!(addr = %server.local_addr(), "accepting clients");
     server.run(stop)
-}
-
-/// The UCX setting that lets a listener take a port that connections of an earlier run still
-/// hold in TCP TIME-WAIT.
-pub const UCX_REUSE_VARIABLE: &str = "UCX_TCP_CM_REUSEADDR";
-
-/// In a build with the `ucx` feature, runs this program again (`exec`, same process id,
-/// arguments and descriptors) with [`UCX_REUSE_VARIABLE`]`=y` unless the environment sets it,
-/// so that a server restarted after a crash can listen on its `-c ucx://` address at once.
-/// UCX reads that setting only from the environment (`ucp_config_modify` does not reach its
-/// connection manager in UCX 1.13), and a program cannot change its own environment safely
-/// once it may run threads. Returns when the variable is set already, without the feature, or
-/// when the `exec` fails (then UCX's default, no reuse, applies, and a listener that finds the
-/// port held says so).
-pub fn exec_with_ucx_port_reuse() {
-    #[cfg(feature = "ucx")]
-    {
-        use std::os::unix::process::CommandExt;
-        if std::env::var_os(UCX_REUSE_VARIABLE).is_some() {
-            return;
-        }
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let mut args = std::env::args_os();
-        let arg0 = args.next().unwrap_or_else(|| exe.clone().into_os_string());
-        let error = std::process::Command::new(&exe)
-            .arg0(arg0)
-            .args(args)
-            .env(UCX_REUSE_VARIABLE, "y")
-            .exec();
-        eprintln!(
-            "gpu-offload-server: cannot run again with {UCX_REUSE_VARIABLE}=y ({error}); a \
-             restart soon after a crash may find its -c ucx:// port still held"
-        );
-    }
 }
 
 #[cfg(test)]
