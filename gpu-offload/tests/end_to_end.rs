@@ -329,3 +329,38 @@ fn the_reversed_bytes_of_a_non_ascii_message_can_be_expected_in_hex() {
     );
     stack.stop_with(SIGTERM, true);
 }
+
+#[test]
+fn a_second_orchestrator_is_told_the_server_already_has_one() {
+    let stack = Stack::start(&two_cpus()[..1], 1, &[], &[]);
+    let socket = socket_path(&stack.dir);
+    let second = Command::new(ORCHESTRATOR)
+        .args(["-c", socket.to_str().unwrap(), "-t", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut second = urom_testkit::ChildGuard(second);
+    let status = second
+        .wait_timeout(TIMEOUT)
+        .expect("the second orchestrator went on waiting");
+    let mut stderr = String::new();
+    second
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the server on this channel already has an orchestrator"),
+        "{stderr}"
+    );
+    // The first is untouched.
+    let output = run_client(stack.port, 1, 100, "abc", "cba", 8);
+    assert_client_ok(&output, 100, "after a second orchestrator");
+    let log = stack.server_log();
+    assert!(log.contains("another orchestrator connected"), "{log}");
+    stack.stop_with(SIGTERM, true);
+}

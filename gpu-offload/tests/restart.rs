@@ -199,6 +199,20 @@ fn a_server_killed_under_load_is_restarted_on_the_same_ucx_address_every_time() 
                 "{says}"
             );
         }
+        if round == 1 {
+            // A second orchestrator is told that the server has one.
+            let second = machines
+                .command(HOST_NS, ORCHESTRATOR)
+                .args(["-c", &channel, "-t", "1"])
+                .output()
+                .unwrap();
+            let says = String::from_utf8_lossy(&second.stderr);
+            assert_eq!(second.status.code(), Some(1), "{says}");
+            assert!(
+                says.contains("the server on this channel already has an orchestrator"),
+                "{says}"
+            );
+        }
         // Load, then a crash in the middle of it.
         let mut client = ChildGuard(
             machines

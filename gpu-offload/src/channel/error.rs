@@ -47,6 +47,12 @@ pub enum ChannelError {
         /// What the OS said.
         source: io::Error,
     },
+    /// The server already serves an orchestrator (it answered with a busy hello).
+    #[error(
+        "the server on this channel already has an orchestrator (a server serves one): stop that \
+         one first, or start this one with the -c of another server"
+    )]
+    ServerBusy,
     /// The peer did not answer in time.
     #[error("channel setup timed out: {0}")]
     Timeout(&'static str),

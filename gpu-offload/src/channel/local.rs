@@ -86,6 +86,28 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// Answers every orchestrator waiting to connect with a busy hello and hangs up, without
+    /// waiting: this server has one.
+    pub(super) fn refuse_waiting(&self, ours: &ChannelParams) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        loop {
+            let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+            if !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1)) {
+                return;
+            }
+            let Ok((mut stream, _)) = self.listener.accept() else {
+                return;
+            };
+            let _ = stream.set_write_timeout(Some(TICK));
+            let _ = stream.write_all(&ours.busy_hello());
+            tracing::warn!(
+                "another orchestrator connected; told it that this server already has one"
+            );
+        }
+    }
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);

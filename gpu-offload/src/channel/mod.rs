@@ -101,6 +101,16 @@ impl ChannelListener {
         }
     }
 
+    /// Answers any orchestrator that connects while this server has one, without waiting:
+    /// it gets a hello that says so, and gives up with [`ChannelError::ServerBusy`].
+    pub fn refuse_waiting(&mut self, ours: &ChannelParams) {
+        match &mut self.kind {
+            ListenerKind::Unix(listener) => listener.refuse_waiting(ours),
+            #[cfg(feature = "ucx")]
+            ListenerKind::Ucx(listener) => listener.refuse_waiting(ours),
+        }
+    }
+
     /// Waits for the orchestrator (until `stop`), agrees on `ours`, and sets up one data
     /// connection per thread.
     pub fn accept(

@@ -18,6 +18,11 @@ use crate::limits::{self, BATCH_BYTES};
 
 /// How long one step of the setup may take once the peer is there.
 pub(super) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The thread count of a server's hello that says it already has an orchestrator: a server
+/// has at least one thread, so no real hello says 0 (an orchestrator of an older build reads
+/// it as a thread-count mismatch naming 0).
+pub(super) const BUSY_THREADS: u32 = 0;
+
 /// How often a wait checks the stop flag.
 pub const TICK: Duration = Duration::from_millis(50);
 
@@ -67,6 +72,16 @@ impl ChannelParams {
             hugepages: HugePages::Auto,
             handshake_timeout: STEP_TIMEOUT,
         })
+    }
+
+    /// The hello a server that already has an orchestrator answers another one with: its own,
+    /// with no threads ([`BUSY_THREADS`]).
+    pub(super) fn busy_hello(&self) -> [u8; CHANNEL_HELLO_LEN] {
+        ChannelParams {
+            threads: BUSY_THREADS,
+            ..*self
+        }
+        .hello()
     }
 
     pub(super) fn hello(&self) -> [u8; CHANNEL_HELLO_LEN] {

@@ -8,7 +8,7 @@ use urom_wire::gpu::GpuMessage;
 use urom_wire::gpu::channel::{CHANNEL_HELLO_LEN, DataHelloRepr};
 
 use super::error::ChannelError;
-use super::params::{ChannelParams, STEP_TIMEOUT, TICK, agree};
+use super::params::{BUSY_THREADS, ChannelParams, STEP_TIMEOUT, TICK, agree};
 
 /// A control connection while the channel is set up: whole records each way.
 pub(super) trait SetupLink {
@@ -52,6 +52,9 @@ pub(super) fn orchestrator_hellos(
         "before its hello",
         ChannelParams::from_hello,
     )?;
+    if server.threads == BUSY_THREADS {
+        return Err(ChannelError::ServerBusy);
+    }
     agree(&server, ours)?;
     Ok(ChannelParams {
         max_concurrent: server.max_concurrent,

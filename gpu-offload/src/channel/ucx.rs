@@ -58,7 +58,13 @@ impl SetupLink for UcxConnection {
 pub(super) struct Listener {
     control: UcxListener,
     address: SocketAddr,
+    /// Orchestrators told that this server has one, kept a moment so that the busy hello
+    /// reaches them before the connection closes.
+    refused: Vec<(UcxConnection, Instant)>,
 }
+
+/// How long a refused orchestrator's connection is kept open.
+const REFUSED_LINGER: Duration = Duration::from_secs(2);
 
 impl Listener {
     /// Listens on `address` (port 0: any free port). The port is reused even while
@@ -72,12 +78,30 @@ impl Listener {
                 source: e.into(),
                 cause: probe(address),
             })?;
-        Ok(Self { control, address })
+        Ok(Self {
+            control,
+            address,
+            refused: Vec::new(),
+        })
     }
 
     /// Where it listens, with the real port.
     pub(super) fn local_addr(&self) -> SocketAddr {
         self.control.local_addr()
+    }
+
+    /// Answers every orchestrator waiting to connect with a busy hello, without waiting: this
+    /// server has one.
+    pub(super) fn refuse_waiting(&mut self, ours: &ChannelParams) {
+        self.refused.retain(|(_, at)| at.elapsed() < REFUSED_LINGER);
+        while let Ok(Some(mut conn)) = self.control.accept(Duration::ZERO) {
+            if conn.put(&ours.busy_hello()).is_ok() {
+                tracing::warn!(
+                    "another orchestrator connected; told it that this server already has one"
+                );
+                self.refused.push((conn, Instant::now()));
+            }
+        }
     }
 
     /// Waits for the orchestrator (until `stop`), agrees on `ours`, listens for the data

@@ -165,7 +165,9 @@ pub struct Server {
     /// The next pause after a failed `accept`.
     accept_pause: Duration,
     accept_failed: urom_cli::LogEvery,
-    _channel_socket: ChannelListener,
+    /// Where another orchestrator would connect: answered that this server has one.
+    channel_socket: ChannelListener,
+    params: ChannelParams,
 }
 
 impl ServerArgs {
@@ -263,7 +265,8 @@ impl PendingServer {
             accept_paused_until: None,
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_failed: urom_cli::LogEvery::new(ACCEPT_LOG_EVERY),
-            _channel_socket: self.listener,
+            channel_socket: self.listener,
+            params,
         })
     }
 }
@@ -454,6 +457,7 @@ impl Server {
             if listener_ready {
                 self.accept_clients(&mut next);
             }
+            self.channel_socket.refuse_waiting(&self.params);
             if self.lost.load(Ordering::Relaxed)
                 || self.threads.iter().any(|t| t.join.is_finished())
             {
