@@ -69,9 +69,13 @@ const _: () = assert!(mapping_len(MaxMsgSize::MAX, MAX_CONCURRENT) <= MAX_MAPPIN
 /// Clients the server accepted that wait for their data-path thread to take them, per thread;
 /// a client beyond them is refused (closed at once) with a warning.
 pub const MAX_WAITING_CLIENTS: usize = 1024;
-/// The read buffer of a TCP connection (the server's, per client; the client's, per thread):
-/// at least this, and at least two largest messages.
+/// The read buffer of a TCP connection: the client's, per thread, at least this and at least
+/// two largest messages; the server's, per client, this when it connects, doubled as its
+/// messages need, up to two largest messages.
 pub const MIN_READ_BUFFER: usize = 64 * 1024;
+/// The server's write buffer per client when it connects, doubled as the responses it has in
+/// flight need, up to `--max-concurrent-messages` largest responses.
+pub const MIN_WRITE_BUFFER: usize = 64 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -236,3 +236,98 @@ fn more_threads_than_the_orchestrator_runs_are_refused_at_start_by_both() {
         "{stderr}"
     );
 }
+
+/// Bytes of this machine's memory, from `/proc/meminfo`.
+fn memory_total() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let line = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+/// The virtual size of process `pid`, in bytes.
+fn virtual_size(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+#[test]
+fn requests_in_flight_beyond_this_machines_memory_are_refused_at_start_naming_the_largest() {
+    const LARGEST: &str = "16777204";
+    let message = 16_777_216u64;
+    let beyond = memory_total() / message + 1;
+    if beyond > u64::from(gpu_offload::limits::MAX_CONCURRENT) {
+        urom_testkit::skip(
+            "this machine has memory for the most requests in flight that can be given",
+        );
+        return;
+    }
+    let cpu = two_cpus()[0].to_string();
+    let beyond = beyond.to_string();
+    let server = run_alone(
+        SERVER,
+        &["-p", "0", "--cpu", &cpu, "--max-message-length", LARGEST]
+            .into_iter()
+            .chain(["--max-concurrent-messages", &beyond])
+            .collect::<Vec<_>>(),
+    );
+    assert_refused(&server, &["more than this machine's", "GiB of memory"]);
+    let stderr = String::from_utf8_lossy(&server.stderr);
+    let largest = stderr
+        .split("at most --max-concurrent-messages ")
+        .nth(1)
+        .and_then(|rest| rest.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no largest named in\n{stderr}"));
+    // The largest named is served: clients get memory for what they have in flight only.
+    let largest = largest.to_string();
+    let flags = [
+        "--max-message-length",
+        LARGEST,
+        "--max-concurrent-messages",
+        &largest,
+    ];
+    let stack = Stack::start(&two_cpus()[..1], 1, &flags, &flags);
+    round_trip(&stack, b"first");
+    let before = virtual_size(stack.server.0.id());
+    let mut clients: Vec<_> = (0..8).map(|_| stack.connect()).collect();
+    for (i, client) in clients.iter_mut().enumerate() {
+        client
+            .write_all(&request_frame(format!("client {i}").as_bytes()))
+            .unwrap();
+        let want = frame(5, format!("{i} tneilc").as_bytes());
+        assert_eq!(read_exactly(client, want.len()), want);
+    }
+    let grown = virtual_size(stack.server.0.id()).saturating_sub(before);
+    println!(
+        "--max-concurrent-messages {largest} x --max-message-length {LARGEST}: 8 clients of one \
+         small request each grew the server by {} KiB of virtual memory",
+        grown / 1024
+    );
+    assert!(grown < 1 << 30, "8 small clients took {grown} bytes");
+    let payload: Vec<u8> = (0..16_777_204u32).map(|i| (i % 251) as u8).collect();
+    let mut stream = stack.connect();
+    let request = request_frame(&payload);
+    let mut writer = stream.try_clone().unwrap();
+    let sending = std::thread::spawn(move || writer.write_all(&request).unwrap());
+    let want = frame(5, &payload.iter().rev().copied().collect::<Vec<_>>());
+    assert!(
+        read_exactly(&mut stream, want.len()) == want,
+        "a wrong answer"
+    );
+    sending.join().unwrap();
+    drop(clients);
+    stack.stop_with(SIGINT, true);
+}

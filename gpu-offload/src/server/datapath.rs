@@ -4,8 +4,12 @@
 //! The thread owns, allocated once when it starts: the epoll set of its clients, the
 //! in-flight table (a FIFO of `--max-concurrent-messages` entries naming the client of each
 //! request sent to the orchestrator) and the data connection, whose ring slots are the
-//! thread's pool of message buffers. Each client owns a read buffer and a write buffer
-//! (allocated when it connects) big enough for `--max-concurrent-messages` responses.
+//! thread's pool of message buffers. Each client owns a read buffer and a write buffer,
+//! allocated small when it connects ([`MIN_READ_BUFFER`], [`MIN_WRITE_BUFFER`]) and doubled,
+//! with `try_reserve`, when what it has in flight needs more: the read buffer up to two
+//! largest messages, the write buffer up to `--max-concurrent-messages` largest responses. A
+//! client that cannot be given memory waits for its answers, or is closed when it has none
+//! coming; no allocation failure ends the process.
 //!
 //! One turn of the loop:
 //!
@@ -34,7 +38,8 @@
 //! A client whose packets arrive on the CPU of another data-path thread (`SO_INCOMING_CPU`,
 //! looked at every [`LOOK_EVERY`] answered frames) is handed over to that thread, with its
 //! buffers, once it has nothing in flight, buffered or unwritten: a thread and its clients on
-//! one CPU wake each other without inter-processor interrupts. Nothing in the loop allocates.
+//! one CPU wake each other without inter-processor interrupts. Nothing in the loop allocates
+//! once a client's buffers have grown to what it keeps in flight.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -52,7 +57,7 @@ use urom_core::transport::{Armed, FrameReceiver, FrameSendError, FrameSender, Tr
 use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, fast_client_message, message_length};
 
-use crate::limits::MIN_READ_BUFFER;
+use crate::limits::{MIN_READ_BUFFER, MIN_WRITE_BUFFER};
 
 /// The epoll token of the thread's wake-up eventfd.
 const WAKE_TOKEN: u64 = u64::MAX;
@@ -137,14 +142,19 @@ pub(crate) enum DataPathEnd {
 pub(crate) struct Client {
     stream: TcpStream,
     peer: SocketAddr,
-    rbuf: Box<[u8]>,
+    /// Its length is its size (grown by [`grow`]).
+    rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
-    wbuf: Box<[u8]>,
+    /// Its length is its size (grown by [`grow`]).
+    wbuf: Vec<u8>,
     wstart: usize,
     wend: usize,
     /// Requests forwarded whose responses have not arrived.
     awaiting: usize,
+    /// Bytes of those requests: the room their responses (as long as the requests, from a
+    /// processor that reverses bytes) are sure to find in the write buffer.
+    reserved: usize,
     /// Epoll said readable and `read` has not returned `WouldBlock` since.
     readable: bool,
     /// Epoll said the client closed its sending side (or the connection broke): reads return
@@ -165,10 +175,11 @@ impl Client {
         self.wend - self.wstart
     }
 
-    /// Whether the responses to `more` requests of up to `max_message` bytes are sure to fit
-    /// besides those already awaited.
-    fn has_room(&self, more: usize, max_message: usize) -> bool {
-        self.unwritten() + (self.awaiting + more) * max_message <= self.wbuf.len()
+    /// Whether the responses to `more` bytes of requests are sure to fit besides those
+    /// already awaited, growing the write buffer (up to `cap` bytes) if they would not.
+    fn has_room(&mut self, more: usize, cap: usize) -> bool {
+        let need = self.unwritten() + self.reserved + more;
+        need <= self.wbuf.len() || grow(&mut self.wbuf, need, cap)
     }
 
     fn done(&self) -> bool {
@@ -176,11 +187,43 @@ impl Client {
     }
 }
 
+/// Grows `buf` (whose length is its size) to at least `need` bytes, doubling, up to `cap`;
+/// `false`, with `buf` unchanged, when `need` is over `cap` or the memory cannot be had.
+fn grow(buf: &mut Vec<u8>, need: usize, cap: usize) -> bool {
+    if need <= buf.len() {
+        return true;
+    }
+    if need > cap {
+        return false;
+    }
+    let size = need.max(buf.len().saturating_mul(2)).min(cap);
+    if buf.try_reserve_exact(size - buf.len()).is_err() {
+        return false;
+    }
+    buf.resize(size, 0);
+    true
+}
+
+/// A zeroed buffer of `len` bytes, or an error when the memory cannot be had.
+fn zeroed(len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    if !grow(&mut buf, len, len) {
+        return Err(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("cannot allocate its {len}-byte buffer"),
+        ));
+    }
+    Ok(buf)
+}
+
+/// An in-flight frame: the client's slot and generation, its requests and their bytes.
+type FrameEntry = (u32, u32, u32, u32);
+
 /// The in-flight table: which client (slot, generation) each forwarded frame came from, and
-/// how many requests it holds, oldest first. Its storage is allocated once, for `capacity`
+/// how many requests (and bytes) it holds, oldest first. Its storage is allocated once, for `capacity`
 /// frames; the caller checks [`InFlight::is_full`] before each push, so it never grows.
 struct InFlight {
-    entries: VecDeque<(u32, u32, u32)>,
+    entries: VecDeque<FrameEntry>,
     capacity: usize,
     /// Requests in the frames in flight.
     messages: usize,
@@ -209,7 +252,7 @@ impl InFlight {
         self.entries.len() == self.capacity
     }
 
-    fn push(&mut self, entry: (u32, u32, u32)) {
+    fn push(&mut self, entry: FrameEntry) {
         debug_assert!(
             !self.is_full(),
             "the in-flight table grows past its capacity"
@@ -218,7 +261,7 @@ impl InFlight {
         self.messages += entry.2 as usize;
     }
 
-    fn pop(&mut self) -> Option<(u32, u32, u32)> {
+    fn pop(&mut self) -> Option<FrameEntry> {
         let entry = self.entries.pop_front()?;
         self.messages -= entry.2 as usize;
         Some(entry)
@@ -591,17 +634,17 @@ impl<T: Transport> DataPath<T> {
     fn adopt(&mut self, stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        let read_buffer = MIN_READ_BUFFER.max(2 * self.max_message);
         self.take_in(Client {
             stream,
             peer,
-            rbuf: vec![0; read_buffer].into_boxed_slice(),
+            rbuf: zeroed(MIN_READ_BUFFER.min(self.read_cap()))?,
             rstart: 0,
             rend: 0,
-            wbuf: vec![0; self.max_concurrent * self.max_message].into_boxed_slice(),
+            wbuf: zeroed(MIN_WRITE_BUFFER.min(self.write_cap()))?,
             wstart: 0,
             wend: 0,
             awaiting: 0,
+            reserved: 0,
             // Data may have arrived before registration: read once without waiting for an
             // edge.
             readable: true,
@@ -614,6 +657,18 @@ impl<T: Transport> DataPath<T> {
         })?;
         debug!(thread = self.index, %peer, "client connected");
         Ok(())
+    }
+
+    /// The most a client's read buffer grows to: two largest messages (one being read behind
+    /// one that waits), at least [`MIN_READ_BUFFER`].
+    fn read_cap(&self) -> usize {
+        MIN_READ_BUFFER.max(2 * self.max_message)
+    }
+
+    /// The most a client's write buffer grows to: a largest response for each request the
+    /// thread may have in flight.
+    fn write_cap(&self) -> usize {
+        self.max_concurrent.saturating_mul(self.max_message)
     }
 
     /// Reads and forwards for every client that has something; returns whether anything was
@@ -646,6 +701,8 @@ impl<T: Transport> DataPath<T> {
     /// why it stopped and whether it moved anything.
     fn read_client(&mut self, slot: u32) -> (ReadOutcome, bool) {
         let generation = self.generations[slot as usize];
+        let write_cap = self.write_cap();
+        let read_cap = self.read_cap();
         let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
             return (ReadOutcome::Idle, false);
         };
@@ -675,11 +732,21 @@ impl<T: Transport> DataPath<T> {
                     frame_full = true;
                     break;
                 }
-                if self.inflight.messages + count >= self.max_concurrent
-                    || self.inflight.is_full()
-                    || !client.has_room(count + 1, self.max_message)
+                if self.inflight.messages + count >= self.max_concurrent || self.inflight.is_full()
                 {
                     stop = Some(ReadOutcome::Blocked);
+                    break;
+                }
+                if !client.has_room(end + len - client.rstart, write_cap) {
+                    stop = Some(
+                        if count == 0 && client.awaiting == 0 && client.unwritten() == 0 {
+                            // Nothing will free memory for it: it cannot be served.
+                            warn!(thread = self.index, peer = %client.peer, "cannot allocate the {}-byte write buffer this client's requests need; disconnecting it", client.reserved + len);
+                            ReadOutcome::Close
+                        } else {
+                            ReadOutcome::Blocked
+                        },
+                    );
                     break;
                 }
                 end += len;
@@ -697,9 +764,12 @@ impl<T: Transport> DataPath<T> {
                         return (ReadOutcome::Blocked, moved);
                     }
                 }
-                self.inflight.push((slot, generation, count as u32));
+                let bytes = end - client.rstart;
+                self.inflight
+                    .push((slot, generation, count as u32, bytes as u32));
                 self.unflushed += 1;
                 client.awaiting += count;
+                client.reserved += bytes;
                 client.rstart = end;
                 moved = true;
             }
@@ -738,6 +808,14 @@ impl<T: Transport> DataPath<T> {
                 client.rend -= client.rstart;
                 client.rstart = 0;
             }
+            if client.rend == client.rbuf.len() {
+                // A message longer than the buffer so far.
+                let need = client.rbuf.len().saturating_mul(2);
+                if !grow(&mut client.rbuf, need.min(read_cap), read_cap) {
+                    warn!(thread = self.index, peer = %client.peer, "cannot allocate a {need}-byte read buffer for this client's message; disconnecting it");
+                    return (ReadOutcome::Close, moved);
+                }
+            }
             match client.stream.read(&mut client.rbuf[client.rend..]) {
                 Ok(0) => {
                     client.eof = true;
@@ -771,6 +849,7 @@ impl<T: Transport> DataPath<T> {
     /// when the orchestrator is gone.
     fn take_responses(&mut self) -> Result<bool, ()> {
         let mut took = false;
+        let write_cap = self.write_cap();
         loop {
             let frame = match self.channel.recv() {
                 Ok(Some(frame)) => frame,
@@ -794,7 +873,7 @@ impl<T: Transport> DataPath<T> {
                 }
             };
             took = true;
-            let Some((slot, generation, count)) = self.inflight.pop() else {
+            let Some((slot, generation, count, bytes)) = self.inflight.pop() else {
                 error!(
                     thread = self.index,
                     "the orchestrator sent a response nobody asked for; dropped"
@@ -808,6 +887,7 @@ impl<T: Transport> DataPath<T> {
                 continue;
             };
             client.awaiting -= count as usize;
+            client.reserved -= bytes as usize;
             if !responses_valid(frame, count, self.max_len) {
                 error!(thread = self.index, peer = %client.peer, "the orchestrator sent a malformed response; disconnecting its client");
                 self.close(slot, false);
@@ -827,6 +907,16 @@ impl<T: Transport> DataPath<T> {
                 client.wbuf.copy_within(client.wstart..client.wend, 0);
                 client.wend -= client.wstart;
                 client.wstart = 0;
+            }
+            // Responses longer than their requests (from a processor that does not reverse
+            // bytes) may need more room than was kept for them.
+            let need = client.wend + rest.len() + client.reserved;
+            if client.wend + rest.len() > client.wbuf.len()
+                && !grow(&mut client.wbuf, need, need.max(write_cap))
+            {
+                error!(thread = self.index, peer = %client.peer, "cannot allocate the {need}-byte write buffer for this client's responses; disconnecting it");
+                self.close(slot, false);
+                continue;
             }
             client.wbuf[client.wend..client.wend + rest.len()].copy_from_slice(rest);
             client.wend += rest.len();
@@ -1069,15 +1159,36 @@ mod tests {
     #[test]
     fn the_in_flight_table_counts_messages_and_keeps_order() {
         let mut table = InFlight::new(2);
-        table.push((1, 0, 5));
-        table.push((2, 7, 1));
+        table.push((1, 0, 5, 60));
+        table.push((2, 7, 1, 12));
         assert!(table.is_full());
         assert_eq!(table.messages, 6);
-        assert_eq!(table.pop(), Some((1, 0, 5)));
-        table.push((3, 1, 2));
-        assert_eq!(table.pop(), Some((2, 7, 1)));
-        assert_eq!(table.pop(), Some((3, 1, 2)));
+        assert_eq!(table.pop(), Some((1, 0, 5, 60)));
+        table.push((3, 1, 2, 24));
+        assert_eq!(table.pop(), Some((2, 7, 1, 12)));
+        assert_eq!(table.pop(), Some((3, 1, 2, 24)));
         assert_eq!(table.pop(), None);
         assert_eq!(table.messages, 0);
+    }
+
+    #[test]
+    fn buffers_grow_by_doubling_up_to_their_cap_and_fail_without_aborting() {
+        let mut buf = zeroed(16).unwrap();
+        assert!(grow(&mut buf, 10, 100));
+        assert_eq!(buf.len(), 16);
+        assert!(grow(&mut buf, 17, 100));
+        assert_eq!(buf.len(), 32);
+        assert!(grow(&mut buf, 90, 100));
+        assert_eq!(buf.len(), 90);
+        assert!(grow(&mut buf, 100, 100));
+        assert_eq!(buf.len(), 100);
+        assert!(!grow(&mut buf, 101, 100));
+        assert_eq!(buf.len(), 100);
+        // More than any machine has: refused, not an abort.
+        assert!(!grow(&mut buf, usize::MAX / 2, usize::MAX));
+        assert_eq!(
+            zeroed(isize::MAX as usize).unwrap_err().kind(),
+            io::ErrorKind::OutOfMemory
+        );
     }
 }

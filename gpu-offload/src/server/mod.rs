@@ -114,6 +114,30 @@ pub enum ServerError {
         max = crate::limits::MAX_PROCESSOR_THREADS
     )]
     TooManyThreads(usize),
+    /// The responses the data-path threads may hold in flight need more memory than the
+    /// machine has.
+    #[error(
+        "--max-concurrent-messages {concurrent} x --max-message-length {length} (+{header} \
+         header bytes) x {threads} data-path threads: up to {need:.1} GiB of responses in \
+         flight, more than this machine's {total:.1} GiB of memory; {largest}",
+        header = urom_wire::gpu::CLIENT_HEADER_LEN,
+        need = *need as f64 / GIB,
+        total = *total as f64 / GIB,
+    )]
+    TooMuchMemory {
+        /// `--max-concurrent-messages`.
+        concurrent: u32,
+        /// `--max-message-length`.
+        length: u32,
+        /// Data-path threads.
+        threads: usize,
+        /// Bytes the configuration may need.
+        need: u64,
+        /// Bytes of memory of this machine.
+        total: u64,
+        /// The largest configuration that fits, as flags.
+        largest: String,
+    },
     /// A data-path thread could not be pinned to its CPU.
     #[error("{0} (is the --cpu online and allowed for this process?)")]
     Pin(#[source] urom_core::PinError),
@@ -188,6 +212,9 @@ impl PendingServer {
             return Err(ServerError::TooManyThreads(args.cpus.len()));
         }
         args.params().channel_config()?;
+        if let Some(total) = memory_total() {
+            check_memory(&args, total)?;
+        }
         crate::cli::check_cpus(&args.cpus).map_err(ServerError::Cpu)?;
         let addr = SocketAddr::new(args.listen_address, args.server_listen_port);
         let tcp = bind_tcp(addr).map_err(|source| ServerError::Listen { addr, source })?;
@@ -343,6 +370,47 @@ fn spawn_threads<T: Transport + Send + 'static>(
         return Err(e);
     }
     Ok(threads)
+}
+
+/// Bytes in a GiB, for messages.
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// This machine's memory (`MemTotal` of `/proc/meminfo`), if it can be read.
+fn memory_total() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses flags whose responses in flight (each data-path thread holds up to
+/// `--max-concurrent-messages` largest responses in its clients' write buffers) need more
+/// than `total` bytes, naming the largest `--max-concurrent-messages` (or, when not even one
+/// fits, `--max-message-length`) that fits.
+fn check_memory(args: &ServerArgs, total: u64) -> Result<(), ServerError> {
+    let threads = args.cpus.len() as u64;
+    let length = args.channel.max_message_length;
+    let message = u64::from(length) + urom_wire::gpu::CLIENT_HEADER_LEN as u64;
+    let concurrent = args.channel.max_concurrent_messages;
+    let need = u64::from(concurrent) * message * threads;
+    if need <= total {
+        return Ok(());
+    }
+    let fits = total / (message * threads);
+    let largest = if fits > 0 {
+        format!("with this length, at most --max-concurrent-messages {fits}")
+    } else {
+        let longest = (total / threads).saturating_sub(urom_wire::gpu::CLIENT_HEADER_LEN as u64);
+        format!("with one request in flight, at most --max-message-length {longest}")
+    };
+    Err(ServerError::TooMuchMemory {
+        concurrent,
+        length,
+        threads: args.cpus.len(),
+        need,
+        total,
+        largest,
+    })
 }
 
 /// A TCP socket bound to `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` sets it), not
@@ -607,6 +675,44 @@ mod tests {
         assert_eq!(args.channel.max_message_length, 128);
         assert_eq!(args.channel.max_concurrent_messages, 128);
         assert_eq!(args.params().threads, 2);
+    }
+
+    #[test]
+    fn flags_that_need_more_memory_than_the_machine_has_name_the_largest_that_fits() {
+        let args = |concurrent: &str, length: &str| {
+            ServerArgs::try_parse_from([
+                "s",
+                "-p",
+                "1",
+                "--cpu",
+                "0",
+                "--cpu",
+                "1",
+                "--max-concurrent-messages",
+                concurrent,
+                "--max-message-length",
+                length,
+            ])
+            .unwrap()
+        };
+        let gib = 1u64 << 30;
+        assert!(check_memory(&args("128", "256"), gib).is_ok());
+        let error = check_memory(&args("2048", "16777204"), 24 * gib)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("up to 64.0 GiB")
+                && error.contains("at most --max-concurrent-messages 768"),
+            "{error}"
+        );
+        assert!(check_memory(&args("768", "16777204"), 24 * gib).is_ok());
+        let error = check_memory(&args("1", "16777204"), 16 * (1 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("at most --max-message-length 8388596"),
+            "{error}"
+        );
     }
 
     #[test]
