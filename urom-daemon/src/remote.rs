@@ -7,7 +7,7 @@
 //! connections are closed at it), but authenticates by proving the shared secret (see
 //! `urom_core::auth`) instead of by Unix credentials, owns its workers by the identity it
 //! proved, and, until it has proved it, holds one of the few places of its source address
-//! ([`UNPROVEN`]): one address flooding the port cannot keep hosts at others out. Everything
+//! (`UNPROVEN`): one address flooding the port cannot keep hosts at others out. Everything
 //! after the proofs travels in records with an integrity check; refusals and failed proofs are
 //! logged at a bounded rate, with counts.
 

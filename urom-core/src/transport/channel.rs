@@ -235,7 +235,7 @@ impl Channel {
 
 impl Channel {
     /// Sets up a UCX channel through `door`, a stream on which both sides already proved who
-    /// they are (see [`UcxConnection::connect_through`]); without the `ucx` feature, an error.
+    /// they are (`ucx::UcxConnection::connect_through`); without the `ucx` feature, an error.
     pub fn connect_through(
         door: &mut (super::stream::StreamReader, super::stream::StreamWriter),
         config: &ChannelConfig,
