@@ -200,7 +200,8 @@ impl fmt::Display for Stats {
 /// server is still there tells a refused client from a server that went away.
 #[derive(Debug)]
 pub enum ServerProbe {
-    /// The server accepted the connection: it is up, and closed this client alone.
+    /// The server accepted the connection: it is up, and closed this client alone (it
+    /// refused it, or lost its requests with its orchestrator).
     Accepting,
     /// The connection was refused: the server stopped listening (it was stopped or ended).
     Refused,
@@ -349,10 +350,11 @@ impl fmt::Display for ClientError {
                     ),
                     ServerProbe::Accepting => write!(
                         f,
-                        "; it still accepts connections, so it refused this client, for \
-                         example for a request longer than its --max-message-length (these \
-                         requests have {payload}-byte payloads) or for too many clients \
-                         waiting (see the server's log)"
+                        "; it still accepts connections, so it closed this connection alone: \
+                         it lost the requests in flight when its orchestrator went away, or it \
+                         refused this client, for example for a request longer than its \
+                         --max-message-length (these requests have {payload}-byte payloads) or \
+                         for too many clients waiting (see the server's log)"
                     ),
                     ServerProbe::Unknown(e) => {
                         write!(f, "; whether it still runs is unknown: {e}")

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -117,17 +117,7 @@ fn sigterm_on_the_server_answers_what_is_in_flight_and_closes_cleanly() {
 }
 
 #[test]
-fn a_side_that_dies_makes_the_other_exit_with_an_error() {
-    let mut stack = Stack::two_threads();
-    let _ = stack.orchestrator.0.kill();
-    let status = stack
-        .server
-        .wait_timeout(TIMEOUT)
-        .expect("the server did not exit");
-    assert_eq!(status.code(), Some(1));
-    let log = stack.server_log();
-    assert!(log.contains("the orchestrator went away"), "{log}");
-
+fn a_server_that_dies_makes_the_orchestrator_exit_with_an_error() {
     let mut stack = Stack::two_threads();
     let _ = stack.server.0.kill();
     let status = stack
@@ -140,26 +130,59 @@ fn a_side_that_dies_makes_the_other_exit_with_an_error() {
 }
 
 #[test]
-fn a_client_whose_server_ends_with_its_orchestrator_is_told_so() {
+fn the_server_outlives_its_orchestrator_and_serves_the_next() {
     let mut stack = Stack::two_threads();
     let port = stack.port;
+    // A client with requests in flight when the orchestrator dies loses those alone.
     let running = std::thread::spawn(move || run_client(port, 2, u64::MAX / 8, "xyz", "zyx", 64));
+    // A client between requests keeps its connection.
+    let mut idle = stack.connect();
+    idle.write_all(&request_frame(b"before")).unwrap();
+    assert_eq!(read_exactly(&mut idle, 18), frame(5, b"erofeb"));
     std::thread::sleep(std::time::Duration::from_millis(500));
     let _ = stack.orchestrator.0.kill();
+    let _ = stack.orchestrator.0.wait();
     let output = running.join().unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("the server closed the connection after")
-            && stderr.contains("it accepts no new connections: it was stopped, or it ended")
-            && !stderr.contains("--max-message-length"),
+            && stderr.contains("requests sent unanswered")
+            && stderr.contains("it lost the requests in flight when its orchestrator went away"),
         "{stderr}"
     );
-    let status = stack
-        .server
-        .wait_timeout(TIMEOUT)
-        .expect("the server did not exit");
-    assert_eq!(status.code(), Some(1));
+    // No orchestrator: the server keeps listening, and requests wait.
+    let mut waiting = stack.connect();
+    idle.write_all(&request_frame(b"while alone")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        stack.server.0.try_wait().unwrap().is_none(),
+        "the server ended with its orchestrator:\n{}",
+        stack.server_log()
+    );
+    // A new orchestrator: the waiting requests are answered, new clients served.
+    let socket = socket_path(&stack.dir);
+    stack.orchestrator = urom_testkit::ChildGuard(
+        Command::new(ORCHESTRATOR)
+            .args(["-c", socket.to_str().unwrap(), "-t", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(read_exactly(&mut idle, 23), frame(5, b"enola elihw"));
+    let output = run_client(stack.port, 2, 500, "again", "niaga", 16);
+    assert_client_ok(&output, 1_000, "with the new orchestrator");
+    waiting.write_all(&request_frame(b"late")).unwrap();
+    assert_eq!(read_exactly(&mut waiting, 16), frame(5, b"etal"));
+    let log = stack.server_log();
+    assert!(
+        log.contains("the orchestrator went away")
+            && log.contains("a new orchestrator connected; serving again"),
+        "{log}"
+    );
+    drop((idle, waiting));
+    stack.stop_with(SIGINT, true);
 }
 
 #[test]

@@ -175,7 +175,7 @@ fn server_orchestrator_and_clients_on_three_machines() {
         dir: TempDir::new("gpu-offload-three-machines"),
     };
     every_response_is_right_across_machines(&machines);
-    the_orchestrator_killed_makes_the_server_exit_with_an_error(&machines);
+    the_server_outlives_its_orchestrator_and_serves_the_next_across_machines(&machines);
     a_thread_count_mismatch_is_a_clear_error_on_both_machines(&machines);
     an_orchestrator_with_no_server_says_so(&machines);
 }
@@ -222,8 +222,9 @@ fn every_response_is_right_across_machines(machines: &Machines) {
     );
 }
 
-/// The orchestrator's machine loses it under load: the client is told, the server exits 1.
-fn the_orchestrator_killed_makes_the_server_exit_with_an_error(machines: &Machines) {
+/// The orchestrator's machine loses it under load: the client is told of the requests it
+/// lost, the server stays up, and a new orchestrator on that machine serves clients again.
+fn the_server_outlives_its_orchestrator_and_serves_the_next_across_machines(machines: &Machines) {
     let mut remote = Remote::start(machines, "killed");
     let running = std::thread::scope(|scope| {
         let port = remote.port;
@@ -235,16 +236,52 @@ fn the_orchestrator_killed_makes_the_server_exit_with_an_error(machines: &Machin
     assert_eq!(running.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&running.stderr);
     assert!(
-        stderr.contains("the server closed the connection after"),
+        stderr.contains("the server closed the connection after")
+            && stderr.contains("it lost the requests in flight when its orchestrator went away"),
         "{stderr}"
     );
-    let status = remote
-        .server
+    let _ = remote.orchestrator.0.wait();
+    assert!(
+        remote.server.0.try_wait().unwrap().is_none(),
+        "the server ended with its orchestrator\n{}",
+        remote.logs(machines)
+    );
+    let channel = machines
+        .log(&remote.logs.0)
+        .split("gpu-offload-orchestrator -c ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .expect("the server names its channel");
+    remote.orchestrator = ChildGuard(
+        machines
+            .command(ORCHESTRATOR_NS, SERVER_NS, ORCHESTRATOR)
+            .args(["-c", &channel, "-t", "2"])
+            .args(["--max-message-length", MAX_LEN])
+            .stdout(Stdio::null())
+            .stderr(log_file(machines, "killed-second-orchestrator.log"))
+            .spawn()
+            .expect("starting the second orchestrator"),
+    );
+    let output = client(machines, remote.port, 2, 200, "again", "niaga", 8);
+    common::assert_client_ok(&output, 400, &remote.logs(machines));
+    remote.server.signal(common::SIGINT);
+    let server = remote.server.wait_timeout(TIMEOUT).expect("server stops");
+    let orchestrator = remote
+        .orchestrator
         .wait_timeout(TIMEOUT)
-        .expect("the server did not exit");
-    assert_eq!(status.code(), Some(1), "{}", remote.logs(machines));
+        .expect("orchestrator stops");
+    assert!(
+        server.success() && orchestrator.success(),
+        "server {server}, orchestrator {orchestrator}\n{}",
+        remote.logs(machines)
+    );
     let log = machines.log(&remote.logs.0);
-    assert!(log.contains("the orchestrator went away"), "{log}");
+    assert!(
+        log.contains("the orchestrator went away")
+            && log.contains("a new orchestrator connected; serving again"),
+        "{log}"
+    );
 }
 
 /// Two data-path threads against three processor threads, across machines: both refuse with

@@ -59,7 +59,32 @@ impl Listener {
         ours: &ChannelParams,
         stop: &AtomicBool,
     ) -> Result<ServerChannel, ChannelError> {
-        let mut control = accept_one(&self.listener, stop, None, "waiting for the orchestrator")?;
+        let control = accept_one(&self.listener, stop, None, "waiting for the orchestrator")?;
+        self.set_up(control, ours, stop)
+    }
+
+    /// As [`Self::accept`] if an orchestrator is connecting now; `Ok(None)` at once if none.
+    pub(super) fn try_accept(
+        &self,
+        ours: &ChannelParams,
+        stop: &AtomicBool,
+    ) -> Result<Option<ServerChannel>, ChannelError> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        if !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1)) {
+            return Ok(None);
+        }
+        let control = accept_one(&self.listener, stop, None, "waiting for the orchestrator")?;
+        self.set_up(control, ours, stop).map(Some)
+    }
+
+    /// The setup after the orchestrator's control connection came.
+    fn set_up(
+        &self,
+        mut control: UnixStream,
+        ours: &ChannelParams,
+        stop: &AtomicBool,
+    ) -> Result<ServerChannel, ChannelError> {
         let params = server_hellos(&mut control, ours)?;
         let config = params.channel_config()?;
         let deadline = Instant::now() + STEP_TIMEOUT;

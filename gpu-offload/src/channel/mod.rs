@@ -111,6 +111,20 @@ impl ChannelListener {
         }
     }
 
+    /// As [`Self::accept`] if an orchestrator is connecting now (a new one, after the last
+    /// went away); `Ok(None)` at once if none is.
+    pub fn try_accept(
+        &mut self,
+        ours: &ChannelParams,
+        stop: &AtomicBool,
+    ) -> Result<Option<ServerChannel>, ChannelError> {
+        match &mut self.kind {
+            ListenerKind::Unix(listener) => listener.try_accept(ours, stop),
+            #[cfg(feature = "ucx")]
+            ListenerKind::Ucx(listener) => listener.try_accept(ours, stop),
+        }
+    }
+
     /// Waits for the orchestrator (until `stop`), agrees on `ours`, and sets up one data
     /// connection per thread.
     pub fn accept(

@@ -111,12 +111,35 @@ impl Listener {
         ours: &ChannelParams,
         stop: &AtomicBool,
     ) -> Result<ServerChannel, ChannelError> {
-        let mut control = accept_until(
+        let control = accept_until(
             &mut self.control,
             stop,
             None,
             "waiting for the orchestrator",
         )?;
+        self.set_up(control, ours, stop)
+    }
+
+    /// As [`Self::accept`] if an orchestrator is connecting now; `Ok(None)` at once if none.
+    pub(super) fn try_accept(
+        &mut self,
+        ours: &ChannelParams,
+        stop: &AtomicBool,
+    ) -> Result<Option<ServerChannel>, ChannelError> {
+        match self.control.accept(Duration::ZERO) {
+            Ok(Some(control)) => self.set_up(control, ours, stop).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(ChannelError::AcceptUcx(e.into())),
+        }
+    }
+
+    /// The setup after the orchestrator's control connection came.
+    fn set_up(
+        &mut self,
+        mut control: UcxConnection,
+        ours: &ChannelParams,
+        stop: &AtomicBool,
+    ) -> Result<ServerChannel, ChannelError> {
         let params = server_hellos(&mut control, ours)?;
         let config = params.channel_config()?;
         let at = SocketAddr::new(self.address.ip(), 0);

@@ -45,8 +45,8 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -99,9 +99,41 @@ pub(crate) struct DataPathConfig<T> {
     /// Every data-path thread's mailbox, in thread order; this thread's is at `index`.
     pub mailboxes: Arc<[Mailbox]>,
     pub draining: Arc<AtomicBool>,
-    /// Set by a thread whose data connection broke; the thread then waits for `draining`
-    /// before it closes its clients, so that the server has stopped listening by then.
-    pub lost: Arc<AtomicBool>,
+    /// Raised by a thread whose data connection broke to its connection's epoch + 1 (see
+    /// [`ChannelSlot`]): the main thread then waits for a new orchestrator.
+    pub lost: Arc<AtomicUsize>,
+    /// Where the main thread puts the data connection to a new orchestrator.
+    pub slot: Arc<ChannelSlot<T>>,
+}
+
+/// Where the main thread puts a data-path thread's data connection to a new orchestrator,
+/// with its epoch (how many orchestrators came before it).
+pub(crate) struct ChannelSlot<T> {
+    conn: Mutex<Option<(T, usize)>>,
+    /// A connection is in `conn`; looked at once per turn of the thread's loop.
+    ready: AtomicBool,
+}
+
+impl<T> ChannelSlot<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            conn: Mutex::new(None),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Hands `conn`, of orchestrator `epoch`, to the thread (which the caller then wakes).
+    pub(crate) fn put(&self, conn: T, epoch: usize) {
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn, epoch));
+        self.ready.store(true, Ordering::Release);
+    }
+
+    fn take(&self) -> Option<(T, usize)> {
+        if !self.ready.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        self.conn.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// How clients reach a data-path thread: from the acceptor, and from another data-path thread
@@ -134,8 +166,8 @@ impl Mailbox {
 pub(crate) enum DataPathEnd {
     /// It drained as asked.
     Drained,
-    /// The orchestrator's side of the data connection went away.
-    OrchestratorGone,
+    /// It panicked (as the main thread reads a failed join).
+    Panicked,
 }
 
 /// One TCP client.
@@ -185,6 +217,27 @@ impl Client {
     fn done(&self) -> bool {
         self.eof && self.awaiting == 0 && self.unwritten() == 0
     }
+}
+
+/// Sets `channel` to defer its wake-ups and watches its wake-up descriptors with `epoll`.
+fn register_channel<T: Transport>(epoll: &Epoll, channel: &mut T) -> io::Result<()> {
+    let (tx, rx) = channel.split();
+    // One wake-up per turn, after all its frames (`flush_wakes`).
+    tx.defer_wakes(true);
+    // Edge-triggered: every wake-up is an edge, so the descriptor is never read.
+    for (fd, token) in rx.wake_fds().into_iter().zip([RING_TOKEN, PEER_TOKEN]) {
+        if let Some(fd) = fd {
+            let mut event = EpollEvent::new(
+                EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET,
+                token,
+            );
+            // A descriptor number of the old connection's may still be watched.
+            if let Err(nix::errno::Errno::EEXIST) = epoll.add(fd, event) {
+                epoll.modify(fd, &mut event)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Grows `buf` (whose length is its size) to at least `need` bytes, doubling, up to `cap`;
@@ -287,7 +340,12 @@ pub(crate) struct DataPath<T> {
     channel: T,
     mailboxes: Arc<[Mailbox]>,
     draining: Arc<AtomicBool>,
-    lost: Arc<AtomicBool>,
+    lost: Arc<AtomicUsize>,
+    slot: Arc<ChannelSlot<T>>,
+    /// The orchestrator the data connection goes to: 0 for the first, one more for each new.
+    epoch: usize,
+    /// The data connection broke: nothing is forwarded until a new one comes in `slot`.
+    detached: bool,
     epoll: Epoll,
     events: Vec<EpollEvent>,
     clients: Vec<Option<Client>>,
@@ -314,21 +372,7 @@ impl<T: Transport> DataPath<T> {
             EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
         )?;
         let mut channel = config.channel;
-        let (tx, rx) = channel.split();
-        // One wake-up per turn, after all its frames (`flush_wakes`).
-        tx.defer_wakes(true);
-        // Edge-triggered: every wake-up is an edge, so the descriptor is never read.
-        for (fd, token) in rx.wake_fds().into_iter().zip([RING_TOKEN, PEER_TOKEN]) {
-            if let Some(fd) = fd {
-                epoll.add(
-                    fd,
-                    EpollEvent::new(
-                        EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET,
-                        token,
-                    ),
-                )?;
-            }
-        }
+        register_channel(&epoll, &mut channel)?;
         Ok(Self {
             index: config.index,
             max_len: config.max_message_length,
@@ -339,6 +383,9 @@ impl<T: Transport> DataPath<T> {
             mailboxes: config.mailboxes,
             draining: config.draining,
             lost: config.lost,
+            slot: config.slot,
+            epoch: 0,
+            detached: false,
             epoll,
             events: vec![EpollEvent::empty(); EVENTS],
             clients: Vec::with_capacity(64),
@@ -354,7 +401,8 @@ impl<T: Transport> DataPath<T> {
         })
     }
 
-    /// Serves clients until drained (or the orchestrator is gone), then closes every client
+    /// Serves clients until drained (through orchestrators going away and new ones coming:
+    /// [`Self::detach`], [`Self::attach`]), then closes every client
     /// cleanly.
     pub(crate) fn run(mut self) -> DataPathEnd {
         let mut drain_since: Option<Instant> = None;
@@ -418,21 +466,21 @@ impl<T: Transport> DataPath<T> {
                 last_poll = now;
                 self.poll_events(timeout)
             };
-            // Responses first: the in-flight entries and room they free let the requests
-            // read next go out in this turn, before the writes below wake their clients.
-            match self.take_responses() {
-                Ok(took) => progress |= took,
-                Err(()) => {
-                    // Clients closed while the server still listens would take it for alive:
-                    // let the main thread stop listening first.
-                    self.lost.store(true, Ordering::Relaxed);
-                    while !self.draining.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    break DataPathEnd::OrchestratorGone;
+            if self.slot.ready.load(Ordering::Relaxed) {
+                if let Some((conn, epoch)) = self.slot.take() {
+                    self.attach(conn, epoch);
+                    progress = true;
                 }
             }
-            if drain_since.is_none() && self.read_clients() {
+            // Responses first: the in-flight entries and room they free let the requests
+            // read next go out in this turn, before the writes below wake their clients.
+            if !self.detached {
+                match self.take_responses() {
+                    Ok(took) => progress |= took,
+                    Err(()) => self.detach(true),
+                }
+            }
+            if !self.detached && drain_since.is_none() && self.read_clients() {
                 progress = true;
             }
             if self.unflushed > 0 {
@@ -455,6 +503,75 @@ impl<T: Transport> DataPath<T> {
             "data-path thread stopped"
         );
         end
+    }
+
+    /// The data connection broke (or a new one replaces it): the requests in flight are lost,
+    /// so each client that had some gets the answers it was given, then end of file, and
+    /// sends nothing more; the others keep their connection, and their requests wait for
+    /// the new connection. With `report`, tells the main thread.
+    fn detach(&mut self, report: bool) {
+        self.detached = true;
+        self.peer_hung_up = false;
+        self.unflushed = 0;
+        if report {
+            self.lost.fetch_max(self.epoch + 1, Ordering::Relaxed);
+        }
+        let (mut requests, mut clients) = (0u64, 0u64);
+        while let Some((slot, generation, count, _)) = self.inflight.pop() {
+            requests += u64::from(count);
+            if self.generations[slot as usize] != generation {
+                continue;
+            }
+            let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
+                continue;
+            };
+            if !client.eof || client.awaiting > 0 {
+                clients += 1;
+            }
+            client.awaiting = 0;
+            client.reserved = 0;
+            client.eof = true;
+            client.readable = false;
+            client.rstart = 0;
+            client.rend = 0;
+            if !client.in_dirty {
+                client.in_dirty = true;
+                self.dirty.push(slot);
+            }
+        }
+        warn!(
+            thread = self.index,
+            requests_lost = requests,
+            clients_closed = clients,
+            "the data connection to the orchestrator broke: the clients whose requests were in flight get the answers they were given, then end of file; the others wait for a new orchestrator"
+        );
+    }
+
+    /// Serves the data connection `conn` to orchestrator `epoch` from now on; the old one's
+    /// requests in flight are lost ([`Self::detach`]).
+    fn attach(&mut self, mut conn: T, epoch: usize) {
+        if !self.detached {
+            self.detach(false);
+        }
+        if let Err(e) = register_channel(&self.epoll, &mut conn) {
+            error!(
+                thread = self.index,
+                "cannot watch the new data connection: {e}"
+            );
+        }
+        self.channel = conn;
+        self.epoch = epoch;
+        self.detached = false;
+        info!(thread = self.index, "serving a new orchestrator");
+        // Clients whose requests waited are read again.
+        for slot in 0..self.clients.len() {
+            if let Some(client) = &mut self.clients[slot] {
+                if (client.readable || client.rstart < client.rend) && !client.in_pending {
+                    client.in_pending = true;
+                    self.pending.push(slot as u32);
+                }
+            }
+        }
     }
 
     /// How long to sleep in `epoll_wait` while answers are due: arms the data connection so

@@ -11,6 +11,12 @@
 //! for every request already forwarded are written; clients then get a clean close), then sends
 //! `start_shutdown` and waits for the orchestrator's `shutdown_complete`. On `start_shutdown`
 //! from the orchestrator it drains the same way and answers `shutdown_complete`.
+//!
+//! An orchestrator that goes away (its control or a data connection breaks) does not end the
+//! server: each thread closes the clients whose requests it had in flight (after the answers
+//! they were given) and holds the others' requests; the main thread keeps accepting clients and
+//! takes the next orchestrator that connects on the channel, whose data connections it hands
+//! to the threads (`ChannelSlot`). While one is connected, another is told it is not wanted.
 
 mod datapath;
 
@@ -18,7 +24,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,7 +41,7 @@ use crate::channel::{
     self, ChannelError, ChannelListener, ChannelParams, ControlEvent, DataConnections, Endpoint,
 };
 use crate::limits::MAX_WAITING_CLIENTS;
-use datapath::{DataPath, DataPathConfig, DataPathEnd, Mailbox};
+use datapath::{ChannelSlot, DataPath, DataPathConfig, DataPathEnd, Mailbox};
 
 /// How long the server waits for the orchestrator's `shutdown_complete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
@@ -144,9 +150,9 @@ pub enum ServerError {
     /// A data-path thread could not be started.
     #[error("cannot start a data-path thread: {0}")]
     Thread(#[source] io::Error),
-    /// The orchestrator went away without shutting down.
-    #[error("the orchestrator went away without shutting down")]
-    OrchestratorGone,
+    /// A data-path thread ended without being asked to (it panicked).
+    #[error("a data-path thread ended unexpectedly; clients closed (see the log)")]
+    ThreadEnded,
 }
 
 /// How the server's run ended.
@@ -174,16 +180,28 @@ struct ThreadHandle {
     incoming: Arc<ArrayQueue<(TcpStream, SocketAddr)>>,
     wake: Arc<EventFd>,
     join: JoinHandle<DataPathEnd>,
+    /// Where a data connection to a new orchestrator goes.
+    slot: AnySlot,
+}
+
+/// A thread's [`ChannelSlot`], of its transport.
+enum AnySlot {
+    Shm(Arc<ChannelSlot<urom_core::transport::shm::ShmConnection>>),
+    #[cfg(feature = "ucx")]
+    Ucx(Arc<ChannelSlot<urom_core::transport::ucx::UcxConnection>>),
 }
 
 /// A running server: channel set up, threads started, TCP listening.
 pub struct Server {
     listener: TcpListener,
-    control: channel::Control,
+    /// None while no orchestrator is connected (the last went away).
+    control: Option<channel::Control>,
     threads: Vec<ThreadHandle>,
     draining: Arc<AtomicBool>,
     /// A data-path thread's data connection broke.
-    lost: Arc<AtomicBool>,
+    lost: Arc<AtomicUsize>,
+    /// How many orchestrators came before the one served now.
+    epoch: usize,
     /// Accepting pauses until then after `accept` failed.
     accept_paused_until: Option<Instant>,
     /// The next pause after a failed `accept`.
@@ -265,15 +283,25 @@ impl PendingServer {
             "orchestrator connected"
         );
         let draining = Arc::new(AtomicBool::new(false));
-        let lost = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(AtomicUsize::new(0));
         let threads = match channel.data {
-            DataConnections::Shm(conns) => {
-                spawn_threads(&self.args.cpus, conns, &params, &draining, &lost)
-            }
+            DataConnections::Shm(conns) => spawn_threads(
+                &self.args.cpus,
+                conns,
+                &params,
+                &draining,
+                &lost,
+                AnySlot::Shm,
+            ),
             #[cfg(feature = "ucx")]
-            DataConnections::Ucx(conns) => {
-                spawn_threads(&self.args.cpus, conns, &params, &draining, &lost)
-            }
+            DataConnections::Ucx(conns) => spawn_threads(
+                &self.args.cpus,
+                conns,
+                &params,
+                &draining,
+                &lost,
+                AnySlot::Ucx,
+            ),
         }?;
         let addr = SocketAddr::new(self.args.listen_address, self.args.server_listen_port);
         let listener = match listen_tcp(self.tcp) {
@@ -285,10 +313,11 @@ impl PendingServer {
         };
         Ok(Server {
             listener,
-            control: channel.control,
+            control: Some(channel.control),
             threads,
             draining,
             lost,
+            epoch: 0,
             accept_paused_until: None,
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_failed: urom_cli::LogEvery::new(ACCEPT_LOG_EVERY),
@@ -306,7 +335,8 @@ fn spawn_threads<T: Transport + Send + 'static>(
     conns: Vec<T>,
     params: &ChannelParams,
     draining: &Arc<AtomicBool>,
-    lost: &Arc<AtomicBool>,
+    lost: &Arc<AtomicUsize>,
+    any_slot: fn(Arc<ChannelSlot<T>>) -> AnySlot,
 ) -> Result<Vec<ThreadHandle>, ServerError> {
     let mut threads = Vec::with_capacity(cpus.len());
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -318,6 +348,7 @@ fn spawn_threads<T: Transport + Send + 'static>(
     for (index, (cpu, conn)) in cpus.iter().zip(conns).enumerate() {
         let incoming = Arc::clone(&mailboxes[index].incoming);
         let wake = Arc::clone(&mailboxes[index].wake);
+        let slot = Arc::new(ChannelSlot::new());
         let config = DataPathConfig {
             index,
             max_message_length: params.max_message_length as usize,
@@ -327,6 +358,7 @@ fn spawn_threads<T: Transport + Send + 'static>(
             mailboxes: Arc::clone(&mailboxes),
             draining: Arc::clone(draining),
             lost: Arc::clone(lost),
+            slot: Arc::clone(&slot),
         };
         let cpu = *cpu;
         let ready = ready_tx.clone();
@@ -354,6 +386,7 @@ fn spawn_threads<T: Transport + Send + 'static>(
             incoming,
             wake,
             join,
+            slot: any_slot(slot),
         });
     }
     drop(ready_tx);
@@ -449,7 +482,7 @@ fn stop_threads(draining: &AtomicBool, threads: Vec<ThreadHandle>) -> Vec<DataPa
     }
     threads
         .into_iter()
-        .map(|t| t.join.join().unwrap_or(DataPathEnd::OrchestratorGone))
+        .map(|t| t.join.join().unwrap_or(DataPathEnd::Panicked))
         .collect()
 }
 
@@ -461,7 +494,10 @@ impl Server {
             .expect("a bound listener has an address")
     }
 
-    /// Serves clients until `stop` is set or the orchestrator shuts down.
+    /// Serves clients until `stop` is set or the orchestrator shuts down. When the
+    /// orchestrator goes away, the clients whose requests were in flight are closed after the
+    /// answers they were given, the others keep their connections (their requests wait), new
+    /// clients are still accepted, and the next orchestrator that connects is served.
     pub fn run(mut self, stop: &AtomicBool) -> Result<ServerEnd, ServerError> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         let mut next = 0usize;
@@ -489,16 +525,18 @@ impl Server {
                 // The control connection's descriptors; none means a message may be there
                 // already (no sleep), or that the connection has none to sleep on (look at it
                 // after the tick).
-                let (control_now, control_blind) = match self.control.sleep_fds() {
-                    None => (true, false),
-                    Some(control) => {
-                        for fd in control.into_iter().flatten() {
-                            fds[polled] = PollFd::new(fd, PollFlags::POLLIN);
-                            polled += 1;
+                let (control_now, control_blind) =
+                    match self.control.as_mut().map(channel::Control::sleep_fds) {
+                        None => (false, false),
+                        Some(None) => (true, false),
+                        Some(Some(control)) => {
+                            for fd in control.into_iter().flatten() {
+                                fds[polled] = PollFd::new(fd, PollFlags::POLLIN);
+                                polled += 1;
+                            }
+                            (false, polled == usize::from(accepting))
                         }
-                        (false, polled == usize::from(accepting))
-                    }
-                };
+                    };
                 let timeout = if control_now {
                     0
                 } else {
@@ -512,10 +550,11 @@ impl Server {
                     control_now || control_blind || control_fds.iter().any(ready),
                 )
             };
-            if control_ready {
-                match self.control.poll() {
+            let mut gone = false;
+            if control_ready && let Some(control) = self.control.as_mut() {
+                match control.poll() {
                     Some(ControlEvent::StartShutdown) => break Some(ControlEvent::StartShutdown),
-                    Some(ControlEvent::Gone) => break Some(ControlEvent::Gone),
+                    Some(ControlEvent::Gone) => gone = true,
                     Some(ControlEvent::ShutdownComplete) => {
                         warn!("unexpected shutdown_complete from the orchestrator ignored")
                     }
@@ -525,20 +564,46 @@ impl Server {
             if listener_ready {
                 self.accept_clients(&mut next);
             }
-            self.channel_socket.refuse_waiting(&self.params);
-            if self.lost.load(Ordering::Relaxed)
-                || self.threads.iter().any(|t| t.join.is_finished())
-            {
-                // A thread only ends early when its data connection broke.
+            if self.threads.iter().any(|t| t.join.is_finished()) {
+                // A thread only ends when asked to (or when it panicked).
                 break Some(ControlEvent::Gone);
+            }
+            if self.lost.load(Ordering::Relaxed) > self.epoch {
+                // A data connection of this orchestrator broke.
+                gone = true;
+            }
+            if gone && self.control.take().is_some() {
+                warn!(
+                    channel = %self.channel_socket.endpoint(),
+                    "the orchestrator went away: clients whose requests were in flight were closed after the answers they had; the others keep their connections, and new ones are accepted; waiting for a new orchestrator with the same -c"
+                );
+            }
+            if self.control.is_some() {
+                self.channel_socket.refuse_waiting(&self.params);
+            } else {
+                match self.channel_socket.try_accept(&self.params, stop) {
+                    Ok(Some(channel)) => self.serve_new_orchestrator(channel),
+                    Ok(None) => {}
+                    Err(ChannelError::Stopped) => break None,
+                    Err(e) => warn!("a new orchestrator could not connect: {e}"),
+                }
             }
         };
         drop(self.listener);
         let ends = stop_threads(&self.draining, std::mem::take(&mut self.threads));
+        let Some(mut control) = self.control.take() else {
+            return match cause {
+                None => {
+                    info!("server stopped (no orchestrator was connected)");
+                    Ok(ServerEnd::Stopped)
+                }
+                Some(_) => Err(ServerError::ThreadEnded),
+            };
+        };
         match cause {
             None => {
                 info!("stopping: drained; asking the orchestrator to shut down");
-                self.control.send(GpuMessage::StartShutdown);
+                control.send(GpuMessage::StartShutdown);
                 let deadline = Instant::now() + SHUTDOWN_WAIT;
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
@@ -546,10 +611,10 @@ impl Server {
                         warn!("the orchestrator did not confirm the shutdown in time");
                         break;
                     }
-                    match self.control.wait(left.min(channel::TICK)) {
+                    match control.wait(left.min(channel::TICK)) {
                         Some(ControlEvent::ShutdownComplete) | Some(ControlEvent::Gone) => break,
                         Some(ControlEvent::StartShutdown) => {
-                            self.control.send(GpuMessage::ShutdownComplete);
+                            control.send(GpuMessage::ShutdownComplete);
                         }
                         None => {}
                     }
@@ -558,21 +623,50 @@ impl Server {
                 Ok(ServerEnd::Stopped)
             }
             Some(ControlEvent::StartShutdown) => {
-                self.control.send(GpuMessage::ShutdownComplete);
+                control.send(GpuMessage::ShutdownComplete);
                 info!("the orchestrator shut down; server stopped");
                 Ok(ServerEnd::ShutdownByOrchestrator)
             }
             Some(_) => {
                 error!(
-                    threads_lost = ends
-                        .iter()
-                        .filter(|e| **e == DataPathEnd::OrchestratorGone)
-                        .count(),
-                    "the orchestrator went away; clients closed"
+                    threads_panicked = ends.iter().filter(|e| **e == DataPathEnd::Panicked).count(),
+                    "a data-path thread ended; clients closed"
                 );
-                Err(ServerError::OrchestratorGone)
+                Err(ServerError::ThreadEnded)
             }
         }
+    }
+
+    /// Hands the data connections of a new orchestrator to the threads.
+    fn serve_new_orchestrator(&mut self, channel: channel::ServerChannel) {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let put = |thread: &ThreadHandle, data: &mut DataConnections| -> bool {
+            match (&thread.slot, data) {
+                (AnySlot::Shm(slot), DataConnections::Shm(conns)) if !conns.is_empty() => {
+                    slot.put(conns.remove(0), epoch);
+                }
+                #[cfg(feature = "ucx")]
+                (AnySlot::Ucx(slot), DataConnections::Ucx(conns)) if !conns.is_empty() => {
+                    slot.put(conns.remove(0), epoch);
+                }
+                _ => return false,
+            }
+            let _ = thread.wake.write(1);
+            true
+        };
+        let mut data = channel.data;
+        for thread in &self.threads {
+            if !put(thread, &mut data) {
+                error!("the new orchestrator's data connections do not fit the threads; ignored");
+            }
+        }
+        self.control = Some(channel.control);
+        info!(
+            threads = self.threads.len(),
+            transport = data.transport(),
+            "a new orchestrator connected; serving again"
+        );
     }
 
     /// Accepts every waiting client and hands each to the next thread in turn.
