@@ -211,15 +211,11 @@ pub fn connect(args: &Args) -> Result<Service<Running>, CtlError> {
 /// Names a failed connection by its cause.
 fn classify(error: ControlError, socket: PathBuf) -> CtlError {
     match error {
-        ControlError::Io(message) if message.contains("Connection refused") => {
-            CtlError::NotRunning {
-                socket,
-                why: "nothing listens there (a socket left by a daemon that stopped)".into(),
-            }
-        }
-        ControlError::Io(message) if message.contains("Permission denied") => {
-            CtlError::PermissionDenied { socket }
-        }
+        ControlError::NoDaemon { .. } => CtlError::NotRunning {
+            socket,
+            why: "nothing listens there (a socket left by a daemon that stopped)".into(),
+        },
+        ControlError::PermissionDenied { .. } => CtlError::PermissionDenied { socket },
         ControlError::Refused {
             status: Status::Authentication,
             reason,

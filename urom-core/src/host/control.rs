@@ -7,7 +7,7 @@ use std::fmt;
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -25,6 +25,18 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why talking to the daemon failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlError {
+    /// No daemon answers at the local socket (there is none, or nothing listens on it).
+    NoDaemon {
+        /// The socket tried.
+        socket: PathBuf,
+        /// What the OS said.
+        reason: String,
+    },
+    /// The local socket's permissions keep this user out.
+    PermissionDenied {
+        /// The socket tried.
+        socket: PathBuf,
+    },
     /// The socket failed.
     Io(String),
     /// The daemon refused: its status and reason.
@@ -50,6 +62,19 @@ pub enum ControlError {
 impl fmt::Display for ControlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::NoDaemon { socket, reason } => write!(
+                f,
+                "no urom daemon answers at {} ({reason}): start one (urom-daemon listens there \
+                 unless given --socket), or point this program at the daemon's socket (the \
+                 samples and urom-ctl take --socket; DOCA_UROM_SERVICE_FILE names a service)",
+                socket.display()
+            ),
+            Self::PermissionDenied { socket } => write!(
+                f,
+                "permission denied on {}: the daemon serves its own user and root, and others \
+                 only when started with --allow-uid",
+                socket.display()
+            ),
             Self::Io(e) => write!(f, "connection to the service failed: {e}"),
             Self::Refused { status, reason } => {
                 write!(f, "the service refused: {reason} ({status})")
@@ -72,7 +97,8 @@ impl ControlError {
     pub fn status(&self) -> Status {
         match self {
             Self::Refused { status, .. } => *status,
-            Self::Closed => Status::NotConnected,
+            Self::Closed | Self::NoDaemon { .. } => Status::NotConnected,
+            Self::PermissionDenied { .. } => Status::NotPermitted,
             Self::Io(_) => Status::IoFailed,
             Self::TimedOut { .. } => Status::TimeOut,
             Self::Protocol(_) => Status::Unexpected,
@@ -188,7 +214,16 @@ impl ControlChannel {
         max: MaxMsgSize,
         identity: &str,
     ) -> Result<Arc<Self>, ControlError> {
-        let stream = UnixStream::connect(socket).map_err(io_error)?;
+        let stream = UnixStream::connect(socket).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ControlError::NoDaemon {
+                socket: socket.to_owned(),
+                reason: e.to_string(),
+            },
+            io::ErrorKind::PermissionDenied => ControlError::PermissionDenied {
+                socket: socket.to_owned(),
+            },
+            _ => io_error(e),
+        })?;
         let (reader, writer) = stream::split_unix(stream).map_err(io_error)?;
         Self::open(reader, writer, max, identity, None)
     }
