@@ -186,6 +186,56 @@ fn the_server_outlives_its_orchestrator_and_serves_the_next() {
 }
 
 #[test]
+fn requests_that_wait_too_long_for_a_new_orchestrator_end_their_client_alone() {
+    let mut stack = Stack::two_threads();
+    let mut idle = stack.connect();
+    idle.write_all(&request_frame(b"before")).unwrap();
+    assert_eq!(read_exactly(&mut idle, 18), frame(5, b"erofeb"));
+    let _ = stack.orchestrator.0.kill();
+    let _ = stack.orchestrator.0.wait();
+    // A request sent while no orchestrator is there waits, then its client is let go.
+    let mut waiting = stack.connect();
+    let sent = std::time::Instant::now();
+    waiting.write_all(&request_frame(b"alone")).unwrap();
+    assert!(
+        closed_by_server(&mut waiting),
+        "a held request's client was not let go:\n{}",
+        stack.server_log()
+    );
+    println!(
+        "a held request's client was let go after {:?}",
+        sent.elapsed()
+    );
+    // A client between requests keeps its connection, and the server its listener.
+    idle.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let kept = matches!(
+        idle.read(&mut byte),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    );
+    assert!(
+        kept,
+        "the idle client was let go too:\n{}",
+        stack.server_log()
+    );
+    assert!(
+        stack.server.0.try_wait().unwrap().is_none(),
+        "{}",
+        stack.server_log()
+    );
+    let log = stack.server_log();
+    assert!(log.contains("the clients whose requests waited"), "{log}");
+    drop((idle, waiting));
+    stack.server.signal(SIGINT);
+    let status = stack
+        .server
+        .wait_timeout(TIMEOUT)
+        .expect("the server did not stop");
+    assert!(status.success(), "server {status}:\n{}", stack.server_log());
+}
+
+#[test]
 fn a_thread_count_mismatch_is_a_clear_error_on_both_sides() {
     let dir = urom_testkit::TempDir::new("gpu-offload-mismatch");
     let socket = socket_path(&dir);

@@ -71,6 +71,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 const LINGER: Duration = Duration::from_secs(1);
 /// How long an idle thread sleeps in `epoll_wait` before looking at its flags again.
 const IDLE_WAIT: u16 = 50;
+/// How long a client's requests wait for a new orchestrator when the old one went away; then
+/// the client gets the answers it was given and end of file, as if its requests were lost.
+pub(crate) const HOLD_WITHOUT_ORCHESTRATOR: Duration = Duration::from_secs(10);
 /// How long a thread polls for answers before it sleeps until the processor wakes it.
 const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(200);
 /// How often the sockets are looked at while a thread polls for answers.
@@ -196,6 +199,8 @@ pub(crate) struct Client {
     eof: bool,
     in_pending: bool,
     in_dirty: bool,
+    /// While no orchestrator is connected: since when the client's requests wait.
+    held_since: Option<Instant>,
     /// Frames answered since the thread last asked where the client's packets arrive.
     answered: u32,
     /// Looks in a row that found the client's packets arriving on another thread's CPU.
@@ -483,6 +488,9 @@ impl<T: Transport> DataPath<T> {
             if !self.detached && drain_since.is_none() && self.read_clients() {
                 progress = true;
             }
+            if self.detached && self.end_held_clients(now) {
+                progress = true;
+            }
             if self.unflushed > 0 {
                 // The frames forwarded in this turn cost the processor one wake-up, and only
                 // if it sleeps; before the writes, so that it has its work when a client woken
@@ -522,21 +530,8 @@ impl<T: Transport> DataPath<T> {
             if self.generations[slot as usize] != generation {
                 continue;
             }
-            let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
-                continue;
-            };
-            if !client.eof || client.awaiting > 0 {
+            if self.end_client(slot) {
                 clients += 1;
-            }
-            client.awaiting = 0;
-            client.reserved = 0;
-            client.eof = true;
-            client.readable = false;
-            client.rstart = 0;
-            client.rend = 0;
-            if !client.in_dirty {
-                client.in_dirty = true;
-                self.dirty.push(slot);
             }
         }
         warn!(
@@ -545,6 +540,55 @@ impl<T: Transport> DataPath<T> {
             clients_closed = clients,
             "the data connection to the orchestrator broke: the clients whose requests were in flight get the answers they were given, then end of file; the others wait for a new orchestrator"
         );
+    }
+
+    /// Ends client `slot` as one whose requests were lost: it gets the answers it was given,
+    /// then end of file, and nothing more is read from it. Whether it was still sending or
+    /// awaiting answers.
+    fn end_client(&mut self, slot: u32) -> bool {
+        let Some(Some(client)) = self.clients.get_mut(slot as usize) else {
+            return false;
+        };
+        let was_active = !client.eof || client.awaiting > 0;
+        client.awaiting = 0;
+        client.reserved = 0;
+        client.eof = true;
+        client.readable = false;
+        client.rstart = 0;
+        client.rend = 0;
+        client.held_since = None;
+        if !client.in_dirty {
+            client.in_dirty = true;
+            self.dirty.push(slot);
+        }
+        was_active
+    }
+
+    /// While no orchestrator is connected: ends the clients whose requests waited longer
+    /// than [`HOLD_WITHOUT_ORCHESTRATOR`] for one; returns whether it ended any.
+    fn end_held_clients(&mut self, now: Instant) -> bool {
+        let mut expired = Vec::new();
+        for (slot, client) in self.clients.iter_mut().enumerate() {
+            let Some(client) = client else { continue };
+            if client.eof || !(client.readable || client.rstart < client.rend) {
+                continue;
+            }
+            let since = *client.held_since.get_or_insert(now);
+            if now.duration_since(since) >= HOLD_WITHOUT_ORCHESTRATOR {
+                expired.push(slot as u32);
+            }
+        }
+        for &slot in &expired {
+            self.end_client(slot);
+        }
+        if !expired.is_empty() {
+            warn!(
+                thread = self.index,
+                clients_closed = expired.len(),
+                "no orchestrator for {HOLD_WITHOUT_ORCHESTRATOR:?}: the clients whose requests waited get the answers they were given, then end of file"
+            );
+        }
+        !expired.is_empty()
     }
 
     /// Serves the data connection `conn` to orchestrator `epoch` from now on; the old one's
@@ -566,6 +610,7 @@ impl<T: Transport> DataPath<T> {
         // Clients whose requests waited are read again.
         for slot in 0..self.clients.len() {
             if let Some(client) = &mut self.clients[slot] {
+                client.held_since = None;
                 if (client.readable || client.rstart < client.rend) && !client.in_pending {
                     client.in_pending = true;
                     self.pending.push(slot as u32);
@@ -768,6 +813,7 @@ impl<T: Transport> DataPath<T> {
             hup: false,
             eof: false,
             in_pending: true,
+            held_since: None,
             in_dirty: false,
             answered: 0,
             away: 0,
