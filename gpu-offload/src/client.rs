@@ -565,14 +565,7 @@ fn run_thread(
                     unwritten -= n;
                     idle_since = None;
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
+                Err(e) if is_no_progress(&e) => {
                     idle_since.get_or_insert_with(Instant::now);
                 }
                 Err(e)
@@ -604,14 +597,7 @@ fn run_thread(
                 idle_since = None;
                 n
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if is_no_progress(&e) => {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= config.timeout {
                     return Err(ClientError::Timeout { thread, received });
@@ -687,6 +673,15 @@ fn describe_mismatch(response: &[u8], expected: &[u8]) -> String {
         Ok(other) => format!("message id {:?}, expected ClientResponse", other.msg_id()),
         Err(e) => format!("cannot be parsed: {e}"),
     }
+}
+
+/// Whether a socket call that failed with `e` only made no progress this time (its timeout
+/// passed, or a signal interrupted it): the caller goes on.
+fn is_no_progress(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 #[cfg(test)]

@@ -81,21 +81,7 @@ fn ctrl_c_on_the_client_ends_its_run_with_every_sent_request_answered() {
         .wait_timeout(std::time::Duration::from_secs(30))
         .expect("the client did not stop on Ctrl-C");
     assert_eq!(status.code(), Some(1));
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    client
-        .0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    client
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (stdout, stderr) = finished_output(&mut client);
     assert!(
         stderr.contains("interrupted after") && stderr.contains("every one answered and checked"),
         "{stderr}"
@@ -356,21 +342,7 @@ fn ctrl_c_stops_a_client_whose_server_stalls_printing_the_statistics() {
             took.as_millis()
         );
         assert_eq!(status.code(), Some(1));
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        client
-            .0
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut stdout)
-            .unwrap();
-        client
-            .0
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
+        let (stdout, stderr) = finished_output(&mut client);
         assert!(stdout.contains("| Operation count:   0\n"), "{stdout}");
         assert!(
             stderr.contains("interrupted after 0 of 1000000 requests")

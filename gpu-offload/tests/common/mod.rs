@@ -209,6 +209,16 @@ pub fn run_client(
         .expect("running the client")
 }
 
+/// The standard output and error, read to their end, of a child started with both piped.
+pub fn finished_output(child: &mut ChildGuard) -> (String, String) {
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let out = child.0.stdout.take().expect("a piped standard output");
+    BufReader::new(out).read_to_string(&mut stdout).unwrap();
+    let err = child.0.stderr.take().expect("a piped standard error");
+    BufReader::new(err).read_to_string(&mut stderr).unwrap();
+    (stdout, stderr)
+}
+
 /// `len` letters, a to z over and over.
 pub fn message_of(len: usize) -> String {
     (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect()
