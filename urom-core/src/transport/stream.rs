@@ -136,6 +136,23 @@ impl StreamReader {
         }
     }
 
+    /// Reads exactly `buf.len()` bytes, giving up with [`io::ErrorKind::TimedOut`] (or
+    /// `WouldBlock`) at `deadline`; `None` waits as the read timeout says.
+    pub fn read_exact_until(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.set_read_timeout(Some(left))?;
+        }
+        self.read_exact(buf)
+    }
+
     /// From now on, reads only records of at most `max` bytes sealed with `key`.
     pub fn seal(&mut self, key: &RecordKey, max: MaxMsgSize) {
         self.opener = Some(Opener::new(key, max.get()));
@@ -226,23 +243,13 @@ pub fn read_frame(
     max: MaxMsgSize,
     deadline: Option<Instant>,
 ) -> io::Result<usize> {
-    let fill = |reader: &mut StreamReader, bytes: &mut [u8]| -> io::Result<()> {
-        if let Some(deadline) = deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-            reader.set_read_timeout(Some(left))?;
-        }
-        reader.read_exact(bytes)
-    };
     buf.resize(FRAME_HEADER_LEN, 0);
-    fill(reader, buf)?;
+    reader.read_exact_until(buf, deadline)?;
     let len = frame_length(buf, max)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "short frame header"))?;
     buf.resize(len, 0);
-    fill(reader, &mut buf[FRAME_HEADER_LEN..])?;
+    reader.read_exact_until(&mut buf[FRAME_HEADER_LEN..], deadline)?;
     Ok(len)
 }
 

@@ -4,7 +4,7 @@
 use core::fmt;
 use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -812,16 +812,10 @@ fn receive_through(reader: &mut StreamReader, until: Instant) -> Result<Vec<u8>,
         }
         _ => UcxConnectError::Door(e.to_string()),
     };
-    let read = |reader: &mut StreamReader, bytes: &mut [u8]| {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ErrorKind::TimedOut.into());
-        }
-        reader.set_read_timeout(Some(left))?;
-        reader.read_exact(bytes)
-    };
     let mut len = [0; 4];
-    read(reader, &mut len).map_err(door)?;
+    reader
+        .read_exact_until(&mut len, Some(until))
+        .map_err(door)?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_HANDSHAKE_LEN {
         return Err(UcxConnectError::Handshake(
@@ -829,7 +823,9 @@ fn receive_through(reader: &mut StreamReader, until: Instant) -> Result<Vec<u8>,
         ));
     }
     let mut message = vec![0; len];
-    read(reader, &mut message).map_err(door)?;
+    reader
+        .read_exact_until(&mut message, Some(until))
+        .map_err(door)?;
     Ok(message)
 }
 
