@@ -17,9 +17,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use tracing::warn;
 use urom_wire::control::{ControlMessage, ErrorReply, REASON_LEN};
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
@@ -156,18 +158,12 @@ impl<K: Eq + Hash + Copy> Drop for Place<K> {
     }
 }
 
-#[derive(Default)]
-struct RefusalLog {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
 /// The users the daemon serves and the connections they hold.
 pub(crate) struct Gate {
     /// Users served besides root.
     allowed: Vec<u32>,
     connections: Arc<Quota<u32>>,
-    refusals: Mutex<RefusalLog>,
+    refusals: Mutex<urom_cli::LogEvery>,
 }
 
 /// A connection's place within the bounds, given back when dropped; root's counts for nothing.
@@ -181,7 +177,7 @@ impl Gate {
         Self {
             allowed,
             connections: Quota::new(limits),
-            refusals: Mutex::default(),
+            refusals: Mutex::new(urom_cli::LogEvery::new(REFUSAL_LOG_INTERVAL)),
         }
     }
 
@@ -213,27 +209,31 @@ impl Gate {
     /// with the next one logged.
     pub(crate) fn log_refusal(&self, from: &dyn fmt::Display, reason: &str) {
         let mut log = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if log
-            .last
-            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL)
-        {
-            log.unlogged += 1;
-            return;
+        if let Some(unlogged) = log.allow(Instant::now()) {
+            warn!(%from, unlogged, "connection turned away: {reason}");
         }
-        log.last = Some(now);
-        let unlogged = std::mem::take(&mut log.unlogged);
-        warn!(%from, unlogged, "connection turned away: {reason}");
+    }
+
+    /// Turns `stream`, from `from`, away: logs why (see [`Gate::log_refusal`]), then answers
+    /// with an error without waiting for room to write it (it is lost if the peer's socket has
+    /// none), and closes it.
+    pub(crate) fn turn_away<S: Write + AsFd>(
+        &self,
+        mut stream: S,
+        from: &dyn fmt::Display,
+        max: MaxMsgSize,
+        (status, reason): (Status, &str),
+    ) {
+        self.log_refusal(from, reason);
+        let nonblocking = fcntl(&stream, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).is_ok();
+        if nonblocking {
+            write_refusal(&mut stream, max, status, reason);
+        }
     }
 }
 
 /// Writes an error reply with `status` and `reason` to `stream`, as far as it takes it.
-pub(crate) fn write_refusal(
-    stream: &mut impl Write,
-    max: MaxMsgSize,
-    status: Status,
-    reason: &str,
-) {
+fn write_refusal(stream: &mut impl Write, max: MaxMsgSize, status: Status, reason: &str) {
     let reason = urom_wire::truncate_at_char_boundary(reason, REASON_LEN - 1);
     let frame = FrameRepr {
         seq: 0,

@@ -10,7 +10,7 @@ use tracing::{error, warn};
 use urom_wire::Status;
 
 use crate::Service;
-use crate::gate::{Peer, write_refusal};
+use crate::gate::Peer;
 use crate::registry::HostId;
 use crate::session;
 
@@ -30,13 +30,19 @@ pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
     let gate = &service.gate;
     if !gate.allows(peer.uid) {
         let reason = format!("user {} may not use this service", peer.uid);
-        turn_away(service, stream, peer, Status::Authentication, &reason);
+        let refusal = (Status::Authentication, reason.as_str());
+        service
+            .gate
+            .turn_away(stream, &peer, service.max_msg_size, refusal);
         return;
     }
     let permit = match gate.permit(peer.uid) {
         Ok(permit) => permit,
         Err(reason) => {
-            turn_away(service, stream, peer, Status::Full, &reason);
+            let refusal = (Status::Full, reason.as_str());
+            service
+                .gate
+                .turn_away(stream, &peer, service.max_msg_size, refusal);
             return;
         }
     };
@@ -58,13 +64,5 @@ pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
         .spawn(move || session::serve(&session_service, host, halves, client, (permit, None)));
     if let Err(e) = spawned {
         error!("cannot serve a host: {e}");
-    }
-}
-
-/// Answers `stream` with an error, without waiting for room to write it, and closes it.
-fn turn_away(service: &Service, stream: UnixStream, peer: Peer, status: Status, reason: &str) {
-    service.gate.log_refusal(&peer, reason);
-    if stream.set_nonblocking(true).is_ok() {
-        write_refusal(&mut &stream, service.max_msg_size, status, reason);
     }
 }

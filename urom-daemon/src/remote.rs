@@ -223,16 +223,16 @@ fn admit(service: &Arc<Service>, host: HostId, stream: TcpStream, from: SocketAd
                 "{n} connections from {} are already authenticating",
                 from.ip()
             );
-            return turn_away(service, stream, from, &reason);
+            return refuse(service, stream, from, &reason);
         }
         Err(gate::Full::Total(n)) => {
             let reason = format!("{n} connections from other machines are already authenticating");
-            return turn_away(service, stream, from, &reason);
+            return refuse(service, stream, from, &reason);
         }
     };
     let permit = match service.gate.permit(remote.uid) {
         Ok(permit) => permit,
-        Err(reason) => return turn_away(service, stream, from, &reason),
+        Err(reason) => return refuse(service, stream, from, &reason),
     };
     let halves = match stream
         .set_nonblocking(false)
@@ -266,11 +266,12 @@ fn admit(service: &Arc<Service>, host: HostId, stream: TcpStream, from: SocketAd
     }
 }
 
-/// Answers a connection with an error, without waiting for room to write it, and closes it.
-fn turn_away(service: &Service, stream: TcpStream, from: SocketAddr, reason: &str) {
-    service.gate.log_refusal(&from, reason);
-    let _ = stream.set_nonblocking(true);
-    gate::write_refusal(&mut &stream, service.max_msg_size, Status::Full, reason);
+/// Turns a connection away: the service is full for it.
+fn refuse(service: &Service, stream: TcpStream, from: SocketAddr, reason: &str) {
+    let refusal = (Status::Full, reason);
+    service
+        .gate
+        .turn_away(stream, &from, service.max_msg_size, refusal);
 }
 
 #[cfg(test)]
