@@ -113,11 +113,6 @@ pub enum CtlError {
         /// What is wrong with it.
         why: String,
     },
-    /// The socket may not be opened by this user.
-    PermissionDenied {
-        /// The socket.
-        socket: PathBuf,
-    },
     /// The daemon refused this user.
     UserRefused {
         /// The daemon's reason.
@@ -159,12 +154,6 @@ impl fmt::Display for CtlError {
                 f,
                 "the urom daemon is not running at {}: {why}; start urom-daemon, or point \
                  urom-ctl at its socket with --socket or DOCA_UROM_SERVICE_FILE",
-                socket.display()
-            ),
-            Self::PermissionDenied { socket } => write!(
-                f,
-                "permission denied on {}: the daemon serves its own user and root, and others \
-                 only when started with --allow-uid",
                 socket.display()
             ),
             Self::UserRefused { reason } => write!(f, "the daemon refused this user: {reason}"),
@@ -215,7 +204,6 @@ fn classify(error: ControlError, socket: PathBuf) -> CtlError {
             socket,
             why: "nothing listens there (a socket left by a daemon that stopped)".into(),
         },
-        ControlError::PermissionDenied { .. } => CtlError::PermissionDenied { socket },
         ControlError::Refused {
             status: Status::Authentication,
             reason,
