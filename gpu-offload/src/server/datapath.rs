@@ -567,28 +567,28 @@ impl<T: Transport> DataPath<T> {
     /// While no orchestrator is connected: ends the clients whose requests waited longer
     /// than [`HOLD_WITHOUT_ORCHESTRATOR`] for one; returns whether it ended any.
     fn end_held_clients(&mut self, now: Instant) -> bool {
-        let mut expired = Vec::new();
-        for (slot, client) in self.clients.iter_mut().enumerate() {
-            let Some(client) = client else { continue };
+        let mut ended = 0;
+        for slot in 0..self.clients.len() {
+            let Some(client) = &mut self.clients[slot] else {
+                continue;
+            };
             if client.eof || !(client.readable || client.rstart < client.rend) {
                 continue;
             }
             let since = *client.held_since.get_or_insert(now);
             if now.duration_since(since) >= HOLD_WITHOUT_ORCHESTRATOR {
-                expired.push(slot as u32);
+                self.end_client(slot as u32);
+                ended += 1;
             }
         }
-        for &slot in &expired {
-            self.end_client(slot);
-        }
-        if !expired.is_empty() {
+        if ended > 0 {
             warn!(
                 thread = self.index,
-                clients_closed = expired.len(),
+                clients_closed = ended,
                 "no orchestrator for {HOLD_WITHOUT_ORCHESTRATOR:?}: the clients whose requests waited get the answers they were given, then end of file"
             );
         }
-        !expired.is_empty()
+        ended > 0
     }
 
     /// Serves the data connection `conn` to orchestrator `epoch` from now on; the old one's
