@@ -16,9 +16,9 @@ use criterion::Criterion;
 use urom_benches::{
     HOST_CORE, PEER_CORE, batch_median, loopback_frame, median, round_trip, worker,
 };
-use urom_core::graph::GraphHost;
-use urom_core::host::CompletedTask;
-use urom_core::host::{Idle, ProgressEngine, Running, Service, Worker};
+use urom_graph::GraphHost;
+use urom_host::CompletedTask;
+use urom_host::{Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::daemon::{plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, cdylib};
 
@@ -51,7 +51,7 @@ fn main() {
         true,
     );
     let socket = daemon.socket.clone();
-    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    urom_transport::sys::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
     let service = Service::<Idle>::new()
         .set_socket(&socket)
         .start()

@@ -38,14 +38,14 @@ use std::time::{Duration, Instant};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap};
 use urom_benches::{HOST_CORE, PEER_CORE, median};
-use urom_core::graph::GraphHost;
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
-use urom_core::transport::shm::ShmConnection;
-use urom_core::transport::{
-    ChannelConfig, FrameReceiver, FrameSendError, FrameSender, ReadAhead, Transport, WaitMode,
-};
+use urom_graph::GraphHost;
+use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::daemon::{plugin_dir, start_daemon};
 use urom_testkit::{ChildGuard, TempDir, binary};
+use urom_transport::shm::ShmConnection;
+use urom_transport::{
+    ChannelConfig, FrameReceiver, FrameSendError, FrameSender, ReadAhead, Transport, WaitMode,
+};
 use urom_wire::MaxMsgSize;
 use urom_wire::data::write_command_headers;
 
@@ -453,7 +453,7 @@ enum Job {
 
 fn main() {
     if let Ok(role) = std::env::var(CHILD_ENV) {
-        urom_core::pin_current_thread(PEER_CORE).expect("pinning the peer");
+        urom_transport::sys::pin_current_thread(PEER_CORE).expect("pinning the peer");
         match role.as_str() {
             "stream" => stream_child(),
             "floor" => floor_child(),
@@ -500,7 +500,8 @@ fn main() {
         let (up, is_up) = mpsc::channel::<()>();
         let (service, graph) = (&service, &graph);
         scope.spawn(move || {
-            urom_core::pin_current_thread(PEER_CORE).expect("pinning the second host thread");
+            urom_transport::sys::pin_current_thread(PEER_CORE)
+                .expect("pinning the second host thread");
             let mut engine = ProgressEngine::new();
             let worker = start_worker(&mut engine, service, graph, HOST_CORE);
             let _ = up.send(());
@@ -508,7 +509,7 @@ fn main() {
                 let _ = rates.send(api_rate(&mut engine, graph, &worker, 64));
             }
         });
-        urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+        urom_transport::sys::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
         let mut engine = ProgressEngine::new();
         let worker = start_worker(&mut engine, service, graph, PEER_CORE);
         let mut pair_engine = ProgressEngine::new();

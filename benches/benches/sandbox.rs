@@ -19,7 +19,7 @@
 //! Ours, timed inside the plugins, from the same round trips: each worker runs with
 //! `UROM_SANDBOX_TIMESTAMPS` (a directory of its own), so its sandbox plugin records the
 //! monotonic clock when it issues each tagged send and when each tagged receive completes, and
-//! writes the stamps when the worker stops (`urom_core::sandbox::timestamps`). Worker 0's k-th
+//! writes the stamps when the worker stops (`urom_sandbox::timestamps`). Worker 0's k-th
 //! PING send pairs with worker 1's k-th PING receive, worker 1's k-th PONG send with worker 0's
 //! k-th PONG receive; a round trip is the sum of its two legs (the hosts' crossings left out,
 //! the workers' wake-ups kept), and the round's figure is their median.
@@ -32,9 +32,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use urom_benches::{HOST_CORE, PEER_CORE, median};
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
-use urom_core::sandbox::timestamps::{self, Leg, TimestampLog};
-use urom_core::sandbox::{self, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
+use urom_sandbox::timestamps::{self, Leg, TimestampLog};
+use urom_sandbox::{
+    self as sandbox, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result,
+};
 use urom_testkit::daemon::{plugin_dir, start_daemon_command};
 use urom_testkit::{TempDir, binary};
 
@@ -111,7 +113,7 @@ fn main() {
         },
         true,
     );
-    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    urom_transport::sys::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
     let service = Service::<Idle>::new()
         .set_socket(&daemon.socket)
         .start()

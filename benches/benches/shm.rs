@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap};
-use urom_core::transport::ChannelConfig;
-use urom_core::transport::shm::ShmConnection;
-use urom_core::transport::{FrameSendError, FrameSender, Transport, WaitMode};
+use urom_transport::ChannelConfig;
+use urom_transport::shm::ShmConnection;
+use urom_transport::{FrameSendError, FrameSender, Transport, WaitMode};
 
 const CHILD_ENV: &str = "UROM_BENCH_CHILD";
 const FD_ENV: &str = "UROM_BENCH_FD";
@@ -324,7 +324,7 @@ fn same_thread(c: &mut Criterion) {
 
 fn main() {
     if let Ok(role) = std::env::var(CHILD_ENV) {
-        if let Err(e) = urom_core::pin_current_thread(CHILD_CORE) {
+        if let Err(e) = urom_transport::sys::pin_current_thread(CHILD_CORE) {
             eprintln!("peer not pinned: {e}");
         }
         match role.as_str() {
@@ -337,7 +337,7 @@ fn main() {
         }
         return;
     }
-    if let Err(e) = urom_core::pin_current_thread(PARENT_CORE) {
+    if let Err(e) = urom_transport::sys::pin_current_thread(PARENT_CORE) {
         eprintln!("benchmark not pinned: {e}");
     }
     let mut c = Criterion::default()

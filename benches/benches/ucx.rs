@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use urom_benches::{HOST_CORE, PEER_CORE, median};
-use urom_core::graph::GraphHost;
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
+use urom_graph::GraphHost;
+use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
 use urom_testkit::netns::Network;
 use urom_testkit::{TempDir, binary};
@@ -73,10 +73,7 @@ fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(10usize);
-    urom_core::transport::ucx::set_config_defaults(&[
-        ("TLS", "tcp"),
-        ("WARN_UNUSED_ENV_VARS", "n"),
-    ]);
+    urom_transport::ucx::set_config_defaults(&[("TLS", "tcp"), ("WARN_UNUSED_ENV_VARS", "n")]);
     let perftest = Command::new("ucx_perftest")
         .arg("-h")
         .stdout(Stdio::null())
@@ -214,7 +211,7 @@ fn bench(place: &Place<'_>, rounds: usize, perftest: bool) -> String {
 /// The host side: a service at `address`, a worker, then one round of measurements for each
 /// `round` line on standard input, answered with `ROUND_TRIP_NS RATE_PER_S`.
 fn host_side(address: &str, key: &str) {
-    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    urom_transport::sys::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
     let service = Service::<Idle>::new()
         .set_remote(address)
         .set_key_file(key)

@@ -27,9 +27,9 @@ use urom_benches::{
     HOST_CORE, PEER_CORE, batch_median, config, host_wait, loopback_frame, median, round_trip,
     worker,
 };
-use urom_core::transport::Channel;
-use urom_core::transport::{Transport, WaitMode};
 use urom_testkit::{ChildGuard, TempDir, c_shared_object, cdylib, workspace_root};
+use urom_transport::Channel;
+use urom_transport::{Transport, WaitMode};
 
 const ECHO_ENV: &str = "UROM_BENCH_ECHO_SOCKET";
 const ECHO_WAIT_ENV: &str = "UROM_BENCH_ECHO_ADAPTIVE";
@@ -40,7 +40,7 @@ const BATCHES: usize = 200;
 
 /// The echo peer: this binary re-run with [`ECHO_ENV`] set; returns every frame it receives.
 fn run_echo(socket: &Path) {
-    urom_core::pin_current_thread(PEER_CORE).expect("pinning the echo process");
+    urom_transport::sys::pin_current_thread(PEER_CORE).expect("pinning the echo process");
     let stream = UnixStream::connect(socket).expect("connecting to the benchmark");
     let wait = if std::env::var_os(ECHO_WAIT_ENV).is_some() {
         WaitMode::default()
@@ -129,7 +129,7 @@ fn main() {
         run_echo(&PathBuf::from(socket));
         return;
     }
-    urom_core::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
+    urom_transport::sys::pin_current_thread(HOST_CORE).expect("pinning the benchmark");
     let dir = TempDir::new("urom-worker-bench");
     let graph = cdylib("urom-plugin-graph", "worker_graph");
     let root = workspace_root();

@@ -9,11 +9,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use urom_core::plugin_id::PluginId;
-use urom_core::transport::{Channel, ChannelConfig};
-use urom_core::transport::{Transport, WaitMode};
-use urom_core::worker_command::{PluginSpec, WorkerCommand};
+use urom_contract::worker_command::{PluginSpec, WorkerCommand};
+use urom_plugin::plugin_id::PluginId;
 use urom_testkit::{ChildGuard, TempDir, binary};
+use urom_transport::{Channel, ChannelConfig};
+use urom_transport::{Transport, WaitMode};
 
 /// The core the measuring process runs on.
 pub const HOST_CORE: usize = 0;

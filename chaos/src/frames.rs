@@ -1,7 +1,7 @@
 //! Valid frames of every kind a host sends, and the ways to break them: random bytes, flipped
 //! bits, overwritten bytes and header fields set to edge values, cut short or run long.
 
-use urom_core::graph::GraphCommand;
+use urom_graph::GraphCommand;
 use urom_wire::control::{
     AUTH_DATA_LEN, AuthMethod, AuthResponse, ControlMessage, Hello, SpawnWorker, WORKER_ID_ANY,
 };

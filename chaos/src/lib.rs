@@ -24,8 +24,8 @@ pub mod raw;
 use std::fmt::Display;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use urom_core::graph::GraphHost;
-use urom_core::host::{Idle, ProgressEngine, Service, Worker};
+use urom_graph::GraphHost;
+use urom_host::{Idle, ProgressEngine, Service, Worker};
 use urom_testkit::TempDir;
 use urom_testkit::daemon::{self, Daemon};
 use urom_testkit::host::try_run_worker;

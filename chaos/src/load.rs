@@ -9,8 +9,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::{CommandError, CompletedTask, ProgressEngine, Running, Worker, WorkerState};
+use urom_graph::{GraphHost, loopback_result};
+use urom_host::{CommandError, CompletedTask, ProgressEngine, Running, Worker, WorkerState};
 
 use crate::{PATIENCE, Tally};
 

@@ -26,17 +26,15 @@ use urom_chaos::{
     PATIENCE, Report, Rng, Tally, check_fresh_host, check_fresh_host_at, graph_daemon, scale,
     scaled, scaled_duration, seed_for,
 };
-use urom_core::graph::GraphHost;
-use urom_core::host::{
-    CommandError, CompletedTask, Idle, ProgressEngine, Running, Service, Worker,
-};
-use urom_core::transport::{Channel, ChannelConfig, FrameSendError, Transport};
+use urom_graph::GraphHost;
+use urom_host::{CommandError, CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::control::ControlClient;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
 use urom_testkit::host::{start_service, try_run_worker};
 use urom_testkit::process::{self, Signal};
 use urom_testkit::worker::{connect, connect_with, pause_and_come_back};
 use urom_testkit::{TempDir, binary, c_shared_object, cdylib, workspace_root};
+use urom_transport::{Channel, ChannelConfig, FrameSendError, Transport};
 use urom_wire::data::{
     COMMAND_PAYLOAD_OFFSET, DataMessage, NOTIFY_PAYLOAD_OFFSET, max_command_payload,
     max_notify_payload, write_command_headers, write_notify_headers,

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use urom_wire::graph::{GraphCommand, GraphNotification, MESSAGE_LEN};
+use urom_graph_wire::{GraphCommand, GraphNotification, MESSAGE_LEN};
 
 fuzz_target!(|data: &[u8]| {
     let mut out = [0xa5u8; MESSAGE_LEN + 1];

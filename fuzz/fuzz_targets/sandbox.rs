@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use urom_wire::sandbox::{SandboxCommand, SandboxNotification};
+use urom_sandbox_wire::{SandboxCommand, SandboxNotification};
 
 fuzz_target!(|data: &[u8]| {
     let mut out = vec![0xa5u8; data.len() + 1];

@@ -1,7 +1,7 @@
 //! Every limit of the three programs in one place: message lengths, requests in flight,
 //! threads, how requests are batched into frames, buffer sizes.
 
-use urom_core::transport::shm::MAX_MAPPING_LEN;
+use urom_transport::shm::MAX_MAPPING_LEN;
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::CLIENT_HEADER_LEN;
 
@@ -42,7 +42,7 @@ pub const fn mapping_len(frame: u32, max_concurrent: u32) -> u64 {
 pub const DEFAULT_MAX_CONCURRENT: u32 = 128;
 /// The largest `--max-concurrent-messages` of server and orchestrator: the transport's largest
 /// ring.
-pub const MAX_CONCURRENT: u32 = urom_core::transport::shm::MAX_SLOTS;
+pub const MAX_CONCURRENT: u32 = urom_transport::shm::MAX_SLOTS;
 
 /// Most orchestrator processor threads (`-t`), and so most server data-path threads that an
 /// orchestrator can serve; the CUDA kernel runs one block of one warp per thread.

@@ -28,7 +28,7 @@ fn a_client_moves_to_the_thread_on_its_cpu_and_loses_nothing() {
             let mut stream = stack.connect();
             let cpu = cpus[1];
             std::thread::spawn(move || {
-                urom_core::pin_current_thread(cpu).expect("pinning the client");
+                urom_transport::sys::pin_current_thread(cpu).expect("pinning the client");
                 for batch in 0..BATCHES {
                     let payloads: Vec<Vec<u8>> = (0..PER_BATCH)
                         .map(|i| format!("client {client} batch {batch} request {i}").into_bytes())

@@ -75,7 +75,7 @@ fn server_and_orchestrator_allocate_nothing_per_message() {
     // One after the other: the counter is the whole process's.
     #[cfg(feature = "ucx")]
     {
-        urom_core::transport::ucx::set_config_defaults(&[("TLS", "tcp"), ("NET_DEVICES", "lo")]);
+        urom_transport::ucx::set_config_defaults(&[("TLS", "tcp"), ("NET_DEVICES", "lo")]);
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

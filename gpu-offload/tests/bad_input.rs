@@ -160,7 +160,7 @@ fn a_processor_that_answers_wrongly_costs_only_that_client() {
 
     use gpu_offload::channel::{self, ChannelParams};
     use gpu_offload::orchestrator::cpu::reverse_frame;
-    use urom_core::transport::Transport;
+    use urom_transport::Transport;
 
     let dir = urom_testkit::TempDir::new("gpu-offload-fake-processor");
     let socket = socket_path(&dir);

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use common::{ORCHESTRATOR, SERVER, TIMEOUT, read, two_cpus};
 use gpu_offload::channel::ucx_control_config;
-use urom_core::transport::Transport;
-use urom_core::transport::ucx::{UcxConnection, UcxListener, set_config_defaults};
 use urom_testkit::{ChildGuard, TempDir};
+use urom_transport::Transport;
+use urom_transport::ucx::{UcxConnection, UcxListener, set_config_defaults};
 use urom_wire::gpu::channel::{CHANNEL_HELLO_LEN, ChannelHelloRepr};
 
 const LOOPBACK: [(&str, &str); 2] = [("TLS", "tcp"), ("NET_DEVICES", "lo")];

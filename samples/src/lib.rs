@@ -16,9 +16,9 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::CompletedTask;
-use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
+use urom_graph::{GraphHost, loopback_result};
+use urom_host::CompletedTask;
+use urom_host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
 
 /// Workers the bootstrap starts.
 pub const WORKERS: u64 = 4;
@@ -74,7 +74,7 @@ pub fn loopback_once(
 /// The graph plugin's host interface, checked against the service's version.
 pub fn graph_host(service: &Service<Running>) -> Result<GraphHost> {
     let info = service
-        .plugin(urom_core::graph::NAME)
+        .plugin(urom_graph::NAME)
         .context("the service does not offer the worker_graph plugin")?;
     Ok(GraphHost::init(info.id, info.version)?)
 }
@@ -91,7 +91,7 @@ pub fn bootstrap(
     log(format!(
         "graph plugin: id {:#x}, version {:#x}",
         graph.id(),
-        urom_core::graph::VERSION
+        urom_graph::VERSION
     ));
     let started = Barrier::new(WORKERS as usize + 1);
     let queried = Barrier::new(WORKERS as usize + 1);

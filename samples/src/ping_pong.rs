@@ -25,12 +25,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use urom_core::host::oob::{OobCollective, OobError, OobRequest};
-use urom_core::host::{
+use urom_host::oob::{OobCollective, OobError, OobRequest};
+use urom_host::{
     CompletedTask, Domain, DomainStartProgress, Idle, ProgressEngine, Running, Service, Worker,
 };
-use urom_core::sandbox::{
-    self, Received, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result,
+use urom_sandbox::{
+    self as sandbox, Received, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result,
 };
 
 /// The tag of the client's message.
@@ -423,7 +423,7 @@ fn check_same(got: &str, config: &RankConfig, what: &str) -> Result<()> {
 /// How the ranks of a launch exchange their records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OobKind {
-    /// A socket rendezvous (`urom_core::host::oob::SocketOob`): rank 0 listens.
+    /// A socket rendezvous (`urom_host::oob::SocketOob`): rank 0 listens.
     Socket,
     /// MPI (`MPI_Iallgather` on `MPI_COMM_WORLD`), for ranks started by `mpirun`.
     Mpi,

@@ -10,19 +10,20 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use urom_core::host::oob::{RendezvousAddr, SocketOob};
-use urom_core::host::{
+use urom_host::oob::{RendezvousAddr, SocketOob};
+use urom_host::{
     CompletedTask, Domain, DomainStartProgress, HostMemory, Idle, ProgressEngine, Running, Service,
     Worker,
 };
-use urom_core::sandbox::{
-    self, MemMapParams, Received, RecvInto, SandboxHost, SendFrom, tag_recv_result, tag_send_result,
+use urom_sandbox::{
+    self as sandbox, MemMapParams, Received, RecvInto, SandboxHost, SendFrom, tag_recv_result,
+    tag_send_result,
 };
-use urom_core::wire::Status;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
 use urom_testkit::host::{run_worker, try_run_worker};
 use urom_testkit::netns::Network;
 use urom_testkit::{ChildGuard, TempDir, binary};
+use urom_wire::Status;
 
 /// How long anything may take before the test fails (never a measure of speed).
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -349,7 +350,7 @@ fn rank_in_domain(
 ) -> (
     Rank,
     HostMemory,
-    urom_core::transport::ucx::MappedMemory,
+    urom_transport::ucx::MappedMemory,
     Domain<Running>,
 ) {
     let (service, sandbox) = sandbox_service(socket);
@@ -396,7 +397,7 @@ fn rank_in_domain(
 
 #[test]
 fn bytes_only_the_senders_memory_held_reach_the_receiver() {
-    urom_core::transport::ucx::set_config_defaults(&[("TLS", "tcp,self"), ("NET_DEVICES", "lo")]);
+    urom_transport::ucx::set_config_defaults(&[("TLS", "tcp,self"), ("NET_DEVICES", "lo")]);
     let (_plugins, daemon) = local_daemon();
     let dir = TempDir::new("urom-sandbox-memory");
     let rendezvous = RendezvousAddr::Unix(dir.path().join("rendezvous.sock"));
@@ -413,7 +414,7 @@ fn bytes_only_the_senders_memory_held_reach_the_receiver() {
         buffer.write(1000, &secret_in).unwrap();
         // The buffer's exported memory handle where UCX can export one (UCX >= 1.15 with
         // mlx5); elsewhere it has none and the lookup says so.
-        let exported = urom_core::transport::ucx::exported_memh_supported();
+        let exported = urom_transport::ucx::exported_memh_supported();
         assert_eq!(
             domain.table().memory_handle(0, 0),
             if exported {
@@ -546,7 +547,7 @@ fn on_sent_ok(task: &CompletedTask<'_>) {
 #[test]
 fn workers_write_timestamps_that_pair_sends_with_receives() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use urom_core::sandbox::timestamps;
+    use urom_sandbox::timestamps;
 
     const TRIPS: usize = 40;
     const PING: u64 = 0x1234;
@@ -665,7 +666,7 @@ fn a_timestamps_directory_that_is_not_one_keeps_the_worker_from_starting() {
     std::fs::write(&file, "").unwrap();
     let (service, host) = sandbox_service(&daemon.socket);
     let mut engine = ProgressEngine::new();
-    let env = format!("{}={}", urom_core::sandbox::timestamps::ENV, file.display());
+    let env = format!("{}={}", urom_sandbox::timestamps::ENV, file.display());
     let error = try_run_worker(
         &mut engine,
         Worker::new()

@@ -1,7 +1,7 @@
 //! Domains for tests: tables that tests hand a worker or a plugin themselves, and a one-rank
 //! domain started through the host API.
 
-use urom_core::wire::domain::{RecordSpec, TableRepr};
+use urom_wire::domain::{RecordSpec, TableRepr};
 
 /// The table bytes of `records`, in rank order as given (what a host sends its workers).
 pub fn table_bytes(records: &[RecordSpec<'_>]) -> Vec<u8> {
@@ -24,13 +24,13 @@ pub fn table_bytes(records: &[RecordSpec<'_>]) -> Vec<u8> {
 /// Starts a domain of one rank (this host) over `workers`, with domain ids 0, 1, ... in order,
 /// its rendezvous socket in `dir`, and waits until it runs (at most `timeout` for each step).
 pub fn start_one_rank(
-    engine: &mut urom_core::host::ProgressEngine,
+    engine: &mut urom_host::ProgressEngine,
     dir: &std::path::Path,
-    workers: &[&urom_core::host::Worker<urom_core::host::Running>],
+    workers: &[&urom_host::Worker<urom_host::Running>],
     timeout: std::time::Duration,
-) -> urom_core::host::Domain<urom_core::host::Running> {
-    use urom_core::host::Domain;
-    use urom_core::host::oob::{RendezvousAddr, SocketOob};
+) -> urom_host::Domain<urom_host::Running> {
+    use urom_host::Domain;
+    use urom_host::oob::{RendezvousAddr, SocketOob};
     let oob = SocketOob::join(
         &RendezvousAddr::Unix(dir.join("rendezvous.sock")),
         1,

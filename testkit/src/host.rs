@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use urom_core::graph::GraphHost;
-use urom_core::host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
+use urom_graph::GraphHost;
+use urom_host::{Idle, ProgressEngine, Running, Service, StartProgress, Worker};
 
 use crate::daemon::Daemon;
 

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use urom_core::graph::{GraphCommand, GraphNotification};
-use urom_core::transport::{Channel, ChannelConfig, Transport};
+use urom_graph::{GraphCommand, GraphNotification};
+use urom_transport::{Channel, ChannelConfig, Transport};
 use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, DataMessage, Notification, write_command_headers};
 use urom_wire::{FrameRepr, MaxMsgSize, Status};
 
@@ -266,9 +266,9 @@ pub fn pause_and_come_back(
 /// A graph loopback command frame as the host API writes it (numbered 1): 24 + 24 + 16 = 64
 /// bytes.
 pub fn loopback_frame() -> [u8; 64] {
-    use urom_core::graph::GraphCommand;
-    use urom_core::wire::MaxMsgSize;
-    use urom_core::wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
+    use urom_graph::GraphCommand;
+    use urom_wire::MaxMsgSize;
+    use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, write_command_headers};
     let mut frame = [0u8; 64];
     let len = write_command_headers(&mut frame, 1, 1, 7, 16, MaxMsgSize::DEFAULT)
         .expect("a loopback command fits 64 bytes");

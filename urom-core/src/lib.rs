@@ -1,62 +1,32 @@
-//! Host library of urom.
+//! urom for embedders: one dependency that re-exports the crates urom is built from.
 //!
-//! An HPC or AI runtime embeds this crate to reach the urom service, spawn workers and offload
-//! commands to their plugins. Read from the bottom up, the layers are:
+//! Read from the bottom up, the layers are:
 //!
-//! * the byte formats, re-exported from [`urom_wire`];
-//! * [`transport`]: the [`transport::Transport`] trait that moves frames between processes, with
-//!   [`transport::shm`] (shared memory on one machine), `transport::ucx` (across machines, with
-//!   the `ucx` feature) and an in-process loopback, and [`transport::Channel`], the one type the
-//!   rest of urom holds;
-//! * [`abi`]: the plugin ABI (binary compatible with the DOCA UROM plugin interface) and its
-//!   loader, and [`plugin`], the safe Rust plugin SDK built on it; [`graph`] and [`sandbox`]
-//!   hold the sample plugins' messages and host helpers;
-//! * [`domain`]: a domain's table (its members' plugin addresses and its hosts' buffers), as
-//!   workers answer plugins' domain lookups from it;
-//! * [`host`]: the progress engine and the typestate contexts `Service`, `Worker` and
-//!   `Domain`, whose commands are tasks from preallocated task slots, and the out-of-band
-//!   collectives domains are built with;
-//! * [`auth`]: how a remote host and the service prove to each other that they share a secret;
-//! * beside them, the rules the daemon and the worker share: [`plugin_id`] (plugin ids are
-//!   single bits, at most 62 plugins), [`worker_command`] (the worker's command line) and
-//!   [`worker_env`] (the environment entries a host may give its worker).
+//! * [`wire`] (`urom-wire`): every byte format, `no_std`, no unsafe;
+//! * [`transport`] (`urom-transport`): the [`transport::Transport`] trait that moves frames
+//!   between processes, with [`transport::shm`] (shared memory on one machine),
+//!   `transport::ucx` (across machines, with the `ucx` feature) and an in-process loopback,
+//!   [`transport::Channel`], the one type the rest of urom holds, and [`auth`], how a remote
+//!   host and the service prove to each other that they share a secret;
+//! * [`abi`], [`plugin`], [`plugin_id`] and [`domain`] (`urom-plugin`): the plugin ABI (binary
+//!   compatible with the DOCA UROM plugin interface) and its loader, the safe Rust plugin SDK
+//!   built on it, plugin ids, and a domain's table as workers answer plugins' lookups from it;
+//! * [`worker_command`] and [`worker_env`] (`urom-contract`): what the daemon, the worker and
+//!   the host agree on;
+//! * [`host`] (`urom-host`): the progress engine and the typestate contexts `Service`, `Worker`
+//!   and `Domain`, whose commands are tasks from preallocated task slots, and the out-of-band
+//!   collectives domains are built with.
 //!
-//! Unsafe code lives only in `abi`, `transport::shm`, `transport::ucx` and `sys`; everything
-//! else is safe Rust.
-#![deny(unsafe_code)]
-// Under loom only the ring and its atomics are built and tested.
-#![cfg_attr(loom, allow(dead_code, unused_imports))]
+//! A program that needs one layer only depends on its crate: plugins on `urom-plugin`, the
+//! GPU offload programs on `urom-transport`, hosts on `urom-host`. Each plugin's host-side
+//! helper is a crate of its own in the plugin's folder (`urom-graph`, `urom-sandbox`).
+#![forbid(unsafe_code)]
 
+pub use urom_contract::{worker_command, worker_env};
+pub use urom_host as host;
+pub use urom_plugin::sdk as plugin;
+pub use urom_plugin::{abi, domain, export_plugin, plugin_id};
+pub use urom_transport as transport;
+pub use urom_transport::auth;
+pub use urom_transport::sys::{PinError, WakeSet, pin_current_thread, socket_incoming_cpu};
 pub use urom_wire as wire;
-
-#[cfg(not(loom))]
-pub mod abi;
-#[cfg(not(loom))]
-pub mod auth;
-#[cfg(not(loom))]
-pub mod domain;
-#[cfg(not(loom))]
-pub mod graph;
-#[cfg(not(loom))]
-pub mod host;
-#[cfg(not(loom))]
-pub mod plugin;
-#[cfg(not(loom))]
-pub mod plugin_id;
-#[cfg(not(loom))]
-pub mod sandbox;
-mod sync;
-mod sys;
-#[cfg(not(loom))]
-pub mod transport;
-// Under loom, the ring alone, model-checked.
-#[cfg(loom)]
-#[allow(unsafe_code)]
-#[path = "transport/shm/ring.rs"]
-mod ring;
-#[cfg(not(loom))]
-pub mod worker_command;
-#[cfg(not(loom))]
-pub mod worker_env;
-
-pub use sys::{PinError, WakeSet, pin_current_thread, socket_incoming_cpu};

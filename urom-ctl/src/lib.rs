@@ -27,8 +27,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use urom_core::host::{ControlError, Idle, Running, Service, ServiceStartError};
-use urom_core::wire::{MaxMsgSize, Status};
+use urom_host::{ControlError, Idle, Running, Service, ServiceStartError};
+use urom_wire::{MaxMsgSize, Status};
 
 use model::Snapshot;
 use render::Rates;

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use urom_core::host::StatusReport;
-use urom_core::wire::report::{
+use urom_host::StatusReport;
+use urom_wire::report::{
     DirState, HugePagesMode, ListenKind, PluginOutcome, StatusRecord, WorkerState,
 };
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use urom_core::graph::GraphHost;
-use urom_core::host::{CompletedTask, ProgressEngine, Running, Worker};
+use urom_graph::GraphHost;
+use urom_host::{CompletedTask, ProgressEngine, Running, Worker};
 use urom_testkit::daemon::{Daemon, graph_and_faulty};
 use urom_testkit::host::{run_worker, start_service};
 use urom_testkit::{NOBODY, TempDir, as_nobody, binary};

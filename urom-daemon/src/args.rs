@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use urom_core::transport::shm::HugePages;
-use urom_core::worker_command::{hugepages_name, parse_hugepages};
+use urom_contract::worker_command::{hugepages_name, parse_hugepages};
+use urom_transport::shm::HugePages;
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// The DOCA UROM service: discovers plugins in `UROM_PLUGIN_PATH` (directories separated by

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use tracing::{info, warn};
-use urom_core::abi::PluginLibrary;
-use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
+use urom_plugin::abi::PluginLibrary;
+use urom_plugin::plugin_id::{MAX_PLUGINS, PluginId};
 use urom_wire::control::PLUGIN_NAME_MAX_LEN;
 
 /// The flag that runs the daemon as a plugin probe.

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use urom_core::transport::shm::HugePages;
+use urom_transport::shm::HugePages;
 use urom_wire::report::HugePagesMode;
 
 /// The system's hugepage pool, as `/proc/meminfo` and `/proc/mounts` describe it.

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
-use urom_core::host::{default_service_socket, writable_dir};
+use urom_contract::{default_service_socket, writable_dir};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 pub use args::Args;
@@ -147,7 +147,7 @@ pub(crate) struct Service {
     /// The UCX listener for hosts on other machines, once it listens.
     ucx_listen: std::sync::OnceLock<SocketAddr>,
     /// Whether worker rings go on hugepages.
-    hugepages: urom_core::transport::shm::HugePages,
+    hugepages: urom_transport::shm::HugePages,
     /// The most workers at once.
     max_workers: u32,
 }
@@ -155,7 +155,7 @@ pub(crate) struct Service {
 /// What the daemon needs to serve hosts on other machines.
 pub(crate) struct RemoteHosts {
     /// The secret they must prove they hold.
-    secret: urom_core::auth::SharedSecret,
+    secret: urom_transport::auth::SharedSecret,
     /// The user their workers run as.
     uid: u32,
     /// Places of the connections that have not proved the secret yet, per source address.

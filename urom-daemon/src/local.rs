@@ -50,7 +50,7 @@ pub(crate) fn admit(service: &Arc<Service>, host: HostId, stream: UnixStream) {
         warn!("cannot set up a host connection: {e}; closed");
         return;
     }
-    let halves = match urom_core::transport::stream::split_unix(stream) {
+    let halves = match urom_transport::stream::split_unix(stream) {
         Ok(halves) => halves,
         Err(e) => {
             warn!("cannot set up a host connection: {e}; closed");

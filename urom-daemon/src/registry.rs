@@ -9,7 +9,7 @@
 //! A worker never has more rights than the host that asked for it: a daemon running as root
 //! starts another user's worker as that user (its primary group and its supplementary groups),
 //! and no host may set environment variables that change how programs load or run
-//! ([`urom_core::worker_env`]). Each worker listens in a directory of its own, which only the
+//! ([`urom_contract::worker_env`]). Each worker listens in a directory of its own, which only the
 //! worker's user may enter (and, when the daemon cannot switch users and runs a worker for
 //! another user, only search, to reach the socket); its log is opened by the daemon and
 //! handed to it as its standard error.
@@ -28,10 +28,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, Uid, User};
 use tracing::{error, info, warn};
-use urom_core::auth::AuthBytes;
-use urom_core::plugin_id::PluginMask;
-use urom_core::transport::shm::HugePages;
-use urom_core::worker_command::{PluginSpec, UcxListen, WorkerCommand};
+use urom_contract::worker_command::{PluginSpec, UcxListen, WorkerCommand};
+use urom_plugin::plugin_id::PluginMask;
+use urom_transport::auth::AuthBytes;
+use urom_transport::shm::HugePages;
 use urom_wire::control::{WORKER_ID_ANY, WorkerExit};
 use urom_wire::report::WorkerState;
 use urom_wire::{CpuSet, MaxMsgSize, Status};
@@ -286,7 +286,7 @@ impl Registry {
         if let Some(refused) = request
             .env
             .iter()
-            .find_map(|entry| urom_core::worker_env::check_entry(entry).err())
+            .find_map(|entry| urom_contract::worker_env::check_entry(entry).err())
         {
             return Err(ServiceError::new(Status::NotPermitted, refused.to_string()));
         }
@@ -616,7 +616,8 @@ impl Registry {
         let failed = |what: &str, e: &dyn std::fmt::Display| {
             ServiceError::new(Status::OperatingSystem, format!("cannot {what}: {e}"))
         };
-        let key = urom_core::auth::fresh_nonce().map_err(|e| failed("make a worker key", &e))?;
+        let key =
+            urom_transport::auth::fresh_nonce().map_err(|e| failed("make a worker key", &e))?;
         let key_file = dir.join(WORKER_UCX_KEY);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -920,7 +921,7 @@ fn plugin_specs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use urom_core::plugin_id::PluginId;
+    use urom_plugin::plugin_id::PluginId;
 
     #[test]
     fn a_mask_names_offered_plugins_and_the_lowest_bit_nobody_offers() {

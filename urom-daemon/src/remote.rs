@@ -5,7 +5,7 @@
 //! the daemon does not link UCX at all. A remote host is let in like a local one (a connection
 //! permit, a session thread of its own, the same hello deadline: idle and half-open
 //! connections are closed at it), but authenticates by proving the shared secret (see
-//! `urom_core::auth`) instead of by Unix credentials, owns its workers by the identity it
+//! `urom_transport::auth`) instead of by Unix credentials, owns its workers by the identity it
 //! proved, and, until it has proved it, holds one of the few places of its source address
 //! (`UNPROVEN`): one address flooding the port cannot keep hosts at others out. Everything
 //! after the proofs travels in records with an integrity check; refusals and failed proofs are
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::unistd::{Uid, User};
 use tracing::error;
-use urom_core::auth::{KeyFileError, SharedSecret};
+use urom_transport::auth::{KeyFileError, SharedSecret};
 use urom_wire::Status;
 
 use crate::args::Args;
@@ -236,7 +236,7 @@ fn admit(service: &Arc<Service>, host: HostId, stream: TcpStream, from: SocketAd
     };
     let halves = match stream
         .set_nonblocking(false)
-        .and_then(|()| urom_core::transport::stream::split_tcp(stream))
+        .and_then(|()| urom_transport::stream::split_tcp(stream))
     {
         Ok(halves) => halves,
         Err(e) => {

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use std::net::IpAddr;
 use tracing::{debug, info, warn};
 
-use urom_core::auth::{self, AuthBytes, SessionKeys, Side, Transcript};
-use urom_core::plugin_id::PluginMask;
-use urom_core::transport::stream::{StreamReader, StreamWriter};
+use urom_plugin::plugin_id::PluginMask;
+use urom_transport::auth::{self, AuthBytes, SessionKeys, Side, Transcript};
+use urom_transport::stream::{StreamReader, StreamWriter};
 use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
     PluginInfo, SealedUcxAddress, SecretProof, ServiceProof, SpawnResult, StatusReply, WorkerExit,
@@ -648,10 +648,10 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
-    use urom_core::auth::SharedSecret;
-    use urom_core::host::{Service as HostService, ServiceStartError};
-    use urom_core::transport::shm::ShmConnection;
-    use urom_core::transport::{Channel, ChannelConfig};
+    use urom_host::{Service as HostService, ServiceStartError};
+    use urom_transport::auth::SharedSecret;
+    use urom_transport::shm::ShmConnection;
+    use urom_transport::{Channel, ChannelConfig};
     use urom_wire::CpuSet;
 
     use super::*;
@@ -675,7 +675,7 @@ mod tests {
             max_workers: 4,
             busy_poll: false,
             ucx_listen: None,
-            hugepages: urom_core::transport::shm::HugePages::Never,
+            hugepages: urom_transport::shm::HugePages::Never,
         };
         Arc::new(Service {
             max_msg_size: MaxMsgSize::DEFAULT,
@@ -695,7 +695,7 @@ mod tests {
             socket: dir.join("urom.sock"),
             metrics: None,
             ucx_listen: std::sync::OnceLock::new(),
-            hugepages: urom_core::transport::shm::HugePages::Never,
+            hugepages: urom_transport::shm::HugePages::Never,
             max_workers: 4,
         })
     }
@@ -704,7 +704,7 @@ mod tests {
     fn remote_host(
         key: &[u8],
         dir: &std::path::Path,
-    ) -> Result<HostService<urom_core::host::Running>, ServiceStartError> {
+    ) -> Result<HostService<urom_host::Running>, ServiceStartError> {
         let service = service(dir);
         let config = ChannelConfig::default();
         let (daemon_end, host_end) = ShmConnection::pair(&config).unwrap();
@@ -713,7 +713,7 @@ mod tests {
             let client = Client::Remote {
                 address: "test".into(),
             };
-            let halves = urom_core::transport::stream::split_channel(daemon_end.into());
+            let halves = urom_transport::stream::split_channel(daemon_end.into());
             serve(&service, 1, halves, client, (permit, None));
         });
         let key_file = dir.join("key");
@@ -750,7 +750,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                ServiceStartError::Control(urom_core::host::ControlError::Refused {
+                ServiceStartError::Control(urom_host::ControlError::Refused {
                     status: Status::Authentication,
                     ..
                 })

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use urom_core::graph::{GraphCommand, GraphNotification};
-use urom_core::transport::Transport;
-use urom_core::transport::{Channel, ChannelConfig};
+use urom_graph::{GraphCommand, GraphNotification};
 use urom_testkit::control::ControlClient;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, c_shared_object, workspace_root};
+use urom_transport::Transport;
+use urom_transport::{Channel, ChannelConfig};
 use urom_wire::control::{ControlMessage, Hello, WORKER_ID_ANY};
 use urom_wire::data::{COMMAND_PAYLOAD_OFFSET, DataMessage, write_command_headers};
 use urom_wire::{FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_yaml_ng::Value;
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Service, Worker};
 use urom_daemon::{Args, JsonArgs};
+use urom_graph::{GraphHost, loopback_result};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Service, Worker};
 use urom_testkit::{ChildGuard, TempDir, binary, cdylib, profile_dir, workspace_root};
 
 fn deploy(file: &str) -> PathBuf {

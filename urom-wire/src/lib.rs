@@ -14,10 +14,6 @@
 //!   table of the domain's members in chunks, acknowledgements) on the same data channel, the
 //!   table's layout, and the blocks hosts allgather to build it; [`oob`]: the socket
 //!   rendezvous, an allgather among hosts without MPI;
-//! * [`graph`]: the graph (loopback) plugin's 16-byte commands and notifications, the payload
-//!   of those data-path messages;
-//! * [`sandbox`]: the sandbox plugin's commands (memory map, tagged send and receive) and
-//!   notifications, the DOCA sample's structs byte for byte;
 //! * [`report`]: the records of the daemon's status report (daemon, plugin directories and
 //!   files, workers and their counters), read in pages over the control socket, and
 //!   [`link`]: the counters request and reply between the daemon and each of its workers;
@@ -28,6 +24,9 @@
 //! * [`gpu`]: the big-endian format of the GPU remote-offload application, which has no urom
 //!   frame header because it must interoperate with the original clients, and in
 //!   [`gpu::channel`] the hellos between our offload server and orchestrator.
+//!
+//! Each plugin's own messages (the payload of those data-path messages) live in its folder,
+//! `plugins/<name>/wire`, beside its host side and its worker side.
 //!
 //! Supporting types: [`Status`] (the DOCA error numbering, defined once for all of urom),
 //! [`MaxMsgSize`] (the run-time bound on every frame), [`CpuSet`] and [`List`].
@@ -57,13 +56,11 @@ pub mod domain;
 mod error;
 pub mod frame;
 pub mod gpu;
-pub mod graph;
 mod limits;
 pub mod link;
 pub mod list;
 pub mod oob;
 pub mod report;
-pub mod sandbox;
 pub mod shm;
 mod status;
 mod text;

@@ -3,11 +3,10 @@
 //! and any bytes either refused or emitted back unchanged.
 
 mod common;
-mod seeds;
 
 use common::hex;
 use proptest::prelude::*;
-use seeds::assert_emits;
+use urom_testkit::golden::assert_emits;
 use urom_wire::domain::{
     AddressReply, AddressRequest, Buffer, DomainMessage, JoinBlock, MAX_TABLE_LEN, MemberSpec,
     PluginAddress, ReadyBlock, RecordRepr, RecordSpec, TableAck, TableChunk, TableRepr,
@@ -702,5 +701,5 @@ fn fuzz_seed_corpus_matches_the_golden_vectors() {
     vectors.push(("record", hex(TABLE)[24..RECORD_1_AT].to_vec()));
     vectors.push(("join", hex(JOIN)));
     vectors.push(("ready", hex(READY)));
-    seeds::check("domain", &vectors);
+    urom_testkit::golden::check_fuzz_seeds("domain", &vectors);
 }

@@ -2,11 +2,10 @@
 //! any bytes either refused or emitted back unchanged.
 
 mod common;
-mod seeds;
 
 use common::hex;
 use proptest::prelude::*;
-use seeds::assert_emits;
+use urom_testkit::golden::assert_emits;
 use urom_wire::gpu::channel::{
     CHANNEL_HELLO_LEN, CHANNEL_VERSION, ChannelHelloRepr, DATA_HELLO_LEN, DATA_LISTENER_LEN,
     DataHelloRepr, DataListenerRepr,
@@ -238,7 +237,7 @@ proptest! {
 
 #[test]
 fn fuzz_seed_corpus_matches_the_golden_vectors() {
-    seeds::check(
+    urom_testkit::golden::check_fuzz_seeds(
         "gpu_channel",
         &[
             ("channel_hello", hex(CHANNEL_HELLO)),

@@ -2,11 +2,10 @@
 //! bad field, and any bytes either refused or emitted back unchanged.
 
 mod common;
-mod seeds;
 
 use common::hex;
 use proptest::prelude::*;
-use seeds::assert_emits;
+use urom_testkit::golden::assert_emits;
 use urom_wire::shm::{
     MAPPING_HEADER_LEN, MappingHeaderRepr, SHM_ACK_LEN, SHM_HANDSHAKE_VERSION, SHM_HELLO_LEN,
     ShmAckRepr, ShmAckStatus, ShmHelloRepr,
@@ -336,5 +335,5 @@ proptest! {
 fn fuzz_seed_corpus_matches_the_golden_vectors() {
     let mut vectors = vec![("hello", hex(HELLO)), ("mapping_header", hex(MAPPING))];
     vectors.extend(acks().map(|(name, golden, _)| (name, hex(golden))));
-    seeds::check("shm", &vectors);
+    urom_testkit::golden::check_fuzz_seeds("shm", &vectors);
 }

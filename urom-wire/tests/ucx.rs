@@ -2,11 +2,10 @@
 //! input, and any bytes either refused or emitted back unchanged.
 
 mod common;
-mod seeds;
 
 use common::hex;
 use proptest::prelude::*;
-use seeds::assert_emits;
+use urom_testkit::golden::assert_emits;
 use urom_wire::DecodeError;
 use urom_wire::ucx::{
     UCX_BATCH_ENTRY_HEADER_LEN, UCX_CONTROL_LEN, UCX_DATA_HEADER_LEN, UCX_HANDSHAKE_LEN,
@@ -289,5 +288,5 @@ fn fuzz_seed_corpus_matches_the_golden_vectors() {
     vectors.extend(hellos().map(|(name, golden, _)| (name, hex(golden))));
     vectors.extend(answers().map(|(name, golden, _)| (name, hex(golden))));
     vectors.extend(controls().map(|(name, golden, _)| (name, hex(golden))));
-    seeds::check("ucx", &vectors);
+    urom_testkit::golden::check_fuzz_seeds("ucx", &vectors);
 }

@@ -18,11 +18,11 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use urom_core::abi::PluginLibrary;
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Service, Worker as HostWorker};
-use urom_core::transport::shm::ShmConnection;
-use urom_core::transport::{Channel, ChannelConfig, FrameSender, Transport, WaitMode};
+use urom_graph::{GraphHost, loopback_result};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Service, Worker as HostWorker};
+use urom_plugin::abi::PluginLibrary;
+use urom_transport::shm::ShmConnection;
+use urom_transport::{Channel, ChannelConfig, FrameSender, Transport, WaitMode};
 use urom_wire::MaxMsgSize;
 
 const BURST: usize = 64;

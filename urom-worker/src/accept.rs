@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use nix::sys::eventfd::EventFd;
 use tracing::warn;
-use urom_core::transport::{Channel, ChannelConfig};
+use urom_transport::{Channel, ChannelConfig};
 
 /// Where acceptor threads hand over the hosts they accepted: the worker's queue, and the
 /// descriptor that wakes the worker if it sleeps.
@@ -123,7 +123,7 @@ pub(crate) fn accept_hosts(
 pub(crate) fn accept_ucx_hosts(
     listener: std::net::TcpListener,
     config: ChannelConfig,
-    key: &urom_core::auth::SharedSecret,
+    key: &urom_transport::auth::SharedSecret,
     identity: &str,
     arrive: Arrive,
     stop: &AtomicBool,
@@ -131,8 +131,8 @@ pub(crate) fn accept_ucx_hosts(
     use std::os::fd::AsFd;
 
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use urom_core::transport::ucx::UcxConnection;
-    use urom_core::transport::{Transport, stream};
+    use urom_transport::ucx::UcxConnection;
+    use urom_transport::{Transport, stream};
 
     if let Err(e) = listener.set_nonblocking(true) {
         warn!("cannot make the front door non-blocking: {e}; no remote host can connect");
@@ -181,8 +181,14 @@ pub(crate) fn accept_ucx_hosts(
                     .map_err(|e| e.to_string())
                     .and_then(|mut door| {
                         let max = config.max_msg_size;
-                        urom_core::auth::challenge(&mut door, max, &key, &identity, UCX_HANDSHAKE)
-                            .map_err(|e| e.to_string())?;
+                        urom_transport::auth::challenge(
+                            &mut door,
+                            max,
+                            &key,
+                            &identity,
+                            UCX_HANDSHAKE,
+                        )
+                        .map_err(|e| e.to_string())?;
                         UcxConnection::accept_through(&mut door, &config)
                             .map(Channel::from)
                             .map_err(|e| e.to_string())

@@ -1,13 +1,13 @@
-//! The worker's command line: the parser side of [`urom_core::worker_command`], which names
+//! The worker's command line: the parser side of [`urom_contract::worker_command`], which names
 //! the options and writes them for the daemon.
 
 use std::path::PathBuf;
 
 use clap::Parser;
-use urom_core::transport::shm::HugePages;
-use urom_core::worker_command::{
+use urom_contract::worker_command::{
     DEFAULT_LOG_LEVEL, PluginSpec, UcxListen, WorkerCommand, flag, hugepages_name, parse_hugepages,
 };
+use urom_transport::shm::HugePages;
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// Runs urom plugins on behalf of hosts: loads each plugin, pins itself to its CPUs, accepts

@@ -1,6 +1,6 @@
 //! Notifications a host's ring had no room for, kept in order until it has.
 
-use urom_core::transport::{FrameSendError, FrameSender};
+use urom_transport::{FrameSendError, FrameSender};
 
 /// Bytes of notifications one host may leave undrained before its channel is failed.
 pub(crate) const BACKLOG_LIMIT: usize = 64 << 20;
@@ -76,8 +76,8 @@ impl Backlog {
 
 #[cfg(test)]
 mod tests {
-    use urom_core::transport::Transport;
-    use urom_core::transport::loopback::LoopbackConnection;
+    use urom_transport::Transport;
+    use urom_transport::loopback::LoopbackConnection;
     use urom_wire::MaxMsgSize;
 
     use super::*;

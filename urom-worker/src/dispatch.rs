@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tracing::{debug, info, warn};
-use urom_core::WakeSet;
-use urom_core::abi::{LoadedPlugin, NotificationSink};
-use urom_core::plugin::Arm;
-use urom_core::transport::shm::{FIRST_NAP, HugePages};
-use urom_core::transport::{
+use urom_plugin::Arm;
+use urom_plugin::abi::{LoadedPlugin, NotificationSink};
+use urom_transport::shm::{FIRST_NAP, HugePages};
+use urom_transport::sys::WakeSet;
+use urom_transport::{
     Armed, Channel, ChannelConfig, ChannelReceiver, ChannelSender, FrameReceiver, FrameSendError,
     FrameSender, Transport, WaitMode,
 };
@@ -38,7 +38,7 @@ use crate::accept::{Arrive, accept_hosts};
 use crate::backlog::{BACKLOG_LIMIT, Backlog};
 use crate::counters::{Counters, Published};
 use crate::domain::{DomainReplies, Domains};
-use urom_core::plugin_id::{MAX_PLUGINS, PluginId};
+use urom_plugin::plugin_id::{MAX_PLUGINS, PluginId};
 use urom_wire::DecodeError;
 use urom_wire::domain::DomainMessage;
 
@@ -222,14 +222,14 @@ impl Worker {
     }
 
     /// Accepts hosts on another machine at the front door `listener` from now on, on a side
-    /// thread: hosts that prove `key` (see `urom_core::auth`) under the identity `identity` get
+    /// thread: hosts that prove `key` (see `urom_transport::auth`) under the identity `identity` get
     /// a UCX channel with the settings of `config`.
     #[cfg(feature = "ucx")]
     pub fn listen_ucx(
         &mut self,
         listener: std::net::TcpListener,
-        mut config: urom_core::transport::ChannelConfig,
-        key: urom_core::auth::SharedSecret,
+        mut config: urom_transport::ChannelConfig,
+        key: urom_transport::auth::SharedSecret,
         identity: String,
     ) {
         let (arrive, stop) = self.acceptor();

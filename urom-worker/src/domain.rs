@@ -3,16 +3,16 @@
 //! plugin's domain lookups answer from it.
 //!
 //! Each host connection assembles its own table; a table replaces the one before it (what
-//! plugins looked up in an earlier table stays valid: see `urom_core::abi`). None of this is on
+//! plugins looked up in an earlier table stays valid: see `urom_plugin::abi`). None of this is on
 //! the command path: it runs once per domain start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tracing::{info, warn};
-use urom_core::abi::LoadedPlugin;
-use urom_core::domain::DomainTable;
-use urom_core::plugin_id::PluginId;
+use urom_plugin::abi::LoadedPlugin;
+use urom_plugin::domain::DomainTable;
+use urom_plugin::plugin_id::PluginId;
 use urom_wire::domain::{
     ADDRESS_REPLY_HEADER_LEN, AddressReply, AddressRequest, DomainMessage, TableAck, TableChunk,
 };

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use tracing::{error, info, warn};
-use urom_core::abi::{LoadedPlugin, PluginLibrary};
-use urom_core::worker_command::{PluginSpec, WorkerCommand};
+use urom_contract::worker_command::{PluginSpec, WorkerCommand};
+use urom_plugin::abi::{LoadedPlugin, PluginLibrary};
 use urom_wire::{CpuSet, MaxMsgSize};
 
 pub use args::Args;
@@ -124,7 +124,7 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     }
     info!(
         socket = %args.listen.display(),
-        hugepages = urom_core::worker_command::hugepages_name(args.hugepages),
+        hugepages = urom_contract::worker_command::hugepages_name(args.hugepages),
         "accepting hosts"
     );
     let parent = args.exit_with_parent.then(nix::unistd::getppid);

@@ -5,8 +5,8 @@
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 
-use urom_core::auth::{AUTH_KEY_LEN, SharedSecret};
-use urom_core::worker_command::UcxListen;
+use urom_contract::worker_command::UcxListen;
+use urom_transport::auth::{AUTH_KEY_LEN, SharedSecret};
 use urom_wire::MaxMsgSize;
 
 use crate::{Worker, WorkerRunError};
@@ -31,7 +31,7 @@ fn listen_with(
     id: u64,
     max: MaxMsgSize,
 ) -> Result<(), WorkerRunError> {
-    use urom_core::transport::ChannelConfig;
+    use urom_transport::ChannelConfig;
 
     let cannot_listen =
         |e: std::io::Error| WorkerRunError::Ucx(format!("cannot listen on {}: {e}", ucx.address));
@@ -49,7 +49,7 @@ fn listen_with(
         listener,
         ChannelConfig::new(max),
         key,
-        urom_core::auth::worker_identity(id),
+        urom_transport::auth::worker_identity(id),
     );
     Ok(())
 }

@@ -71,7 +71,7 @@ impl Report {
 
 /// Asks the plugin `plugin` about domain ids 0, 7 and `u64::MAX`; every lookup must report
 /// that no domain exists.
-fn check_lookups(host: &mut urom_core::transport::Channel, plugin: u64, api_version: u64) {
+fn check_lookups(host: &mut urom_transport::Channel, plugin: u64, api_version: u64) {
     for (i, domain_id) in [0u64, 7, u64::MAX].into_iter().enumerate() {
         let context = 1000 + i as u64;
         send_command(host, i as u64, plugin, context, &domain_id.to_le_bytes());

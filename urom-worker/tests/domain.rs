@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use urom_core::transport::{Channel, FrameSendError, Transport};
+use urom_transport::{Channel, FrameSendError, Transport};
 use urom_wire::data::peek_command_identity;
 use urom_wire::domain::{
     AddressReply, AddressRequest, Buffer, DomainMessage, MemberSpec, PluginAddress, RecordSpec,

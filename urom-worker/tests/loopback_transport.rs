@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use urom_core::abi::PluginLibrary;
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Service, Worker as HostWorker};
-use urom_core::transport::loopback::LoopbackConnection;
+use urom_graph::{GraphHost, loopback_result};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Service, Worker as HostWorker};
+use urom_plugin::abi::PluginLibrary;
 use urom_testkit::daemon::{self, plugin_dir};
 use urom_testkit::{TempDir, binary, cdylib};
+use urom_transport::loopback::LoopbackConnection;
 use urom_wire::{MaxMsgSize, Status};
 use urom_worker::Worker;
 

@@ -6,9 +6,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use urom_core::graph::GraphNotification;
-use urom_core::transport::{FrameRecvError, Transport};
+use urom_graph::GraphNotification;
 use urom_testkit::TempDir;
+use urom_transport::{FrameRecvError, Transport};
 use urom_wire::Status;
 
 #[test]

@@ -24,8 +24,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use urom_chaos::raw::how_idle_ended;
-use urom_core::transport::{Channel, ChannelConfig, Transport};
 use urom_testkit::control::ControlClient;
+use urom_transport::{Channel, ChannelConfig, Transport};
 use urom_wire::control::WORKER_ID_ANY;
 use urom_wire::data::{DataMessage, Notification};
 use urom_wire::{FrameRepr, MaxMsgSize, Status};

@@ -1,8 +1,8 @@
 //! A set-up channel as each side holds it: the control connection, the data connections (one
 //! vector per transport) and what both sides agreed on.
 
-use urom_core::transport::Channel;
-use urom_core::transport::shm::ShmConnection;
+use urom_transport::Channel;
+use urom_transport::shm::ShmConnection;
 
 use super::control::Control;
 use super::params::ChannelParams;
@@ -15,7 +15,7 @@ pub enum DataConnections {
     Shm(Vec<ShmConnection>),
     /// UCX (server and orchestrator on different machines).
     #[cfg(feature = "ucx")]
-    Ucx(Vec<urom_core::transport::ucx::UcxConnection>),
+    Ucx(Vec<urom_transport::ucx::UcxConnection>),
 }
 
 impl DataConnections {

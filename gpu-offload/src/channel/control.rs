@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 #[cfg(feature = "ucx")]
-use urom_core::transport::Transport;
+use urom_transport::Transport;
 use urom_wire::DecodeError;
 use urom_wire::gpu::GpuMessage;
 
@@ -40,7 +40,7 @@ enum ControlLink {
     },
     /// A UCX connection, one message per frame.
     #[cfg(feature = "ucx")]
-    Ucx(urom_core::transport::ucx::UcxConnection),
+    Ucx(urom_transport::ucx::UcxConnection),
 }
 
 /// What a control message means.
@@ -76,7 +76,7 @@ impl Control {
 
     /// The control connection over UCX (server and orchestrator on different machines).
     #[cfg(feature = "ucx")]
-    pub(super) fn ucx(conn: urom_core::transport::ucx::UcxConnection) -> Self {
+    pub(super) fn ucx(conn: urom_transport::ucx::UcxConnection) -> Self {
         Self {
             link: ControlLink::Ucx(conn),
         }
@@ -93,7 +93,7 @@ impl Control {
             }
             #[cfg(feature = "ucx")]
             ControlLink::Ucx(conn) => {
-                use urom_core::transport::{Armed, FrameReceiver};
+                use urom_transport::{Armed, FrameReceiver};
                 let (_, rx) = conn.split();
                 match rx.arm() {
                     Ok(Armed::Armed { .. }) => Some(rx.wake_fds()),
@@ -134,7 +134,7 @@ impl Control {
             } => poll_stream(stream, buf, filled),
             #[cfg(feature = "ucx")]
             ControlLink::Ucx(conn) => {
-                use urom_core::transport::FrameReceiver;
+                use urom_transport::FrameReceiver;
                 conn.split().1.disarm();
                 loop {
                     let event = match conn.recv() {

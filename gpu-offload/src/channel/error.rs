@@ -5,7 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use urom_core::transport::ConnectError;
+use urom_transport::ConnectError;
 use urom_wire::gpu::channel::CHANNEL_VERSION;
 
 use crate::limits::MAX_MESSAGE_LENGTH;

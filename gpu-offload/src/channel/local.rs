@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use urom_core::transport::shm::ShmConnection;
+use urom_transport::shm::ShmConnection;
 use urom_wire::gpu::channel::{DATA_HELLO_LEN, DataHelloRepr};
 
 use super::connections::{DataConnections, OrchestratorChannel, ServerChannel};

@@ -4,10 +4,10 @@
 //!
 //! * a name (or a path): the two run on one machine; control is a Unix socket
 //!   ([`socket_path`]), data connections are urom shared memory
-//!   ([`ShmConnection`](urom_core::transport::shm::ShmConnection));
+//!   ([`ShmConnection`](urom_transport::shm::ShmConnection));
 //! * `ucx://IP:PORT` (build feature `ucx`): the two run on different machines; the server
 //!   listens for UCX connections on that address, the orchestrator connects to it; control and
-//!   data connections are urom UCX connections (`urom_core::transport::ucx`), over whatever
+//!   data connections are urom UCX connections (`urom_transport::ucx`), over whatever
 //!   `UCX_TLS` / `UCX_NET_DEVICES` select (TCP, RDMA).
 //!
 //! The data connections come as [`DataConnections`], one vector per transport, so that each

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use urom_core::transport::ChannelConfig;
-use urom_core::transport::WaitMode;
-use urom_core::transport::shm::{HugePages, MAX_MAPPING_LEN};
+use urom_transport::ChannelConfig;
+use urom_transport::WaitMode;
+use urom_transport::shm::{HugePages, MAX_MAPPING_LEN};
 use urom_wire::DecodeError;
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::CLIENT_HEADER_LEN;

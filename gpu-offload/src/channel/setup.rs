@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use urom_core::transport::{FrameSendError, Transport};
+use urom_transport::{FrameSendError, Transport};
 use urom_wire::gpu::GpuMessage;
 use urom_wire::gpu::channel::{CHANNEL_HELLO_LEN, DataHelloRepr};
 

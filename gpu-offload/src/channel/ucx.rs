@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use urom_core::transport::ucx::{UcxConnectError, UcxConnection, UcxListener};
-use urom_core::transport::{ChannelConfig, ConnectError};
+use urom_transport::ucx::{UcxConnectError, UcxConnection, UcxListener};
+use urom_transport::{ChannelConfig, ConnectError};
 use urom_wire::MaxMsgSize;
 use urom_wire::gpu::channel::{DataHelloRepr, DataListenerRepr};
 
@@ -71,7 +71,7 @@ impl Listener {
     /// connections of an earlier run hold it in TCP TIME-WAIT, so that a server restarted after
     /// a crash gets its address back (unless `UCX_TCP_CM_REUSEADDR` says otherwise).
     pub(super) fn bind(address: SocketAddr) -> Result<Self, ChannelError> {
-        urom_core::transport::ucx::set_config_defaults(&[("TCP_CM_REUSEADDR", "y")]);
+        urom_transport::ucx::set_config_defaults(&[("TCP_CM_REUSEADDR", "y")]);
         let control =
             UcxListener::bind(address, &control_config()).map_err(|e| ChannelError::ListenUcx {
                 address,

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use urom_core::transport::{FrameRecvError, FrameSender, Transport};
+use urom_transport::{FrameRecvError, FrameSender, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, MsgId, fast_client_message, put_response_headers};
 
 /// How long a processor thread waits for a request before looking at its stop flag.

@@ -48,7 +48,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::CompileError;
 use tracing::{error, info, warn};
-use urom_core::transport::{FrameSender, Transport};
+use urom_transport::{FrameSender, Transport};
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, message_length, write_client_headers};
 
 use super::StartError;

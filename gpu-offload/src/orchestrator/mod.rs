@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use tracing::{error, info, warn};
-use urom_core::transport::{
+use urom_transport::{
     Armed, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl, Transport,
 };
 use urom_wire::gpu::GpuMessage;
@@ -180,7 +180,7 @@ pub enum StartError {
     Thread(#[source] std::io::Error),
     /// A thread could not be pinned to its `--cpu`.
     #[error("{0} (is the --cpu online and allowed for this process?)")]
-    Pin(#[source] urom_core::PinError),
+    Pin(#[source] urom_transport::sys::PinError),
 }
 
 /// Starts `body` on a thread called `name`, pinned to `cpu` when there is one, and returns
@@ -195,7 +195,7 @@ fn spawn_pinned<T: Send + 'static>(
         .name(name)
         .spawn(move || {
             if let Some(cpu) = cpu {
-                if let Err(e) = urom_core::pin_current_thread(cpu) {
+                if let Err(e) = urom_transport::sys::pin_current_thread(cpu) {
                     let _ = pinned_tx.send(Err(e));
                     return None;
                 }

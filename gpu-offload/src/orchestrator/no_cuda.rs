@@ -4,7 +4,7 @@
 use core::convert::Infallible;
 use core::fmt;
 
-use urom_core::transport::Transport;
+use urom_transport::Transport;
 
 use crate::channel::ChannelParams;
 

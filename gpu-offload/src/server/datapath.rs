@@ -53,7 +53,7 @@ use crossbeam_queue::ArrayQueue;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 use tracing::{debug, error, info, warn};
-use urom_core::transport::{Armed, FrameReceiver, FrameSendError, FrameSender, Transport};
+use urom_transport::{Armed, FrameReceiver, FrameSendError, FrameSender, Transport};
 use urom_wire::DecodeError;
 use urom_wire::gpu::{CLIENT_HEADER_LEN, GpuMessage, MsgId, fast_client_message, message_length};
 
@@ -753,7 +753,7 @@ impl<T: Transport> DataPath<T> {
             return None;
         }
         client.answered = 0;
-        let cpu = urom_core::socket_incoming_cpu(client.stream.as_fd());
+        let cpu = urom_transport::sys::socket_incoming_cpu(client.stream.as_fd());
         let to = cpu.and_then(|cpu| self.mailboxes.iter().position(|m| m.cpu == cpu));
         match to {
             Some(to) if to != self.index => {

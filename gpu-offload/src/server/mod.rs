@@ -34,7 +34,7 @@ use crossbeam_queue::ArrayQueue;
 use nix::sys::eventfd::EventFd;
 use tracing::{error, info, warn};
 use urom_cli::JsonArgs;
-use urom_core::transport::Transport;
+use urom_transport::Transport;
 use urom_wire::gpu::GpuMessage;
 
 use crate::channel::{
@@ -146,7 +146,7 @@ pub enum ServerError {
     },
     /// A data-path thread could not be pinned to its CPU.
     #[error("{0} (is the --cpu online and allowed for this process?)")]
-    Pin(#[source] urom_core::PinError),
+    Pin(#[source] urom_transport::sys::PinError),
     /// A data-path thread could not be started.
     #[error("cannot start a data-path thread: {0}")]
     Thread(#[source] io::Error),
@@ -186,9 +186,9 @@ struct ThreadHandle {
 
 /// A thread's [`ChannelSlot`], of its transport.
 enum AnySlot {
-    Shm(Arc<ChannelSlot<urom_core::transport::shm::ShmConnection>>),
+    Shm(Arc<ChannelSlot<urom_transport::shm::ShmConnection>>),
     #[cfg(feature = "ucx")]
-    Ucx(Arc<ChannelSlot<urom_core::transport::ucx::UcxConnection>>),
+    Ucx(Arc<ChannelSlot<urom_transport::ucx::UcxConnection>>),
 }
 
 /// A running server: channel set up, threads started, TCP listening.
@@ -365,7 +365,7 @@ fn spawn_threads<T: Transport + Send + 'static>(
         let join = std::thread::Builder::new()
             .name(format!("data-path-{index}"))
             .spawn(move || {
-                if let Err(e) = urom_core::pin_current_thread(cpu) {
+                if let Err(e) = urom_transport::sys::pin_current_thread(cpu) {
                     let _ = ready.send(Err(ServerError::Pin(e)));
                     return DataPathEnd::Drained;
                 }

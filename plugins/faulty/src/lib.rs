@@ -16,8 +16,8 @@
 //! Its address (what `addr` returns) is `faulty-address@<pid>`.
 #![deny(unsafe_code)]
 
-use urom_core::plugin::{Command, Notifier, Plugin};
-use urom_core::wire::Status;
+use urom_plugin::{Command, Notifier, Plugin};
+use urom_wire::Status;
 
 /// The version this plugin reports.
 pub const VERSION: u64 = 0x0f;
@@ -37,7 +37,7 @@ pub struct Faulty {
 }
 
 /// What the domain lookups found, as the `domain:` command answers it.
-fn domain_report(domain: &urom_core::plugin::Domain<'_>, args: &[u8]) -> Result<String, Status> {
+fn domain_report(domain: &urom_plugin::Domain<'_>, args: &[u8]) -> Result<String, Status> {
     let (id, rest) = args.split_first_chunk::<8>().ok_or(Status::InvalidValue)?;
     let (va, rest) = rest.split_first_chunk::<8>().ok_or(Status::InvalidValue)?;
     let seg: [u8; 4] = rest.try_into().map_err(|_| Status::InvalidValue)?;
@@ -126,4 +126,4 @@ impl Plugin for Faulty {
     }
 }
 
-urom_core::export_plugin!(Faulty);
+urom_plugin::export_plugin!(Faulty);

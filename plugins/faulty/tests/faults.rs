@@ -1,9 +1,9 @@
 //! A plugin that fails, panics or answers late never takes the worker's loader down, and every
 //! command gets exactly one answer, on the native path and through the DOCA interface alike.
 
-use urom_core::abi::{LoadedPlugin, NotificationSink, PluginLibrary};
-use urom_core::wire::data::{Command, Notification};
-use urom_core::wire::{MaxMsgSize, Status};
+use urom_plugin::abi::{LoadedPlugin, NotificationSink, PluginLibrary};
+use urom_wire::data::{Command, Notification};
+use urom_wire::{MaxMsgSize, Status};
 
 #[derive(Default)]
 struct Collected(Vec<(u64, u64, Status, Vec<u8>)>);
@@ -114,8 +114,8 @@ fn doca_path_survives_a_faulty_plugin() {
 
 /// A table of two ranks: member 3 (this plugin at "peer-3") with a buffer that has both keys,
 /// member 4 (no address of this plugin) with a buffer that has no memory handle.
-fn two_rank_table() -> std::sync::Arc<urom_core::domain::DomainTable> {
-    use urom_core::wire::domain::{Buffer, MemberSpec, PluginAddress, RecordSpec};
+fn two_rank_table() -> std::sync::Arc<urom_plugin::domain::DomainTable> {
+    use urom_wire::domain::{Buffer, MemberSpec, PluginAddress, RecordSpec};
     let ours = [PluginAddress {
         name: "libworker_faulty",
         address: b"peer-3",
@@ -160,7 +160,7 @@ fn two_rank_table() -> std::sync::Arc<urom_core::domain::DomainTable> {
             buffers: &b1,
         },
     ]);
-    std::sync::Arc::new(urom_core::domain::DomainTable::parse(&table).unwrap())
+    std::sync::Arc::new(urom_plugin::domain::DomainTable::parse(&table).unwrap())
 }
 
 fn domain_command(id: u64, va: u64, seg: i32) -> Vec<u8> {

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::anyhow;
 use clap::Parser;
-use urom_core::host::{Idle, Service};
+use urom_host::{Idle, Service};
 
 /// Starts four workers (group = id % 2) from four threads, sends each a graph loopback, lists
 /// the even and odd groups, then waits for Ctrl-C and tears everything down.

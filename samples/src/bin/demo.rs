@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use urom_core::graph::loopback_result;
-use urom_core::host::CompletedTask;
-use urom_core::host::{Idle, ProgressEngine, Service, Worker};
-use urom_core::wire::CpuSet;
+use urom_graph::loopback_result;
+use urom_host::CompletedTask;
+use urom_host::{Idle, ProgressEngine, Service, Worker};
 use urom_samples::{bootstrap, graph_host, loopback_once, run_worker};
+use urom_wire::CpuSet;
 
 const ROUND_TRIPS: usize = 20_000;
 const PIPELINED: u64 = 200_000;
@@ -129,7 +129,7 @@ struct Measurements {
 }
 
 /// Loopback round trips one at a time, then `IN_FLIGHT` at a time.
-fn measure(service: &Service<urom_core::host::Running>) -> Result<Measurements> {
+fn measure(service: &Service<urom_host::Running>) -> Result<Measurements> {
     let graph = graph_host(service)?;
     let cpus: Vec<usize> = service.cpuset().iter().collect();
     let pinned = cpus.len() >= 2;
@@ -138,7 +138,7 @@ fn measure(service: &Service<urom_core::host::Running>) -> Result<Measurements> 
         .set_plugins(graph.id())
         .set_max_inflight_tasks(IN_FLIGHT as usize);
     if pinned {
-        urom_core::pin_current_thread(cpus[0]).map_err(|e| anyhow!("{e}"))?;
+        urom_transport::sys::pin_current_thread(cpus[0]).map_err(|e| anyhow!("{e}"))?;
         worker = worker.set_cpuset([cpus[1]].into_iter().collect::<CpuSet>());
     }
     let mut engine = ProgressEngine::new();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use clap::{Parser, ValueEnum};
-use urom_core::host::oob::{RendezvousAddr, SocketOob};
+use urom_host::oob::{RendezvousAddr, SocketOob};
 use urom_samples::ping_pong::{self, DEFAULT_MESSAGE, OobKind, RankConfig, SharedOob};
 
 /// Out-of-band collectives, as `--oob` names them.
@@ -92,7 +92,7 @@ fn main() -> anyhow::Result<()> {
 fn with_mpi(ranks: Option<u32>, rank: Option<u32>, config: &RankConfig) -> anyhow::Result<()> {
     use anyhow::bail;
     use mpi::topology::{Communicator, SimpleCommunicator};
-    use urom_core::host::oob::{MpiOob, OobCollective};
+    use urom_host::oob::{MpiOob, OobCollective};
 
     let oob = MpiOob::world().map_err(|e| anyhow!("MPI did not start: {e}"))?;
     let (me, size) = (oob.rank(), oob.size());

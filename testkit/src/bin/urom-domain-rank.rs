@@ -18,8 +18,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use urom_core::host::oob::{OobCollective, OobError, OobRequest, RendezvousAddr, SocketOob};
-use urom_core::host::{Domain, DomainStartProgress, Idle, ProgressEngine, Service, Worker};
+use urom_host::oob::{OobCollective, OobError, OobRequest, RendezvousAddr, SocketOob};
+use urom_host::{Domain, DomainStartProgress, Idle, ProgressEngine, Service, Worker};
 
 /// How long anything may take.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -137,7 +137,7 @@ fn socket_rank(
 /// A rank meeting the others through MPI.
 #[cfg(feature = "mpi")]
 fn mpi_rank(socket: &str, plugin: &str) -> Result<u32, String> {
-    let oob = urom_core::host::oob::MpiOob::world().map_err(|e| e.to_string())?;
+    let oob = urom_host::oob::MpiOob::world().map_err(|e| e.to_string())?;
     run(socket, plugin, oob)
 }
 

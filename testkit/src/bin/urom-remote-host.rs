@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use urom_core::graph::{GraphHost, loopback_result};
-use urom_core::host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
+use urom_graph::{GraphHost, loopback_result};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
 
 /// How long anything may take.
 const PATIENCE: Duration = Duration::from_secs(60);

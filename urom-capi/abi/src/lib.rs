@@ -3,7 +3,7 @@
 //! `libdoca_common` (package `urom-capi-common`) holds DOCA's core objects: progress engines,
 //! generic contexts and tasks, buffers, devices, logging and argument parsing.
 //! `libdoca_urom` (package `urom-capi-urom`) holds the UROM service, worker and their tasks, built
-//! on `urom_core::host`. The UROM objects are DOCA contexts and tasks, so `libdoca_urom` asks
+//! on `urom_host`. The UROM objects are DOCA contexts and tasks, so `libdoca_urom` asks
 //! `libdoca_common` for a context or task object of its own and hands it a table of operations
 //! ([`CtxOps`], [`TaskOps`]) that `doca_ctx_start()`, `doca_pe_progress()`, `doca_task_submit()`
 //! and the like call. That internal interface is the `urom_capi_*` functions declared here; only

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use urom_capi_abi::Status;
-use urom_core::host::{SERVICE_FILE_VAR, same_pci, service_lines};
+use urom_host::{SERVICE_FILE_VAR, same_pci, service_lines};
 
 use crate::log;
 

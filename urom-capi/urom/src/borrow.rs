@@ -7,7 +7,7 @@
 use std::cell::{Ref, RefCell, RefMut};
 
 use urom_capi_abi::Status;
-use urom_core::host::ProgressEngine;
+use urom_host::ProgressEngine;
 
 /// Reads `cell`; `DOCA_ERROR_BAD_STATE` while it is being changed.
 pub(crate) fn read<T>(cell: &RefCell<T>) -> Result<Ref<'_, T>, Status> {

@@ -1,4 +1,4 @@
-//! `struct doca_urom_domain`, over `urom_core::host::Domain`.
+//! `struct doca_urom_domain`, over `urom_host::Domain`.
 //!
 //! A domain context keeps its settings as the program gave them (the program's out-of-band
 //! collective, its workers with their domain ids, the buffer count and buffers) and builds a
@@ -14,7 +14,7 @@ use std::cell::{Cell, Ref, RefCell};
 use std::rc::Rc;
 
 use urom_capi_abi::{CtxState, DocaCtx, Status};
-use urom_core::host::{
+use urom_host::{
     Domain, DomainConfigError, DomainStartProgress, Idle, ProgressEngine, Running, Starting, Worker,
 };
 

@@ -1,4 +1,4 @@
-//! `libdoca_urom` for urom: DOCA UROM's host API in DOCA's C names, over `urom_core::host`.
+//! `libdoca_urom` for urom: DOCA UROM's host API in DOCA's C names, over `urom_host`.
 //!
 //! * [`service`]: `struct doca_urom_service` (`doca_urom_service_*`) and its workers-by-gid
 //!   task, over `Service<Idle>` / `Service<Running>`.

@@ -1,4 +1,4 @@
-//! `struct doca_urom_service` and its workers-by-gid task, over `urom_core::host::Service`.
+//! `struct doca_urom_service` and its workers-by-gid task, over `urom_host::Service`.
 //!
 //! The service's state lives in a [`ServiceCell`] shared with the workers that use it (on any
 //! thread); its progress part (the engine that completes workers-by-gid queries and their
@@ -11,8 +11,8 @@ use std::rc::{Rc, Weak};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use urom_capi_abi::{CtxState, DocaCtx, DocaData, DocaTask, Status};
-use urom_core::host::{ControlError, Idle, ProgressEngine, Running, Service, ServiceStartError};
-use urom_core::wire::{CpuSet, MaxMsgSize};
+use urom_host::{ControlError, Idle, ProgressEngine, Running, Service, ServiceStartError};
+use urom_wire::{CpuSet, MaxMsgSize};
 
 use crate::{borrow, ffi, log};
 
@@ -109,7 +109,7 @@ pub(crate) struct ServiceInner {
 /// The DOCA status for why a service did not start.
 fn start_status(error: &ServiceStartError) -> Status {
     match error {
-        ServiceStartError::ServiceFile(urom_core::host::ServiceFileError::NoMatch { .. }) => {
+        ServiceStartError::ServiceFile(urom_host::ServiceFileError::NoMatch { .. }) => {
             Status::NotFound
         }
         ServiceStartError::ServiceFile(_) | ServiceStartError::KeyFile(_) => Status::BadConfig,

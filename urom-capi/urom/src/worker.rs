@@ -1,4 +1,4 @@
-//! `struct doca_urom_worker` and its command tasks, over `urom_core::host::Worker`.
+//! `struct doca_urom_worker` and its command tasks, over `urom_host::Worker`.
 //!
 //! A worker context holds the Rust worker in whichever state it is (`Phase`) and a progress
 //! engine of its own. Its command tasks come from a pool allocated when it first runs:
@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use urom_capi_abi::{CtxState, DocaBuf, DocaCtx, DocaData, DocaTask, Status};
-use urom_core::host::{
+use urom_host::{
     CommandError, CompletedTask, Idle, ProgressEngine, Running, StartProgress, Starting, Worker,
     WorkerStartError, WorkerState,
 };
-use urom_core::wire::MaxMsgSize;
-use urom_core::wire::data::max_notify_payload;
+use urom_wire::MaxMsgSize;
+use urom_wire::data::max_notify_payload;
 
 use crate::borrow;
 use crate::ffi::{self, RawBytes};

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub use urom_testkit::golden::hex;
+
 /// Which decoder a vector is for; also the fuzz target its seed file goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -27,29 +29,6 @@ pub struct Golden {
     pub name: &'static str,
     pub family: Family,
     pub hex: &'static str,
-}
-
-/// Bytes from hex digits; spaces, newlines and `|` are ignored, and `00*N` repeats a byte.
-pub fn hex(text: &str) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for token in text.split(|c: char| c.is_whitespace() || c == '|') {
-        if token.is_empty() {
-            continue;
-        }
-        let (digits, repeat) = match token.split_once('*') {
-            Some((digits, repeat)) => (digits, repeat.parse::<usize>().unwrap()),
-            None => (token, 1),
-        };
-        assert!(digits.len() % 2 == 0, "odd hex token {token}");
-        let chunk: Vec<u8> = (0..digits.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
-            .collect();
-        for _ in 0..repeat {
-            bytes.extend_from_slice(&chunk);
-        }
-    }
-    bytes
 }
 
 impl Golden {

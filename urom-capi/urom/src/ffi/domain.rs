@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 
 use urom_capi_abi::{DocaCtx, DocaError, Status};
-use urom_core::host::oob::{OobCollective, OobError, OobRequest};
+use urom_host::oob::{OobCollective, OobError, OobRequest};
 
 use super::{arg, guard, guard_value};
 use crate::domain::DomainObj;
@@ -75,7 +75,7 @@ struct Gather {
     done: bool,
 }
 
-/// The program's collective as urom-core's [`OobCollective`].
+/// The program's collective as the host API's [`OobCollective`].
 pub(crate) struct CallbackOob {
     coll: OobColl,
     next_id: u64,

@@ -1,7 +1,7 @@
 //! `doca_urom_service_*`.
 
 use urom_capi_abi::{DocaCtx, DocaDev, DocaError, DocaTask, Status};
-use urom_core::host::{Idle, Service};
+use urom_host::{Idle, Service};
 
 use super::{arg, guard, guard_value};
 use crate::log;
@@ -15,15 +15,15 @@ pub struct CpuSetC {
 }
 
 impl CpuSetC {
-    pub(crate) fn to_cpuset(self) -> urom_core::wire::CpuSet {
-        let mut bytes = [0u8; urom_core::wire::cpuset::CPUSET_BYTES];
+    pub(crate) fn to_cpuset(self) -> urom_wire::CpuSet {
+        let mut bytes = [0u8; urom_wire::cpuset::CPUSET_BYTES];
         for (chunk, word) in bytes.chunks_exact_mut(8).zip(self.bits.iter()) {
             chunk.copy_from_slice(&word.to_le_bytes());
         }
-        urom_core::wire::CpuSet::from_bytes(&bytes)
+        urom_wire::CpuSet::from_bytes(&bytes)
     }
 
-    fn from_cpuset(set: urom_core::wire::CpuSet) -> Self {
+    fn from_cpuset(set: urom_wire::CpuSet) -> Self {
         let bytes = set.to_bytes();
         let mut bits = [0u64; 16];
         for (word, chunk) in bits.iter_mut().zip(bytes.chunks_exact(8)) {

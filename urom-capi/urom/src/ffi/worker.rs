@@ -112,11 +112,11 @@ pub unsafe extern "C" fn doca_urom_worker_set_env(
         // SAFETY: the caller passes `count` NUL-terminated strings.
         let entries = unsafe { string_array(env, count) }?;
         for entry in &entries {
-            if let Err(e) = urom_core::wire::control::check_env_entry(entry.as_bytes()) {
+            if let Err(e) = urom_wire::control::check_env_entry(entry.as_bytes()) {
                 log::error("worker", &format!("environment entry `{entry}`: {e}"));
                 return Err(Status::InvalidValue);
             }
-            if let Err(e) = urom_core::worker_env::check_entry(entry) {
+            if let Err(e) = urom_contract::worker_env::check_entry(entry) {
                 log::error("worker", &e.to_string());
                 return Err(Status::NotPermitted);
             }

@@ -1,7 +1,0 @@
-use urom_core::host::State;
-
-// Only urom's own lifecycle states exist.
-struct Paused;
-impl State for Paused {}
-
-fn main() {}

@@ -1,0 +1,1114 @@
+//! A UCX connection and its two halves.
+
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::time::TimeSpec;
+use ucx_sys as sys;
+use urom_wire::MaxMsgSize;
+use urom_wire::ucx::{
+    UCX_BATCH_ENTRY_HEADER_LEN, UcxControlKind, UcxControlRepr, UcxDataRepr, emit_batch_entry,
+};
+
+use super::UcxConnectError;
+use super::state::{
+    self, AM_BATCH, AM_CONTROL, AM_DATA, BATCH_BYTES, RX, Slot, State, StateBox, TX,
+};
+use super::ucp::{self, Worker};
+use crate::sync::spin_hint;
+use crate::{
+    Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
+    PeerGoneError, Transport, WaitMode, deadline,
+};
+
+/// One end's UCX objects: its own worker, the endpoint to the peer, and the state the worker
+/// calls back into. Dropped (endpoint closed, worker destroyed, state freed, in that order)
+/// once both halves are.
+///
+/// INVARIANTS: `ep` and `side_ep` are NULL or live endpoints of `worker`; `state` is
+/// registered with `worker` and outlives it (fields drop in declaration order).
+pub(super) struct Ucp {
+    pub(super) ep: sys::ucp_ep_h,
+    /// An endpoint to a listener's worker, used only during the handshake.
+    pub(super) side_ep: sys::ucp_ep_h,
+    /// How long dropping waits for what was sent to leave.
+    linger: Duration,
+    /// The end was crashed on purpose: close without flushing.
+    crashed: bool,
+    pub(super) worker: Worker,
+    pub(super) state: StateBox,
+    /// The descriptors that wake each half (the state holds their numbers).
+    wakers: [OwnedFd; 2],
+}
+
+impl Ucp {
+    /// A fresh worker with its state, for a connection configured by `config`.
+    pub(super) fn new(config: &ChannelConfig) -> Result<Self, UcxConnectError> {
+        let waker = || {
+            crate::sys::wake_event().map_err(|errno| UcxConnectError::Sys {
+                op: "eventfd",
+                errno,
+            })
+        };
+        let wakers = [waker()?, waker()?];
+        let worker = Worker::new(c"urom connection")?;
+        let fds = [
+            std::os::fd::AsRawFd::as_raw_fd(&wakers[TX]),
+            std::os::fd::AsRawFd::as_raw_fd(&wakers[RX]),
+        ];
+        let mut state = StateBox::new(
+            &worker,
+            config.max_msg_size.get(),
+            config.slots as usize,
+            fds,
+        )?;
+        state.get().locked = true;
+        Ok(Self {
+            ep: std::ptr::null_mut(),
+            side_ep: std::ptr::null_mut(),
+            linger: config.handshake_timeout,
+            crashed: false,
+            worker,
+            state,
+            wakers,
+        })
+    }
+
+    pub(super) fn state(&mut self) -> &mut State {
+        self.state.get()
+    }
+
+    /// Closes the handshake's endpoint to a listener's worker, if there is one.
+    pub(super) fn close_side_ep(&mut self) {
+        if !self.side_ep.is_null() {
+            let ep = std::mem::replace(&mut self.side_ep, std::ptr::null_mut());
+            // SAFETY: a live endpoint of this worker (invariants), not used again.
+            unsafe { ucp::close_ep_now(ep) };
+        }
+    }
+
+    /// Sends a control message from `cell` (a header cell of the state that stays put).
+    fn send_control(&mut self, kind: UcxControlKind, value: u64, cell: *mut [u8; 16]) {
+        if self.ep.is_null() || self.state().failed.is_some() {
+            return;
+        }
+        let bytes = UcxControlRepr { kind, value }.to_bytes();
+        // SAFETY: `cell` is a field of the state, which lives until after the worker; nothing
+        // else writes or reads it now (each close is sent once, and not yet).
+        unsafe { cell.write(bytes) };
+        // SAFETY: as above; from here on only UCX reads it.
+        let header = unsafe { &*cell };
+        // SAFETY: `ep` is live (invariants); the header cell outlives the worker.
+        let sent = unsafe {
+            self.worker
+                .send_detached(self.ep, AM_CONTROL, header, &[], None)
+        };
+        if let Err(status) = sent {
+            self.state().failed.get_or_insert(status);
+        }
+        self.worker.progress();
+    }
+
+    /// Tells the peer how many frames this end released, if that changed.
+    fn send_credits(&mut self) {
+        let no_ep = self.ep.is_null();
+        let state = self.state();
+        if state.rx.released == state.rx.reported || state.failed.is_some() || no_ep {
+            return;
+        }
+        let value = state.rx.released;
+        let bytes = UcxControlRepr {
+            kind: UcxControlKind::Credit,
+            value,
+        }
+        .to_bytes();
+        let param = ucp::request_param(
+            sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+            None,
+            std::ptr::null_mut(),
+        );
+        // SAFETY: `ep` is live; with immediate completion forced, UCX keeps no pointer to the
+        // header after the call.
+        let sent = unsafe {
+            sys::ucp_am_send_nbx(
+                self.ep,
+                AM_CONTROL,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                std::ptr::null(),
+                0,
+                &param,
+            )
+        };
+        let state = self.state();
+        match sys::status_ptr(sent) {
+            sys::StatusPtr::Done => state.rx.reported = value,
+            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) if !state.controls.credit_busy => {
+                state.controls.credit = bytes;
+                let ctx = state.controls.credit_ctx();
+                let header: *const [u8; 16] = &state.controls.credit;
+                let param = ucp::request_param(0, Some(state::on_credit_sent), ctx);
+                // SAFETY: `ep` is live; the header cell and the callback context are fields of
+                // the state, which outlives the worker; the cell is not written again until
+                // the callback clears `credit_busy`.
+                let sent = unsafe {
+                    sys::ucp_am_send_nbx(
+                        self.ep,
+                        AM_CONTROL,
+                        header.cast(),
+                        16,
+                        std::ptr::null(),
+                        0,
+                        &param,
+                    )
+                };
+                let state = self.state();
+                match sys::status_ptr(sent) {
+                    sys::StatusPtr::Done => state.rx.reported = value,
+                    sys::StatusPtr::Request(_) => {
+                        state.controls.credit_busy = true;
+                        state.rx.reported = value;
+                    }
+                    sys::StatusPtr::Failed(status) => {
+                        state.failed.get_or_insert(status);
+                    }
+                }
+            }
+            // Busy: tried again when the receiver next finds nothing to do.
+            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => {}
+            sys::StatusPtr::Failed(status) => {
+                state.failed.get_or_insert(status);
+            }
+            sys::StatusPtr::Request(request) => {
+                // Not expected with immediate completion forced; wait so that the header on
+                // the stack is not used after this returns.
+                let _ = self.worker.wait(request, None);
+                self.state().rx.reported = value;
+            }
+        }
+    }
+
+    /// Sends the frame numbered `seq`; the caller checked that a credit and its send buffer
+    /// are free.
+    fn send_frame(&mut self, seq: u64, frame: &[u8]) -> Result<(), FrameSendError> {
+        let header = UcxDataRepr { seq }.to_bytes();
+        let param = ucp::request_param(
+            sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+            None,
+            std::ptr::null_mut(),
+        );
+        // SAFETY: `ep` is live; with immediate completion forced, UCX keeps no pointer to the
+        // header or the frame after the call.
+        let sent = unsafe {
+            sys::ucp_am_send_nbx(
+                self.ep,
+                AM_DATA,
+                header.as_ptr().cast(),
+                header.len(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                &param,
+            )
+        };
+        let outcome = match sys::status_ptr(sent) {
+            sys::StatusPtr::Done => Ok(()),
+            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => self.send_copy(seq, header, frame),
+            sys::StatusPtr::Failed(status) => Err(status),
+            sys::StatusPtr::Request(request) => self.worker.wait(request, None),
+        };
+        outcome.map_err(|status| self.send_failed(status))
+    }
+
+    /// Holds the frame numbered `seq` for the next batch message, sending the batch first
+    /// when the frame does not fit, or sends it alone when no batch holds it; the caller
+    /// checked that a credit is free.
+    fn hold(&mut self, seq: u64, frame: &[u8]) -> Result<(), FrameSendError> {
+        let entry = UCX_BATCH_ENTRY_HEADER_LEN + frame.len();
+        if entry > BATCH_BYTES {
+            self.send_batch()?;
+            return self.send_frame(seq, frame);
+        }
+        if self.state().tx.batch_len + entry > BATCH_BYTES {
+            self.send_batch()?;
+        }
+        let tx = &mut self.state().tx;
+        if tx.batch_frames == 0 {
+            tx.batch_first = seq;
+        }
+        // SAFETY: the batch buffer has `BATCH_BYTES` bytes, of which the `batch_len` first are
+        // held entries; UCX reads it only during a send that `send_batch` waits for, so nothing
+        // else uses the rest now.
+        let room = unsafe {
+            std::slice::from_raw_parts_mut(tx.batch.at(tx.batch_len), BATCH_BYTES - tx.batch_len)
+        };
+        let written = emit_batch_entry(room, frame).expect("room checked above");
+        tx.batch_len += written;
+        tx.batch_frames += 1;
+        Ok(())
+    }
+
+    /// Sends the frames [`Ucp::hold`] holds: one as a data message, more as one batch message
+    /// (eager, so that the receiver gets its bytes in one callback), waiting until UCX is done
+    /// with the buffer.
+    fn send_batch(&mut self) -> Result<(), FrameSendError> {
+        let tx = &mut self.state().tx;
+        let (frames, len, first) = (tx.batch_frames, tx.batch_len, tx.batch_first);
+        if frames == 0 {
+            return Ok(());
+        }
+        tx.batch_frames = 0;
+        tx.batch_len = 0;
+        let entries = tx.batch.at(0).cast_const();
+        if frames == 1 {
+            let frame = tx.batch.at(UCX_BATCH_ENTRY_HEADER_LEN).cast_const();
+            // SAFETY: the buffer holds one entry of `len` bytes, its frame after the length
+            // field; nothing writes the buffer until this send returned.
+            let frame =
+                unsafe { std::slice::from_raw_parts(frame, len - UCX_BATCH_ENTRY_HEADER_LEN) };
+            return self.send_frame(first, frame);
+        }
+        let header = UcxDataRepr { seq: first }.to_bytes();
+        let send = |ucp: &Self, op_attr| {
+            let mut param = ucp::request_param(
+                op_attr | sys::UCP_OP_ATTR_FIELD_FLAGS,
+                None,
+                std::ptr::null_mut(),
+            );
+            param.flags = sys::UCP_AM_SEND_FLAG_EAGER;
+            // SAFETY: `ep` is live; the header and the `len` bytes of entries stay put and
+            // unchanged until the send completed: at once, or in the wait below.
+            unsafe {
+                sys::ucp_am_send_nbx(
+                    ucp.ep,
+                    AM_BATCH,
+                    header.as_ptr().cast(),
+                    header.len(),
+                    entries.cast(),
+                    len,
+                    &param,
+                )
+            }
+        };
+        let outcome = match sys::status_ptr(send(self, sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL)) {
+            sys::StatusPtr::Done => Ok(()),
+            // UCX cannot take it at once: send it from where it lies and wait until it left.
+            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => {
+                self.worker.wait(send(self, 0), None)
+            }
+            sys::StatusPtr::Failed(status) => Err(status),
+            sys::StatusPtr::Request(request) => self.worker.wait(request, None),
+        };
+        outcome.map_err(|status| self.send_failed(status))
+    }
+
+    /// Records that a send failed with `status` and says how the peer went.
+    fn send_failed(&mut self, status: sys::ucs_status_t) -> FrameSendError {
+        self.state().failed.get_or_insert(status);
+        // What the peer said before it went (a close) tells how it went.
+        self.worker.progress_all();
+        FrameSendError::PeerGone(self.state().tx_gone().unwrap_or(PeerGoneError::Died))
+    }
+
+    /// Sends a frame that cannot go out at once (a large or a queued one) from a copy in its
+    /// send buffer, which stays busy until UCX is done with it.
+    fn send_copy(
+        &mut self,
+        seq: u64,
+        header: [u8; 8],
+        frame: &[u8],
+    ) -> Result<(), sys::ucs_status_t> {
+        let max = self.state().max;
+        let state = self.state();
+        let index = (seq % state.tx.slots as u64) as usize;
+        state.tx.headers[index] = header;
+        let dst = state.tx.buf.at(index * max);
+        if !frame.is_empty() {
+            // SAFETY: the send buffer has `max >= frame.len()` bytes for slot `index`, which is
+            // not busy (the caller checked), so UCX does not read it now.
+            unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len()) };
+        }
+        let ctx = state.tx.ctx(index);
+        let header: *const [u8; 8] = &state.tx.headers[index];
+        let param = ucp::request_param(0, Some(state::on_sent), ctx);
+        // SAFETY: `ep` is live; header cell, buffer and callback context belong to the state,
+        // which outlives the worker, and stay untouched while the slot is busy.
+        let sent = unsafe {
+            sys::ucp_am_send_nbx(
+                self.ep,
+                AM_DATA,
+                header.cast(),
+                8,
+                dst.cast_const().cast(),
+                frame.len(),
+                &param,
+            )
+        };
+        match sys::status_ptr(sent) {
+            sys::StatusPtr::Done => Ok(()),
+            sys::StatusPtr::Request(_) => {
+                self.state().tx.busy[index] = true;
+                Ok(())
+            }
+            sys::StatusPtr::Failed(status) => Err(status),
+        }
+    }
+
+    /// Progresses the worker until the next frame in order is ready or nothing more happens
+    /// (at most as many rounds as [`Worker::progress_all`]). Stopping at the frame spares the
+    /// round that would only find nothing more: a call into the network stack on the path of
+    /// every frame.
+    #[inline]
+    fn progress_for_rx(&mut self) {
+        for _ in 0..64 {
+            if self.worker.progress() == 0 || self.state().rx_ready() {
+                break;
+            }
+        }
+    }
+
+    /// Hands the frame at the head back to the peer.
+    fn release(&mut self) {
+        let state = self.state();
+        let rx = &mut state.rx;
+        let index = (rx.released % rx.slots as u64) as usize;
+        rx.slot[index] = Slot::Free;
+        rx.released += 1;
+        if rx.released - rx.reported >= (rx.slots as u64 / 2).max(1) {
+            self.send_credits();
+        }
+    }
+
+    /// Nothing to receive: return credits if the peer may be running short of them, and tell
+    /// why nothing will come if so.
+    ///
+    /// Credits are returned only once half the peer's credits may be spent (frames arrived
+    /// since the last report): a ping-pong then costs no credit message per frame, and a
+    /// sender that is out of credits (every slot's frame arrived) always gets them.
+    fn rx_idle(&mut self) -> Result<(), FrameRecvError> {
+        let rx = &self.state().rx;
+        if rx.arrived - rx.reported >= (rx.slots as u64 / 2).max(1) {
+            self.send_credits();
+        }
+        let state = self.state();
+        if let Some(what) = state.protocol {
+            return Err(FrameRecvError::Protocol(what));
+        }
+        match state.rx_gone() {
+            Some(how) => Err(FrameRecvError::PeerGone(how)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the sending half can send; `Err` when it never will.
+    fn tx_check(&mut self) -> Result<bool, FrameSendError> {
+        let state = self.state();
+        if let Some(what) = state.protocol {
+            return Err(FrameSendError::Protocol(what));
+        }
+        if let Some(how) = state.tx_gone() {
+            return Err(FrameSendError::PeerGone(how));
+        }
+        Ok(state.tx_room())
+    }
+}
+
+impl Drop for Ucp {
+    fn drop(&mut self) {
+        self.state().locked = true;
+        self.close_side_ep();
+        if !self.ep.is_null() {
+            if !self.crashed && self.state().failed.is_none() {
+                // Lets the closes and any frame still queued leave before the endpoint goes.
+                let until = Some(Instant::now() + self.linger);
+                // SAFETY: a live endpoint of this worker.
+                let _ = unsafe { ucp::flush_ep(&self.worker, self.ep, until) };
+            }
+            // The worker is not progressed again: destroying it (next) completes the close. A
+            // progress call after UCX closed the endpoint's descriptors may meet UCX 1.13's
+            // stale events for them (see the module documentation).
+            // SAFETY: a live endpoint of this worker, not used again.
+            unsafe { ucp::close_ep_now(self.ep) };
+            self.ep = std::ptr::null_mut();
+        }
+    }
+}
+
+/// What both halves of one end share.
+///
+/// The worker is driven by whichever half calls, from whichever thread, one at a time: the
+/// mutex gives UCX the "one thread at a time" its serialized mode asks for. On one thread it is
+/// never contended and costs an uncontended atomic per call, far below what a call into UCX
+/// costs; with the halves on two threads it is what makes sharing one worker sound.
+pub(super) struct Link {
+    /// Taken out on drop, to linger (see [`linger`]).
+    ucp: ManuallyDrop<Mutex<Ucp>>,
+    /// The worker's event descriptor and the halves' wake-up descriptors (owned by `ucp`, which
+    /// lives as long as this).
+    efd: std::os::fd::RawFd,
+    wakers: [std::os::fd::RawFd; 2],
+    /// Where the receive slots are, for lending frames without the lock.
+    rx_buf: *const u8,
+    max: usize,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `self.ucp` is not used again.
+        let ucp = unsafe { ManuallyDrop::take(&mut self.ucp) };
+        linger(ucp.into_inner().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+// SAFETY: the worker runs in serialized mode: any thread may drive it, one at a time, and a
+// `Ucp` is only ever used by its one owner (or through the link's mutex). The state and the
+// buffers it points to move with it.
+unsafe impl Send for Ucp {}
+
+/// Closes an end both of whose halves are gone. Its closes are on their way; so that the peer
+/// receives them, and every frame before them, before the endpoint goes (a hang-up can make the
+/// peer's UCX drop what it has not read yet), the end lingers on a thread of its own until the
+/// peer confirms, fails, or `linger` passes, then closes the endpoint and destroys the worker.
+/// A crashed or failed end closes at once.
+///
+/// When the process exits, lingering ends close at once (see [`finish_lingering`]): UCX tears
+/// its global state down after the process's exit handlers, and a worker still alive then
+/// (with UCX's progress thread calling into it) crashes the exit.
+fn linger(mut ucp: Ucp) {
+    if ucp.crashed || ucp.ep.is_null() || ucp.state().failed.is_some() {
+        return;
+    }
+    ucp.state().locked = true;
+    let Some(exit) = exit_waker() else {
+        // No way to be woken at exit: close here, after a bounded flush.
+        return;
+    };
+    {
+        let mut count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
+        if LINGERING.exiting.load(Ordering::Acquire) {
+            ucp.linger = ucp.linger.min(EXIT_FLUSH);
+            return;
+        }
+        *count += 1;
+    }
+    let until = Instant::now() + ucp.linger;
+    let spawned = std::thread::Builder::new()
+        .name("urom-ucx-close".to_owned())
+        .spawn(move || {
+            let _counted = Counted;
+            ucp.state().locked = true;
+            loop {
+                ucp.worker.progress_all();
+                let state = ucp.state();
+                if state.peer_saw_close || state.failed.is_some() {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                if LINGERING.exiting.load(Ordering::Acquire) {
+                    ucp.linger = ucp.linger.min(EXIT_FLUSH);
+                    break;
+                }
+                if let ucp::Armed::Yes = ucp.worker.arm() {
+                    let mut fds = [
+                        PollFd::new(ucp.worker.efd(), PollFlags::POLLIN),
+                        PollFd::new(exit, PollFlags::POLLIN),
+                    ];
+                    let _ = ppoll(&mut fds, Some(TimeSpec::from_duration(until - now)), None);
+                }
+            }
+            // The worker is destroyed here, before `_counted` tells the exit handler.
+            drop(ucp);
+        });
+    if spawned.is_err() {
+        // The closure, and the end in it, was dropped: the end closed after a bounded flush.
+        Counted::done();
+    }
+}
+
+/// How long an end that closes while the process exits waits for what it sent to leave.
+const EXIT_FLUSH: Duration = Duration::from_millis(200);
+/// How long the exit handler waits for lingering ends to close.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The ends lingering on threads of their own, for the exit handler.
+struct Lingering {
+    /// How many threads still hold an end.
+    count: Mutex<usize>,
+    /// Signalled when `count` drops to zero.
+    gone: Condvar,
+    /// The process is exiting: lingering ends close at once, new ones do not linger.
+    exiting: AtomicBool,
+}
+
+static LINGERING: Lingering = Lingering {
+    count: Mutex::new(0),
+    gone: Condvar::new(),
+    exiting: AtomicBool::new(false),
+};
+
+/// Readable once the process exits (written once, never drained): wakes lingering ends.
+static EXIT_WAKER: OnceLock<Option<OwnedFd>> = OnceLock::new();
+
+/// The exit waker, made (and the exit handler registered) on first use; `None` when neither
+/// could be set up.
+fn exit_waker() -> Option<BorrowedFd<'static>> {
+    let waker = EXIT_WAKER.get_or_init(|| {
+        let fd = crate::sys::wake_event().ok()?;
+        // SAFETY: `finish_lingering` is an `extern "C" fn()` that does not unwind (it catches
+        // panics); registering it has no other precondition.
+        let registered = unsafe { libc::atexit(finish_lingering) };
+        (registered == 0).then_some(fd)
+    });
+    waker.as_ref().map(|fd| fd.as_fd())
+}
+
+/// Counts a lingering thread out when dropped (also when its end's drop panics).
+struct Counted;
+
+impl Counted {
+    fn done() {
+        let mut count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            LINGERING.gone.notify_all();
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        Self::done();
+    }
+}
+
+/// The process exit handler: tells lingering ends to close now and waits (at most
+/// [`EXIT_WAIT`]) until their workers are destroyed, so that none is alive when UCX tears its
+/// global state down.
+extern "C" fn finish_lingering() {
+    let _ = std::panic::catch_unwind(|| {
+        let count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
+        LINGERING.exiting.store(true, Ordering::Release);
+        if let Some(Some(waker)) = EXIT_WAKER.get() {
+            crate::sys::wake(waker.as_fd());
+        }
+        let _ = LINGERING
+            .gone
+            .wait_timeout_while(count, EXIT_WAIT, |count| *count > 0);
+    });
+}
+
+// SAFETY: everything UCX-side is reached only through the mutex (one thread at a time, which
+// the worker's serialized mode allows from any thread); `rx_buf` is read only in the slot a
+// receiving half holds, which neither UCX nor the other half writes until it is released.
+unsafe impl Send for Link {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Link {}
+
+/// The lock on one end's UCX objects; the state's handlers may run while it is held.
+struct Held<'a>(MutexGuard<'a, Ucp>);
+
+impl Held<'_> {
+    fn ucp(&mut self) -> &mut Ucp {
+        &mut self.0
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.state().locked = false;
+    }
+}
+
+impl Link {
+    fn new(mut ucp: Ucp) -> Arc<Self> {
+        use std::os::fd::AsRawFd;
+        let efd = ucp.worker.efd().as_raw_fd();
+        let wakers = [ucp.wakers[TX].as_raw_fd(), ucp.wakers[RX].as_raw_fd()];
+        let rx_buf = ucp.state().rx.buf.at(0).cast_const();
+        let max = ucp.state().max;
+        ucp.state().locked = false;
+        Arc::new(Self {
+            ucp: ManuallyDrop::new(Mutex::new(ucp)),
+            efd,
+            wakers,
+            rx_buf,
+            max,
+        })
+    }
+
+    #[inline]
+    fn lock(&self) -> Held<'_> {
+        let mut guard = self.ucp.lock().unwrap_or_else(|e| e.into_inner());
+        guard.state().locked = true;
+        Held(guard)
+    }
+
+    /// Waits, for `half`, until `check` says ready or fails, or the timeout passes.
+    fn wait<E>(
+        &self,
+        half: usize,
+        mode: WaitMode,
+        timeout: Duration,
+        mut check: impl FnMut(&mut Ucp) -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        let start = Instant::now();
+        let end = deadline(start, timeout);
+        let spin_end = match mode {
+            WaitMode::BusyPoll => end,
+            WaitMode::Adaptive { spin } => deadline(start, spin.min(timeout)),
+        };
+        loop {
+            {
+                let mut held = self.lock();
+                held.ucp().worker.progress_all();
+                if check(held.ucp())? {
+                    return Ok(true);
+                }
+            }
+            let now = Instant::now();
+            if end.is_some_and(|e| now >= e) {
+                return Ok(false);
+            }
+            if spin_end.is_some_and(|e| now >= e) {
+                break;
+            }
+            spin_hint();
+        }
+        loop {
+            let left = {
+                let mut held = self.lock();
+                let ucp = held.ucp();
+                ucp.state().sleeping[half] = false;
+                ucp.worker.progress_all();
+                if check(ucp)? {
+                    return Ok(true);
+                }
+                let now = Instant::now();
+                let left = match end {
+                    Some(end) if now >= end => return Ok(false),
+                    Some(end) => Some(end - now),
+                    None => None,
+                };
+                ucp.state().sleeping[half] = true;
+                if let ucp::Armed::Busy = ucp.worker.arm() {
+                    ucp.state().sleeping[half] = false;
+                    continue;
+                }
+                left
+            };
+            self.sleep(half, left);
+        }
+    }
+
+    /// Sleeps until the worker has an event, `half` is woken, or `timeout` passes.
+    fn sleep(&self, half: usize, timeout: Option<Duration>) {
+        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
+        // worker is owned by `ucp`, which lives as long as `self`.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
+        // SAFETY: the half's eventfd is owned by `ucp`, which lives as long as `self`.
+        let waker = unsafe { BorrowedFd::borrow_raw(self.wakers[half]) };
+        let mut fds = [
+            PollFd::new(efd, PollFlags::POLLIN),
+            PollFd::new(waker, PollFlags::POLLIN),
+        ];
+        match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
+            Ok(_) => {
+                if fds[1]
+                    .revents()
+                    .is_some_and(|r| r.contains(PollFlags::POLLIN))
+                {
+                    crate::sys::drain(waker);
+                }
+            }
+            Err(Errno::EINTR) => {}
+            // Polling two valid descriptors does not fail otherwise; do not spin on it.
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// One end of a UCX connection: frames to and from a peer on this or another machine.
+///
+/// Frames are copied on send (into UCX, or into a preallocated send buffer when UCX cannot
+/// take them at once); `recv` lends the receive slot the frame arrived in (no copy) until the
+/// next `recv` or `wait_recv`. Nothing is allocated per frame after the handshake.
+///
+/// Each end has a UCX worker of its own, so a connection and its halves can move to other
+/// threads; the two halves of one end share it (see the module documentation).
+pub struct UcxConnection {
+    tx: UcxSender,
+    rx: UcxReceiver,
+}
+
+/// The sending half of a [`UcxConnection`].
+pub struct UcxSender {
+    link: Arc<Link>,
+    mode: WaitMode,
+    max: MaxMsgSize,
+    closed: bool,
+    /// Frames sent are held for a batch message ([`FrameSender::cork`]).
+    corked: bool,
+}
+
+/// The receiving half of a [`UcxConnection`].
+pub struct UcxReceiver {
+    link: Arc<Link>,
+    mode: WaitMode,
+    /// A frame returned by `recv` is still lent out.
+    holding: bool,
+    /// Where the lent frame is.
+    frame: (usize, usize),
+    closed: bool,
+}
+
+impl UcxConnection {
+    /// Wraps an end whose handshake is done.
+    pub(super) fn from_ucp(mut ucp: Ucp, config: &ChannelConfig) -> Self {
+        ucp.state().ep = ucp.ep;
+        let link = Link::new(ucp);
+        Self {
+            tx: UcxSender {
+                link: Arc::clone(&link),
+                mode: config.wait,
+                max: config.max_msg_size,
+                closed: false,
+                corked: false,
+            },
+            rx: UcxReceiver {
+                link,
+                mode: config.wait,
+                holding: false,
+                frame: (0, 0),
+                closed: false,
+            },
+        }
+    }
+
+    /// Ends this side as if its process had died (no close messages, the endpoint closed
+    /// without a flush): the peer sees [`PeerGoneError::Died`]. For tests.
+    pub fn simulate_crash(mut self) {
+        self.tx.crash();
+        self.rx.crash();
+    }
+
+    /// How many frames arrived through UCX's rendezvous protocol (received straight into their
+    /// slot after the sender announced them) rather than eagerly.
+    pub fn rendezvous_frames(&self) -> u64 {
+        self.rx.link.lock().ucp().state().rx.rendezvous
+    }
+}
+
+impl Transport for UcxConnection {
+    type Sender = UcxSender;
+    type Receiver = UcxReceiver;
+
+    #[inline]
+    fn split(&mut self) -> (&mut UcxSender, &mut UcxReceiver) {
+        (&mut self.tx, &mut self.rx)
+    }
+
+    fn into_split(self) -> (UcxSender, UcxReceiver) {
+        (self.tx, self.rx)
+    }
+
+    fn max_msg_size(&self) -> MaxMsgSize {
+        self.tx.max
+    }
+}
+
+impl UcxSender {
+    /// Ends this half as if its process had died. For tests.
+    pub(crate) fn crash(&mut self) {
+        self.closed = true;
+        self.link.lock().ucp().crashed = true;
+    }
+}
+
+impl UcxReceiver {
+    /// Ends this half as if its process had died. For tests.
+    pub(crate) fn crash(&mut self) {
+        self.closed = true;
+        self.link.lock().ucp().crashed = true;
+    }
+}
+
+impl HalfControl for UcxSender {
+    fn check_peer(&self) -> Result<(), PeerGoneError> {
+        let mut held = self.link.lock();
+        let ucp = held.ucp();
+        ucp.worker.progress_all();
+        ucp.state().tx_gone().map_or(Ok(()), Err)
+    }
+
+    fn set_wait_mode(&mut self, mode: WaitMode) {
+        self.mode = mode;
+    }
+
+    fn close(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            let mut held = self.link.lock();
+            let ucp = held.ucp();
+            if !ucp.crashed {
+                // A peer that cannot take them is gone, and learns nothing more anyway.
+                let _ = ucp.send_batch();
+            }
+            let sent = ucp.state().tx.sent;
+            let cell: *mut [u8; 16] = &mut ucp.state().controls.sender_closed;
+            ucp.send_control(UcxControlKind::SenderClosed, sent, cell);
+        }
+    }
+}
+
+impl HalfControl for UcxReceiver {
+    fn check_peer(&self) -> Result<(), PeerGoneError> {
+        let mut held = self.link.lock();
+        let ucp = held.ucp();
+        ucp.worker.progress_all();
+        let state = ucp.state();
+        if state.rx.peer_total.is_some() {
+            Err(PeerGoneError::Closed)
+        } else if state.failed.is_some() {
+            Err(PeerGoneError::Died)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn set_wait_mode(&mut self, mode: WaitMode) {
+        self.mode = mode;
+    }
+
+    fn close(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            self.holding = false;
+            let mut held = self.link.lock();
+            let ucp = held.ucp();
+            ucp.state().rx.closed = true;
+            let cell: *mut [u8; 16] = &mut ucp.state().controls.receiver_closed;
+            ucp.send_control(UcxControlKind::ReceiverClosed, 0, cell);
+        }
+    }
+}
+
+impl Drop for UcxSender {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Drop for UcxReceiver {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl FrameSender for UcxSender {
+    fn max_msg_size(&self) -> MaxMsgSize {
+        self.max
+    }
+
+    #[inline]
+    fn send(&mut self, frame: &[u8]) -> Result<(), FrameSendError> {
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        if frame.len() > self.max.get() {
+            return Err(FrameSendError::TooLarge {
+                len: frame.len(),
+                max: self.max.as_u32(),
+            });
+        }
+        let mut held = self.link.lock();
+        let ucp = held.ucp();
+        if !ucp.tx_check()? {
+            // Credits may be waiting in the worker, or (corked) for the frames held here.
+            ucp.send_batch()?;
+            ucp.worker.progress_all();
+            if !ucp.tx_check()? {
+                return Err(FrameSendError::Full);
+            }
+        }
+        let seq = ucp.state().tx.sent;
+        if self.corked {
+            ucp.hold(seq, frame)?;
+        } else {
+            ucp.send_frame(seq, frame)?;
+        }
+        ucp.state().tx.sent = seq + 1;
+        Ok(())
+    }
+
+    fn wait_send(&mut self, timeout: Duration) -> Result<bool, FrameSendError> {
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        self.link.lock().ucp().send_batch()?;
+        self.link.wait(TX, self.mode, timeout, |ucp| ucp.tx_check())
+    }
+
+    fn cork(&mut self) {
+        self.corked = true;
+    }
+
+    fn uncork(&mut self) -> Result<(), FrameSendError> {
+        self.corked = false;
+        if self.closed {
+            return Err(FrameSendError::Closed);
+        }
+        self.link.lock().ucp().send_batch()
+    }
+}
+
+impl UcxReceiver {
+    /// Releases the frame `recv` lent out, if any.
+    fn release_held(&mut self, ucp: &mut Ucp) {
+        if self.holding {
+            self.holding = false;
+            ucp.release();
+        }
+    }
+}
+
+impl UcxReceiver {
+    /// The next frame in order, progressing the worker for it first when `progress` says so
+    /// (until it is there or nothing more happens).
+    #[inline]
+    fn take(&mut self, progress: bool) -> Result<Option<&[u8]>, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        let link = Arc::clone(&self.link);
+        let mut held = link.lock();
+        let ucp = held.ucp();
+        self.release_held(ucp);
+        if let Some(what) = ucp.state().protocol {
+            return Err(FrameRecvError::Protocol(what));
+        }
+        if !ucp.state().rx_ready() {
+            if progress {
+                ucp.progress_for_rx();
+            }
+            if !ucp.state().rx_ready() {
+                ucp.rx_idle()?;
+                return Ok(None);
+            }
+        }
+        let rx = &mut ucp.state().rx;
+        let index = (rx.delivered % rx.slots as u64) as usize;
+        rx.slot[index] = Slot::Held;
+        rx.delivered += 1;
+        self.frame = (index * self.link.max, rx.len[index]);
+        self.holding = true;
+        drop(held);
+        let (at, len) = self.frame;
+        // SAFETY: `at` is `index * max` for a slot index below `slots`, so it lies inside the
+        // receive buffer of `slots * max` bytes that `rx_buf` points to.
+        let start = unsafe { self.link.rx_buf.add(at) };
+        // SAFETY: the slot at `start` holds `len <= max` received bytes; it is Held, so neither
+        // UCX (which only writes Free slots) nor the state touches it until this half releases
+        // it, which needs `&mut self`, ending this borrow first. The buffer lives as long as
+        // the link.
+        Ok(Some(unsafe { std::slice::from_raw_parts(start, len) }))
+    }
+}
+
+impl FrameReceiver for UcxReceiver {
+    #[inline]
+    fn recv(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.take(true)
+    }
+
+    /// Frames that arrived with the last progress of the worker, without progressing it
+    /// again: each progress calls into the network stack (over TCP, an `epoll_wait`), which
+    /// right after a frame came would only find nothing more.
+    #[inline]
+    fn recv_arrived(&mut self) -> Result<Option<&[u8]>, FrameRecvError> {
+        self.take(false)
+    }
+
+    fn wait_recv(&mut self, timeout: Duration) -> Result<bool, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        if self.holding {
+            let link = Arc::clone(&self.link);
+            let mut held = link.lock();
+            self.release_held(held.ucp());
+        }
+        self.link.wait(RX, self.mode, timeout, |ucp| {
+            if let Some(what) = ucp.state().protocol {
+                return Err(FrameRecvError::Protocol(what));
+            }
+            if ucp.state().rx_ready() {
+                return Ok(true);
+            }
+            ucp.rx_idle()?;
+            Ok(false)
+        })
+    }
+
+    /// Arms the end's worker (`ucp_worker_arm`) so that its event descriptor becomes readable
+    /// on the next event, after returning credits; [`Armed::Ready`] when a frame, the peer's
+    /// end, or an event the worker must progress first is already there. The second
+    /// descriptor is this half's own eventfd, which the sending half writes when its progress
+    /// receives a frame for this half (the two halves share the worker). UCX's arming has no
+    /// window in which an event is missed, so the half is never `fresh`.
+    fn arm(&mut self) -> Result<Armed, FrameRecvError> {
+        if self.closed {
+            return Err(FrameRecvError::Closed);
+        }
+        let link = Arc::clone(&self.link);
+        let mut held = link.lock();
+        let ucp = held.ucp();
+        self.release_held(ucp);
+        ucp.state().sleeping[RX] = false;
+        ucp.worker.progress_all();
+        if let Some(what) = ucp.state().protocol {
+            return Err(FrameRecvError::Protocol(what));
+        }
+        if ucp.state().rx_ready() {
+            return Ok(Armed::Ready);
+        }
+        match ucp.rx_idle() {
+            Ok(()) => {}
+            Err(FrameRecvError::PeerGone(_)) => return Ok(Armed::Ready),
+            Err(e) => return Err(e),
+        }
+        ucp.state().sleeping[RX] = true;
+        match ucp.worker.arm() {
+            ucp::Armed::Yes => Ok(Armed::Armed { fresh: false }),
+            ucp::Armed::Busy => {
+                ucp.state().sleeping[RX] = false;
+                Ok(Armed::Ready)
+            }
+        }
+    }
+
+    fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
+        // worker is owned by the link, which `&self` keeps alive for the borrow.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.link.efd) };
+        // SAFETY: the half's eventfd is owned by the link, which `&self` keeps alive.
+        let waker = unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) };
+        [Some(efd), Some(waker)]
+    }
+
+    /// Stops the sending half's wake-ups for this half and consumes the one that came, if any.
+    /// The worker needs no disarming: the next progress or arm consumes its events.
+    fn disarm(&mut self) {
+        let mut held = self.link.lock();
+        held.ucp().state().sleeping[RX] = false;
+        drop(held);
+        // SAFETY: the half's eventfd is owned by the link, which `self` keeps alive.
+        crate::sys::drain(unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) });
+    }
+}
