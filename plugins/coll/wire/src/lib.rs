@@ -540,23 +540,37 @@ impl fmt::Display for CollWireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::Truncated { len, needed } => {
-                write!(f, "collective message of {len} bytes; its fixed part needs {needed}")
+                write!(
+                    f,
+                    "collective message of {len} bytes; its fixed part needs {needed}"
+                )
             }
             Self::UnknownOpcode(op) => write!(f, "unknown collective opcode {op}"),
             Self::Reserved => f.write_str("a reserved field of a collective message is not zero"),
             Self::BadLength { len, expected } => {
-                write!(f, "collective command of {len} bytes; it says it has {expected}")
+                write!(
+                    f,
+                    "collective command of {len} bytes; it says it has {expected}"
+                )
             }
             Self::BadTeam => write!(
                 f,
                 "team size must be 1..={MAX_TEAM_SIZE} and the rank below it"
             ),
             Self::NameTooLong(len) => {
-                write!(f, "shared-memory name of {len} bytes; at most {MAX_NAME_LEN}")
+                write!(
+                    f,
+                    "shared-memory name of {len} bytes; at most {MAX_NAME_LEN}"
+                )
             }
-            Self::BadCollInit => f.write_str("a collective's init has unknown flags or too many words"),
+            Self::BadCollInit => {
+                f.write_str("a collective's init has unknown flags or too many words")
+            }
             Self::BufferTooSmall { needed, available } => {
-                write!(f, "{available} bytes cannot hold a {needed}-byte collective message")
+                write!(
+                    f,
+                    "{available} bytes cannot hold a {needed}-byte collective message"
+                )
             }
         }
     }
@@ -677,10 +691,10 @@ fn split<T: FromBytes + KnownLayout + Immutable + Unaligned>(
     })
 }
 
-fn exact<'a, T: FromBytes + KnownLayout + Immutable + Unaligned>(
-    bytes: &'a [u8],
+fn exact<T: FromBytes + KnownLayout + Immutable + Unaligned>(
+    bytes: &[u8],
     total: usize,
-) -> Result<&'a T, CollWireError> {
+) -> Result<&T, CollWireError> {
     let (wire, rest) = split::<T>(bytes)?;
     if rest.is_empty() {
         Ok(wire)
@@ -816,12 +830,11 @@ impl<'a> CollCommand<'a> {
             },
             Opcode::CollInit => {
                 let (wire, rest) = split::<CollInitWire>(body)?;
-                let words = <[U64]>::ref_from_bytes(rest).map_err(|_| {
-                    CollWireError::BadLength {
+                let words =
+                    <[U64]>::ref_from_bytes(rest).map_err(|_| CollWireError::BadLength {
                         len: total,
                         expected: total - rest.len() % 8,
-                    }
-                })?;
+                    })?;
                 if words.len() > 4 * MAX_TEAM_SIZE || wire.flags.get() & !FLAG_IN_PLACE != 0 {
                     return Err(CollWireError::BadCollInit);
                 }
@@ -904,7 +917,11 @@ impl<'a> CollCommand<'a> {
                     pid: U32::new(pid),
                 };
                 put(buf, HEADER_LEN, wire.as_bytes())?;
-                put(buf, HEADER_LEN + size_of::<TeamCreateWire>(), pids.as_bytes())?;
+                put(
+                    buf,
+                    HEADER_LEN + size_of::<TeamCreateWire>(),
+                    pids.as_bytes(),
+                )?;
             }
             Self::TeamDestroy { .. } => {}
             Self::BufferRegister {
@@ -947,7 +964,11 @@ impl<'a> CollCommand<'a> {
                     recv_count: U64::new(args.recv_count),
                 };
                 put(buf, HEADER_LEN, wire.as_bytes())?;
-                put(buf, HEADER_LEN + size_of::<CollInitWire>(), words.as_bytes())?;
+                put(
+                    buf,
+                    HEADER_LEN + size_of::<CollInitWire>(),
+                    words.as_bytes(),
+                )?;
             }
         }
         Ok(len)

@@ -40,7 +40,10 @@ fn round_trip(bytes: &[u8], expected: CollCommand<'_>) {
     assert_eq!(expected.buffer_len(), bytes.len());
     assert_eq!(expected.emit(&mut buf), Ok(bytes.len()));
     assert_eq!(&buf[..bytes.len()], bytes);
-    assert!(buf[bytes.len()..].iter().all(|&b| b == 0xa5), "wrote past its end");
+    assert!(
+        buf[bytes.len()..].iter().all(|&b| b == 0xa5),
+        "wrote past its end"
+    );
     assert!(matches!(
         expected.emit(&mut buf[..bytes.len() - 1]),
         Err(CollWireError::BufferTooSmall { .. })
@@ -172,7 +175,10 @@ fn malformed_commands_are_refused() {
     );
     let mut bad = COLL_START;
     bad[0] = 99;
-    assert_eq!(CollCommand::parse(&bad), Err(CollWireError::UnknownOpcode(99)));
+    assert_eq!(
+        CollCommand::parse(&bad),
+        Err(CollWireError::UnknownOpcode(99))
+    );
     let mut bad = COLL_START;
     bad[4] = 1;
     assert_eq!(CollCommand::parse(&bad), Err(CollWireError::Reserved));
@@ -209,7 +215,10 @@ fn malformed_commands_are_refused() {
     ));
     let mut bad = BUFFER_REGISTER;
     bad[40] = 200;
-    assert_eq!(CollCommand::parse(&bad), Err(CollWireError::NameTooLong(200)));
+    assert_eq!(
+        CollCommand::parse(&bad),
+        Err(CollWireError::NameTooLong(200))
+    );
     // Words not a multiple of 8, unknown flags.
     assert!(matches!(
         CollCommand::parse(&COLL_INIT[..87]),
