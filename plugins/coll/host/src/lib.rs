@@ -771,12 +771,19 @@ impl Team {
         let coll = self.inner.next_coll.get();
         self.inner.next_coll.set(coll + 1);
         let in_place = spec.in_place;
-        let send = if in_place {
+        // In place, a scatter's root keeps its send buffer and receives nothing; every other
+        // in-place collective takes its input from the receive buffer.
+        let scatter = spec.kind == CollKind::Scatter;
+        let send = if in_place && !scatter {
             None
         } else {
             spec.send.or(spec.recv)
         };
-        let recv = spec.recv.or(spec.send);
+        let recv = if in_place && scatter {
+            None
+        } else {
+            spec.recv.or(spec.send)
+        };
         let mut busy = Vec::new();
         for b in [send, recv].into_iter().flatten() {
             if !busy

@@ -486,7 +486,7 @@ fn run_case(ctx: &mut Ctx, buffers: &mut Buffers, case: Case) {
     if case.kind == CollKind::Bcast {
         spec.send = Some(send.whole());
     } else {
-        spec.send = (!ip).then(|| send.whole());
+        spec.send = (!ip || case.kind == CollKind::Scatter).then(|| send.whole());
         spec.recv = Some(recv.whole());
     }
     if case.kind == CollKind::Allgatherv {
