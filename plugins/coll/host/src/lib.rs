@@ -298,6 +298,9 @@ pub fn node_worker(
 // waiter it completes is found in a per-thread table (the engine and its workers are
 // single-threaded: tasks complete on the thread that submitted them).
 
+/// A collective's completion callback.
+type Callback = Box<dyn FnMut(Result<(), CollError>)>;
+
 /// What a submitted command waits for.
 struct Completion {
     /// Whether a command is in flight.
@@ -307,7 +310,7 @@ struct Completion {
     /// How many commands completed (each exactly once).
     completed: Cell<u64>,
     /// Run at each completion.
-    callback: RefCell<Option<Box<dyn FnMut(Result<(), CollError>)>>>,
+    callback: RefCell<Option<Callback>>,
     /// The buffers a collective uses: busy while it runs.
     busy: Vec<Rc<BufferInner>>,
     /// Its place in the table.

@@ -265,7 +265,7 @@ fn mask(dt: Datatype, bits: u64) -> u64 {
 fn signed(dt: Datatype, bits: u64) -> i128 {
     let width = 8 * es(dt) as u32;
     let shift = 128 - width;
-    ((i128::from(bits) << shift) as i128) >> shift
+    (i128::from(bits) << shift) >> shift
 }
 
 fn fold(dt: Datatype, op: ReduceOp, a: u64, b: u64) -> u64 {

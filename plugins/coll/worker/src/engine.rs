@@ -14,7 +14,7 @@
 //! rank order, `((x0 op x1) op x2) ...` (see [`crate::reduce`]).
 //!
 //! Teams spanning several nodes would add an inter-node step between the node's reduction and
-//! its write-back ([`Team::inter_node_step`]); this worker serves single-node teams only and
+//! its write-back (`Team::inter_node_step`); this worker serves single-node teams only and
 //! refuses others with [`Reason::InterNode`], so a single-node team never touches the network.
 
 use std::time::Instant;
