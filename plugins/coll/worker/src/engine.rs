@@ -1,0 +1,1244 @@
+//! The collective engine: teams of the node's ranks, their registered buffers, their persistent
+//! collectives, and the execution of started collectives in chunks.
+//!
+//! A team runs its collectives one after the other, in the order its ranks started them (MPI's
+//! rule: every rank starts the same collectives in the same order); a rank may have up to
+//! [`QUEUE`] started and not complete. Once every member started the one at the head, the
+//! engine runs it a chunk of at most [`CHUNK`] bytes per [`Team::advance`], copying through the
+//! plugin's two preallocated scratch buffers, so that a 64 MiB allreduce does not keep the
+//! worker from its other teams and hosts. Nothing is allocated per start: queues, scratch and
+//! the collectives' arguments are allocated when teams, buffers and collectives are set up.
+//!
+//! Every collective is a sequence of *blocks* (one per source rank, per pair of ranks, or one
+//! for the whole vector), each copied or reduced chunk by chunk. Reductions fold the ranks in
+//! rank order, `((x0 op x1) op x2) ...` (see [`crate::reduce`]).
+//!
+//! Teams spanning several nodes would add an inter-node step between the node's reduction and
+//! its write-back (`Team::inter_node_step`); this worker serves single-node teams only and
+//! refuses others with [`Reason::InterNode`], so a single-node team never touches the network.
+
+use std::time::Instant;
+
+use urom_coll_wire::{
+    CollArgs, CollKind, CollNotification, Datatype, NO_RANK, Opcode, Reason, ReduceOp,
+};
+use urom_plugin::Notifier;
+use urom_wire::Status;
+
+use crate::reduce;
+use crate::sys::{CrossMemoryError, PidFd, SharedMap, cma_read, cma_write};
+
+/// Bytes a collective moves per step.
+pub const CHUNK: usize = 256 * 1024;
+/// Collectives a rank may have started and not complete on one team.
+pub const QUEUE: usize = 64;
+/// The most collective ids of a team.
+pub const MAX_COLLS: u32 = 4096;
+/// The most buffer ids of a rank on a team.
+pub const MAX_BUFFERS: u32 = 1024;
+
+/// What failed, and which rank it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// Why.
+    pub reason: Reason,
+    /// The rank at fault, or [`NO_RANK`].
+    pub rank: u32,
+}
+
+impl Fault {
+    /// A fault of `rank` for `reason`.
+    pub fn new(reason: Reason, rank: u32) -> Self {
+        Self { reason, rank }
+    }
+
+    /// A fault that names no rank.
+    pub fn plain(reason: Reason) -> Self {
+        Self::new(reason, NO_RANK)
+    }
+
+    /// The DOCA status it is reported with.
+    pub fn status(&self) -> Status {
+        match self.reason {
+            Reason::None => Status::Success,
+            Reason::RankExited | Reason::RankDisconnected => Status::ConnectionAborted,
+            Reason::TeamFailed | Reason::UnknownColl => Status::BadState,
+            Reason::CrossMemoryDenied => Status::NotPermitted,
+            Reason::QueueFull => Status::Full,
+            Reason::InterNode => Status::NotSupported,
+            Reason::CopyFailed => Status::IoFailed,
+            Reason::BufferBusy => Status::InUse,
+            Reason::UnknownTeam => Status::NotFound,
+            _ => Status::InvalidValue,
+        }
+    }
+}
+
+/// How the worker reaches a registered buffer.
+pub enum Access {
+    /// Shared memory, mapped here.
+    Shared(SharedMap),
+    /// The rank's own memory at `addr`, by cross-memory attach.
+    Cross {
+        /// Its address in the rank's process.
+        addr: u64,
+    },
+}
+
+/// A registered buffer.
+pub struct Buffer {
+    access: Access,
+    len: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Start {
+    coll: u32,
+    ctx: u64,
+}
+
+/// A rank's started collectives, oldest first; fixed capacity.
+struct Ring {
+    slots: Box<[Start]>,
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    fn new() -> Self {
+        Self {
+            slots: vec![Start::default(); QUEUE].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, start: Start) -> bool {
+        if self.len == self.slots.len() {
+            return false;
+        }
+        let at = (self.head + self.len) % self.slots.len();
+        self.slots[at] = start;
+        self.len += 1;
+        true
+    }
+
+    fn front(&self) -> Option<Start> {
+        (self.len > 0).then(|| self.slots[self.head])
+    }
+
+    fn pop(&mut self) -> Option<Start> {
+        let front = self.front()?;
+        self.head = (self.head + 1) % self.slots.len();
+        self.len -= 1;
+        Some(front)
+    }
+
+    fn contains(&self, coll: u32) -> bool {
+        (0..self.len).any(|i| self.slots[(self.head + i) % self.slots.len()].coll == coll)
+    }
+}
+
+/// One rank of a team: its connection, process, buffers and started collectives.
+pub struct Member {
+    dest_id: u64,
+    plugin: u64,
+    pid: u32,
+    buffers: Vec<Option<Buffer>>,
+    queue: Ring,
+    /// Its TEAM_CREATE, answered once every member joined.
+    create_ctx: Option<u64>,
+}
+
+/// One rank's arguments of a collective.
+struct RankColl {
+    args: CollArgs,
+    words: Vec<u64>,
+}
+
+/// A persistent collective: each rank's arguments.
+struct CollState {
+    ranks: Vec<Option<RankColl>>,
+    /// The cross-rank check, once made.
+    checked: Option<Result<(), Fault>>,
+}
+
+/// Where a block starts: a rank's buffer and a byte offset in it.
+#[derive(Clone, Copy, Debug)]
+struct Loc {
+    rank: usize,
+    buf: u32,
+    off: u64,
+}
+
+impl Loc {
+    fn at(self, off: u64) -> Self {
+        Self {
+            off: self.off + off,
+            ..self
+        }
+    }
+}
+
+/// What a block does.
+enum Mode {
+    /// Nothing (an in-place rank's own block, the lower half of an in-place exchange).
+    Skip,
+    /// Copy from `src` to every destination.
+    Copy(Loc),
+    /// Reduce every rank's source into every destination.
+    Reduce,
+    /// Exchange two ranges.
+    Swap(Loc, Loc),
+}
+
+/// The collective running on a team.
+struct Active {
+    coll: u32,
+    block: u64,
+    off: u64,
+}
+
+/// A team of the node's ranks.
+pub struct Team {
+    key: u64,
+    pids: Vec<u32>,
+    pidfds: Vec<Option<PidFd>>,
+    members: Vec<Option<Member>>,
+    joined: usize,
+    left: usize,
+    formed: bool,
+    failed: Option<Fault>,
+    colls: Vec<Option<CollState>>,
+    active: Option<Active>,
+}
+
+/// The scratch the engine copies through: two chunks, 8-byte aligned.
+pub struct Scratch {
+    a: Vec<u64>,
+    b: Vec<u64>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self {
+            a: vec![0; CHUNK / 8],
+            b: vec![0; CHUNK / 8],
+        }
+    }
+}
+
+/// Where answers go: the plugin's notifier and what every notification carries.
+pub struct Answers<'o, 'n> {
+    /// The notifier of the call.
+    pub out: &'o mut Notifier<'n>,
+    /// The worker's process id.
+    pub worker_pid: u32,
+}
+
+impl Answers<'_, '_> {
+    /// Sends the answer to a command of `opcode` on `team` to connection `dest_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &mut self,
+        dest_id: u64,
+        plugin: u64,
+        ctx: u64,
+        opcode: Opcode,
+        team: u64,
+        id: u32,
+        result: Result<(), Fault>,
+    ) -> Result<(), Status> {
+        let fault = result.err().unwrap_or(Fault::plain(Reason::None));
+        let notification = CollNotification {
+            opcode,
+            status: fault.status().raw(),
+            team,
+            id,
+            rank: fault.rank,
+            reason: fault.reason,
+            worker_pid: self.worker_pid,
+        };
+        let mut bytes = [0u8; urom_coll_wire::NOTIFICATION_LEN];
+        notification
+            .emit(&mut bytes)
+            .map_err(|_| Status::Unexpected)?;
+        self.out
+            .notify(dest_id, plugin, ctx, fault.status(), &bytes)
+    }
+}
+
+fn elems(count: u64, size: u64) -> Result<u64, Fault> {
+    count
+        .checked_mul(size)
+        .ok_or(Fault::plain(Reason::InvalidArgs))
+}
+
+impl Team {
+    /// A team `key` of the ranks whose processes are `pids`, in rank order.
+    pub fn new(key: u64, pids: &[u32]) -> Self {
+        Self {
+            key,
+            pids: pids.to_vec(),
+            pidfds: pids.iter().map(|&pid| PidFd::open(pid)).collect(),
+            members: pids.iter().map(|_| None).collect(),
+            joined: 0,
+            left: 0,
+            formed: false,
+            failed: None,
+            colls: Vec::new(),
+            active: None,
+        }
+    }
+
+    /// Its key.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Whether every member left.
+    pub fn is_empty(&self) -> bool {
+        self.joined > 0 && self.left == self.joined
+    }
+
+    fn size(&self) -> usize {
+        self.pids.len()
+    }
+
+    /// The rank connection `dest_id` has on it.
+    pub fn rank_of(&self, dest_id: u64) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.as_ref().is_some_and(|m| m.dest_id == dest_id))
+    }
+
+    /// Rank `rank` joins over connection `dest_id`; answered once every member joined.
+    #[allow(clippy::too_many_arguments)]
+    pub fn join(
+        &mut self,
+        answers: &mut Answers<'_, '_>,
+        rank: u32,
+        pid: u32,
+        pids: impl ExactSizeIterator<Item = u32> + Clone,
+        dest_id: u64,
+        plugin: u64,
+        ctx: u64,
+    ) -> Result<(), Fault> {
+        let mismatch = Fault::new(Reason::TeamMismatch, rank);
+        if pids.len() != self.size() || !pids.clone().eq(self.pids.iter().copied()) {
+            return Err(mismatch);
+        }
+        if let Some(fault) = self.failed {
+            return Err(fault);
+        }
+        let r = rank as usize;
+        if self.pids[r] != pid || self.members[r].is_some() || self.rank_of(dest_id).is_some() {
+            return Err(mismatch);
+        }
+        self.members[r] = Some(Member {
+            dest_id,
+            plugin,
+            pid,
+            buffers: Vec::new(),
+            queue: Ring::new(),
+            create_ctx: Some(ctx),
+        });
+        self.joined += 1;
+        if self.joined == self.size() {
+            self.formed = true;
+            let key = self.key;
+            let mut gone = None;
+            for (rank, member) in self.members.iter_mut().enumerate() {
+                let Some(member) = member.as_mut() else {
+                    continue;
+                };
+                if let Some(ctx) = member.create_ctx.take() {
+                    let sent = answers.send(
+                        member.dest_id,
+                        member.plugin,
+                        ctx,
+                        Opcode::TeamCreate,
+                        key,
+                        0,
+                        Ok(()),
+                    );
+                    if sent.is_err() {
+                        gone = Some(rank as u32);
+                    }
+                }
+            }
+            if let Some(rank) = gone {
+                self.fail(answers, Fault::new(Reason::RankDisconnected, rank));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rank `rank` leaves. Collectives in flight fail, naming it; so does every later start.
+    pub fn leave(&mut self, answers: &mut Answers<'_, '_>, rank: usize) {
+        if self.failed.is_none() {
+            self.fail(answers, Fault::new(Reason::TeamFailed, rank as u32));
+        }
+        if let Some(member) = self.members[rank].as_mut() {
+            member.buffers.clear();
+        }
+        self.pidfds[rank] = None;
+        self.left += 1;
+    }
+
+    /// Registers buffer `id` of `rank`.
+    pub fn register(
+        &mut self,
+        rank: usize,
+        id: u32,
+        access: Access,
+        len: u64,
+    ) -> Result<(), Fault> {
+        let fault = |reason| Fault::new(reason, rank as u32);
+        if id >= MAX_BUFFERS {
+            return Err(fault(Reason::InvalidArgs));
+        }
+        let member = self.members[rank]
+            .as_mut()
+            .ok_or(fault(Reason::UnknownTeam))?;
+        let slot = id as usize;
+        if member.buffers.len() <= slot {
+            member.buffers.resize_with(slot + 1, || None);
+        }
+        if member.buffers[slot].is_some() {
+            return Err(fault(Reason::UnknownBuffer));
+        }
+        member.buffers[slot] = Some(Buffer { access, len });
+        Ok(())
+    }
+
+    /// The process id of `rank`.
+    pub fn pid(&self, rank: usize) -> u32 {
+        self.pids[rank]
+    }
+
+    /// Deregisters buffer `id` of `rank`, unless one of its collectives uses it.
+    pub fn deregister(&mut self, rank: usize, id: u32) -> Result<(), Fault> {
+        let fault = |reason| Fault::new(reason, rank as u32);
+        let used = self.colls.iter().flatten().any(|c| {
+            c.ranks[rank]
+                .as_ref()
+                .is_some_and(|rc| rc.args.send_buf == id || rc.args.recv_buf == id)
+        });
+        if used {
+            return Err(fault(Reason::BufferBusy));
+        }
+        let member = self.members[rank]
+            .as_mut()
+            .ok_or(fault(Reason::UnknownTeam))?;
+        member
+            .buffers
+            .get_mut(id as usize)
+            .and_then(Option::take)
+            .map(|_| ())
+            .ok_or(fault(Reason::UnknownBuffer))
+    }
+
+    /// Checks that `count` elements of `size` bytes at element `off` of `rank`'s buffer `buf`
+    /// lie inside it.
+    fn need(&self, rank: usize, buf: u32, off: u64, count: u64, size: u64) -> Result<(), Fault> {
+        let fault = |reason| Fault::new(reason, rank as u32);
+        let bytes = elems(count, size).map_err(|_| fault(Reason::InvalidArgs))?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let start = elems(off, size).map_err(|_| fault(Reason::InvalidArgs))?;
+        let end = start.checked_add(bytes).ok_or(fault(Reason::OutOfBounds))?;
+        let member = self.members[rank]
+            .as_ref()
+            .ok_or(fault(Reason::UnknownTeam))?;
+        let buffer = member
+            .buffers
+            .get(buf as usize)
+            .and_then(Option::as_ref)
+            .ok_or(fault(Reason::UnknownBuffer))?;
+        if end > buffer.len {
+            return Err(fault(Reason::OutOfBounds));
+        }
+        Ok(())
+    }
+
+    /// Sets up `rank`'s part of collective `args.coll`, after checking every range it touches
+    /// lies inside a buffer that rank registered.
+    pub fn init(&mut self, rank: usize, args: CollArgs, words: &[u64]) -> Result<(), Fault> {
+        let fault = |reason| Fault::new(reason, rank as u32);
+        let invalid = fault(Reason::InvalidArgs);
+        let n = self.size() as u64;
+        let r = rank as u64;
+        if args.coll >= MAX_COLLS || words.len() != args.kind.words(self.size()) {
+            return Err(invalid);
+        }
+        if matches!(args.kind, CollKind::Unknown(_)) {
+            return Err(invalid);
+        }
+        if args.kind.rooted() && u64::from(args.root) >= n {
+            return Err(invalid);
+        }
+        if args.kind.reduces() && !args.op.applies_to(args.datatype) {
+            return Err(invalid);
+        }
+        let es = match (args.kind, args.datatype.size()) {
+            (CollKind::Barrier, _) => 1,
+            (_, Some(size)) => size as u64,
+            (_, None) => return Err(invalid),
+        };
+        let ip = args.in_place();
+        let is_root = u64::from(args.root) == r;
+        if ip
+            && matches!(
+                args.kind,
+                CollKind::Reduce | CollKind::Gather | CollKind::Scatter
+            )
+            && !is_root
+        {
+            return Err(invalid);
+        }
+        if ip && args.kind == CollKind::Bcast {
+            return Err(invalid);
+        }
+        let (sb, so, rb, ro) = (args.send_buf, args.send_off, args.recv_buf, args.recv_off);
+        let (count, rc) = (args.count, args.recv_count);
+        let max_end = |counts: &[u64], displs: &[u64]| -> Result<u64, Fault> {
+            counts
+                .iter()
+                .zip(displs)
+                .filter(|(c, _)| **c > 0)
+                .try_fold(0u64, |end, (c, d)| {
+                    c.checked_add(*d).map(|e| end.max(e)).ok_or(invalid)
+                })
+        };
+        let times_n = |c: u64| c.checked_mul(n).ok_or(invalid);
+        match args.kind {
+            CollKind::Barrier | CollKind::Unknown(_) => {}
+            CollKind::Bcast => self.need(rank, sb, so, count, es)?,
+            CollKind::Reduce => {
+                if !(ip && is_root) {
+                    self.need(rank, sb, so, count, es)?;
+                }
+                if is_root {
+                    self.need(rank, rb, ro, count, es)?;
+                }
+            }
+            CollKind::Allreduce => {
+                if !ip {
+                    self.need(rank, sb, so, count, es)?;
+                }
+                self.need(rank, rb, ro, count, es)?;
+            }
+            CollKind::ReduceScatterBlock => {
+                if ip {
+                    self.need(rank, rb, ro, times_n(rc)?, es)?;
+                } else {
+                    self.need(rank, sb, so, times_n(rc)?, es)?;
+                    self.need(rank, rb, ro, rc, es)?;
+                }
+            }
+            CollKind::Allgather => {
+                if !ip {
+                    self.need(rank, sb, so, count, es)?;
+                }
+                self.need(rank, rb, ro, times_n(rc)?, es)?;
+            }
+            CollKind::Allgatherv => {
+                let n = self.size();
+                if !ip {
+                    self.need(rank, sb, so, count, es)?;
+                }
+                self.need(rank, rb, ro, max_end(&words[..n], &words[n..])?, es)?;
+            }
+            CollKind::Alltoall => {
+                if !ip {
+                    self.need(rank, sb, so, times_n(count)?, es)?;
+                }
+                self.need(rank, rb, ro, times_n(rc)?, es)?;
+            }
+            CollKind::Alltoallv => {
+                let n = self.size();
+                if !ip {
+                    self.need(rank, sb, so, max_end(&words[..n], &words[n..2 * n])?, es)?;
+                }
+                let recv_end = max_end(&words[2 * n..3 * n], &words[3 * n..])?;
+                self.need(rank, rb, ro, recv_end, es)?;
+            }
+            CollKind::Gather => {
+                if !(ip && is_root) {
+                    self.need(rank, sb, so, count, es)?;
+                }
+                if is_root {
+                    self.need(rank, rb, ro, times_n(rc)?, es)?;
+                }
+            }
+            CollKind::Scatter => {
+                if is_root {
+                    self.need(rank, sb, so, times_n(count)?, es)?;
+                }
+                if !(ip && is_root) {
+                    self.need(rank, rb, ro, rc, es)?;
+                }
+            }
+        }
+        let slot = args.coll as usize;
+        if self.colls.len() <= slot {
+            self.colls.resize_with(slot + 1, || None);
+        }
+        let size = self.size();
+        let state = self.colls[slot].get_or_insert_with(|| CollState {
+            ranks: (0..size).map(|_| None).collect(),
+            checked: None,
+        });
+        if state.ranks[rank].is_some() {
+            return Err(invalid);
+        }
+        state.ranks[rank] = Some(RankColl {
+            args,
+            words: words.to_vec(),
+        });
+        state.checked = None;
+        Ok(())
+    }
+
+    /// Destroys `rank`'s part of collective `coll`, unless it is started.
+    pub fn destroy_coll(&mut self, rank: usize, coll: u32) -> Result<(), Fault> {
+        let fault = |reason| Fault::new(reason, rank as u32);
+        let member = self.members[rank]
+            .as_ref()
+            .ok_or(fault(Reason::UnknownTeam))?;
+        if member.queue.contains(coll) {
+            return Err(fault(Reason::UnknownColl));
+        }
+        let slot = self
+            .colls
+            .get_mut(coll as usize)
+            .ok_or(fault(Reason::UnknownColl))?;
+        let state = slot.as_mut().ok_or(fault(Reason::UnknownColl))?;
+        state.ranks[rank].take().ok_or(fault(Reason::UnknownColl))?;
+        state.checked = None;
+        if state.ranks.iter().all(Option::is_none) {
+            *slot = None;
+        }
+        Ok(())
+    }
+
+    /// `rank` starts collective `coll`; its answer comes when the collective completes.
+    pub fn start(&mut self, rank: usize, coll: u32, ctx: u64) -> Result<(), Fault> {
+        if let Some(fault) = self.failed {
+            return Err(fault);
+        }
+        let fault = |reason| Fault::new(reason, rank as u32);
+        let initialised = self
+            .colls
+            .get(coll as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.ranks[rank].is_some());
+        let member = self.members[rank]
+            .as_mut()
+            .ok_or(fault(Reason::UnknownTeam))?;
+        if !initialised || member.queue.contains(coll) {
+            return Err(fault(Reason::UnknownColl));
+        }
+        if !member.queue.push(Start { coll, ctx }) {
+            return Err(fault(Reason::QueueFull));
+        }
+        Ok(())
+    }
+
+    /// Fails the team: every started collective and pending join of every member completes
+    /// with `fault`, and so will every later start.
+    pub fn fail(&mut self, answers: &mut Answers<'_, '_>, fault: Fault) {
+        if self.failed.is_none() {
+            self.failed = Some(fault);
+        }
+        self.active = None;
+        let key = self.key;
+        for member in self.members.iter_mut().flatten() {
+            if let Some(ctx) = member.create_ctx.take() {
+                let _ = answers.send(
+                    member.dest_id,
+                    member.plugin,
+                    ctx,
+                    Opcode::TeamCreate,
+                    key,
+                    0,
+                    Err(fault),
+                );
+            }
+            while let Some(start) = member.queue.pop() {
+                let _ = answers.send(
+                    member.dest_id,
+                    member.plugin,
+                    start.ctx,
+                    Opcode::CollStart,
+                    key,
+                    start.coll,
+                    Err(fault),
+                );
+            }
+        }
+    }
+
+    /// Whether the team waits for something (a join, a start) and so for its ranks' lives.
+    pub fn waiting(&self) -> bool {
+        self.failed.is_none()
+            && (!self.formed
+                || self
+                    .members
+                    .iter()
+                    .flatten()
+                    .any(|member| member.queue.len > 0))
+    }
+
+    /// Whether it has a collective ready or running.
+    pub fn busy(&self) -> bool {
+        self.failed.is_none() && (self.active.is_some() || self.ready())
+    }
+
+    fn ready(&self) -> bool {
+        self.formed
+            && self
+                .members
+                .iter()
+                .all(|m| m.as_ref().is_some_and(|m| m.queue.len > 0))
+    }
+
+    /// The descriptors of its members' processes.
+    pub fn pidfds(&self) -> impl Iterator<Item = &PidFd> {
+        self.pidfds.iter().flatten()
+    }
+
+    /// Fails the team when a member's process exited.
+    pub fn check_lives(&mut self, answers: &mut Answers<'_, '_>) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let dead = self
+            .pidfds
+            .iter()
+            .position(|fd| fd.as_ref().is_some_and(PidFd::exited));
+        match dead {
+            Some(rank) => {
+                self.fail(answers, Fault::new(Reason::RankExited, rank as u32));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs one step: starts the collective every member started next, or moves one chunk of
+    /// the running one, or completes it. Returns whether it did anything.
+    pub fn advance(&mut self, answers: &mut Answers<'_, '_>, scratch: &mut Scratch) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        if self.active.is_none() {
+            if !self.ready() {
+                return false;
+            }
+            match self.activate() {
+                Ok(coll) => {
+                    self.active = Some(Active {
+                        coll,
+                        block: 0,
+                        off: 0,
+                    })
+                }
+                Err(fault) => {
+                    self.complete(answers, Err(fault));
+                    return true;
+                }
+            }
+        }
+        let Some(mut active) = self.active.take() else {
+            return false;
+        };
+        match self.step(&mut active, scratch) {
+            Ok(false) => self.active = Some(active),
+            Ok(true) => {
+                self.inter_node_step();
+                self.complete(answers, Ok(()));
+            }
+            Err(fault) if matches!(fault.reason, Reason::RankExited) => {
+                self.fail(answers, fault);
+            }
+            Err(fault) => self.complete(answers, Err(fault)),
+        }
+        true
+    }
+
+    /// Where a team spanning several nodes would exchange the node's part with its peer
+    /// workers (over UCX, with the domain's addresses) before the node's ranks get the result.
+    /// A single-node team, the only kind this worker accepts, has nothing to exchange.
+    fn inter_node_step(&mut self) {}
+
+    /// The collective at the head of every member's queue, checked: the same on every rank,
+    /// its arguments consistent.
+    fn activate(&mut self) -> Result<u32, Fault> {
+        let mut coll = None;
+        for (rank, member) in self.members.iter().enumerate() {
+            let head = member.as_ref().and_then(|m| m.queue.front());
+            match (coll, head) {
+                (_, None) => return Err(Fault::new(Reason::TeamFailed, rank as u32)),
+                (None, Some(start)) => coll = Some(start.coll),
+                (Some(c), Some(start)) if c != start.coll => {
+                    return Err(Fault::new(Reason::OrderMismatch, rank as u32));
+                }
+                _ => {}
+            }
+        }
+        let coll = coll.ok_or(Fault::plain(Reason::TeamFailed))?;
+        let checked = {
+            let state = self
+                .colls
+                .get(coll as usize)
+                .and_then(Option::as_ref)
+                .ok_or(Fault::plain(Reason::UnknownColl))?;
+            match state.checked {
+                Some(result) => result,
+                None => check(state),
+            }
+        };
+        if let Some(Some(state)) = self.colls.get_mut(coll as usize) {
+            state.checked = Some(checked);
+        }
+        checked.map(|()| coll)
+    }
+
+    /// Completes the collective at the head of every member's queue with `result`.
+    fn complete(&mut self, answers: &mut Answers<'_, '_>, result: Result<(), Fault>) {
+        self.active = None;
+        let key = self.key;
+        let mut gone = None;
+        for (rank, member) in self.members.iter_mut().enumerate() {
+            let Some(member) = member.as_mut() else {
+                continue;
+            };
+            if let Some(start) = member.queue.pop() {
+                let sent = answers.send(
+                    member.dest_id,
+                    member.plugin,
+                    start.ctx,
+                    Opcode::CollStart,
+                    key,
+                    start.coll,
+                    result,
+                );
+                if sent.is_err() {
+                    gone = Some(rank as u32);
+                }
+            }
+        }
+        if let Some(rank) = gone {
+            self.fail(answers, Fault::new(Reason::RankDisconnected, rank));
+        }
+    }
+
+    fn read(&self, loc: Loc, out: &mut [u8]) -> Result<(), Fault> {
+        let (buffer, pid) = self.buffer(loc, out.len())?;
+        match &buffer.access {
+            Access::Shared(map) => map
+                .read(loc.off, out)
+                .then_some(())
+                .ok_or(Fault::new(Reason::OutOfBounds, loc.rank as u32)),
+            Access::Cross { addr } => {
+                cma_read(pid, addr + loc.off, out).map_err(|e| cma_fault(e, loc.rank))
+            }
+        }
+    }
+
+    fn write(&self, loc: Loc, data: &[u8]) -> Result<(), Fault> {
+        let (buffer, pid) = self.buffer(loc, data.len())?;
+        match &buffer.access {
+            Access::Shared(map) => map
+                .write(loc.off, data)
+                .then_some(())
+                .ok_or(Fault::new(Reason::OutOfBounds, loc.rank as u32)),
+            Access::Cross { addr } => {
+                cma_write(pid, addr + loc.off, data).map_err(|e| cma_fault(e, loc.rank))
+            }
+        }
+    }
+
+    fn buffer(&self, loc: Loc, len: usize) -> Result<(&Buffer, u32), Fault> {
+        let fault = |reason| Fault::new(reason, loc.rank as u32);
+        let member = self.members[loc.rank]
+            .as_ref()
+            .ok_or(fault(Reason::RankDisconnected))?;
+        let buffer = member
+            .buffers
+            .get(loc.buf as usize)
+            .and_then(Option::as_ref)
+            .ok_or(fault(Reason::UnknownBuffer))?;
+        let end = loc.off.checked_add(len as u64);
+        if end.is_none_or(|end| end > buffer.len) {
+            return Err(fault(Reason::OutOfBounds));
+        }
+        Ok((buffer, member.pid))
+    }
+
+    /// Moves one chunk of the running collective; `true` once it is done.
+    fn step(&self, active: &mut Active, scratch: &mut Scratch) -> Result<bool, Fault> {
+        let state = self
+            .colls
+            .get(active.coll as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Fault::plain(Reason::UnknownColl))?;
+        let plan = Plan::new(state, self.size());
+        let a: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.a[..]);
+        let b: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.b[..]);
+        loop {
+            if active.block >= plan.blocks() {
+                return Ok(true);
+            }
+            let (len, mode) = plan.block(active.block);
+            if len == 0 || matches!(mode, Mode::Skip) || active.off >= len {
+                active.block += 1;
+                active.off = 0;
+                continue;
+            }
+            let off = active.off;
+            let chunk = (len - off).min(CHUNK as u64) as usize;
+            let (a, b) = (&mut a[..chunk], &mut b[..chunk]);
+            match mode {
+                Mode::Skip => {}
+                Mode::Copy(src) => {
+                    self.read(src.at(off), a)?;
+                    for q in 0..self.size() {
+                        if let Some(dst) = plan.dst(active.block, q) {
+                            self.write(dst.at(off), a)?;
+                        }
+                    }
+                }
+                Mode::Reduce => {
+                    self.read(plan.src(active.block, 0).at(off), a)?;
+                    for r in 1..self.size() {
+                        self.read(plan.src(active.block, r).at(off), b)?;
+                        reduce::reduce(plan.datatype(), plan.op(), a, b)
+                            .map_err(|_| Fault::plain(Reason::InvalidArgs))?;
+                    }
+                    for q in 0..self.size() {
+                        if let Some(dst) = plan.dst(active.block, q) {
+                            self.write(dst.at(off), a)?;
+                        }
+                    }
+                }
+                Mode::Swap(x, y) => {
+                    self.read(x.at(off), a)?;
+                    self.read(y.at(off), b)?;
+                    self.write(y.at(off), a)?;
+                    self.write(x.at(off), b)?;
+                }
+            }
+            active.off += chunk as u64;
+            if active.off >= len {
+                active.block += 1;
+                active.off = 0;
+            }
+            return Ok(active.block >= plan.blocks());
+        }
+    }
+}
+
+fn cma_fault(error: CrossMemoryError, rank: usize) -> Fault {
+    let reason = match error {
+        CrossMemoryError::Denied => Reason::CrossMemoryDenied,
+        CrossMemoryError::Gone => Reason::RankExited,
+        CrossMemoryError::Failed => Reason::CopyFailed,
+    };
+    Fault::new(reason, rank as u32)
+}
+
+/// A collective's blocks, sources and destinations, from every rank's arguments.
+struct Plan<'a> {
+    ranks: &'a [Option<RankColl>],
+    n: usize,
+    es: u64,
+}
+
+impl<'a> Plan<'a> {
+    fn new(state: &'a CollState, n: usize) -> Self {
+        let es = state.ranks[0]
+            .as_ref()
+            .and_then(|rc| rc.args.datatype.size())
+            .unwrap_or(1) as u64;
+        Self {
+            ranks: &state.ranks,
+            n,
+            es,
+        }
+    }
+
+    fn rc(&self, r: usize) -> &RankColl {
+        // Every rank's part exists once the collective was started by every rank.
+        self.ranks[r].as_ref().expect("every rank initialised it")
+    }
+
+    fn args(&self, r: usize) -> &CollArgs {
+        &self.rc(r).args
+    }
+
+    fn words(&self, r: usize) -> &[u64] {
+        &self.rc(r).words
+    }
+
+    fn kind(&self) -> CollKind {
+        self.args(0).kind
+    }
+
+    fn datatype(&self) -> Datatype {
+        self.args(0).datatype
+    }
+
+    fn op(&self) -> ReduceOp {
+        self.args(0).op
+    }
+
+    fn root(&self) -> usize {
+        self.args(0).root as usize
+    }
+
+    fn ip(&self, r: usize) -> bool {
+        self.args(r).in_place()
+    }
+
+    fn send(&self, r: usize, e: u64) -> Loc {
+        let a = self.args(r);
+        Loc {
+            rank: r,
+            buf: a.send_buf,
+            off: (a.send_off + e) * self.es,
+        }
+    }
+
+    fn recv(&self, r: usize, e: u64) -> Loc {
+        let a = self.args(r);
+        Loc {
+            rank: r,
+            buf: a.recv_buf,
+            off: (a.recv_off + e) * self.es,
+        }
+    }
+
+    fn blocks(&self) -> u64 {
+        let n = self.n as u64;
+        match self.kind() {
+            CollKind::Barrier | CollKind::Unknown(_) => 0,
+            CollKind::Bcast | CollKind::Reduce | CollKind::Allreduce => 1,
+            CollKind::Alltoall | CollKind::Alltoallv => n * n,
+            _ => n,
+        }
+    }
+
+    /// A block's length in bytes and what it does.
+    fn block(&self, b: u64) -> (u64, Mode) {
+        let n = self.n;
+        let bu = b as usize;
+        let es = self.es;
+        match self.kind() {
+            CollKind::Barrier | CollKind::Unknown(_) => (0, Mode::Skip),
+            CollKind::Bcast => {
+                let root = self.root();
+                (self.args(root).count * es, Mode::Copy(self.send(root, 0)))
+            }
+            CollKind::Reduce | CollKind::Allreduce => (self.args(0).count * es, Mode::Reduce),
+            CollKind::ReduceScatterBlock => (self.args(0).recv_count * es, Mode::Reduce),
+            CollKind::Allgather => {
+                let s = bu;
+                let src = if self.ip(s) {
+                    self.recv(s, s as u64 * self.args(s).recv_count)
+                } else {
+                    self.send(s, 0)
+                };
+                (self.args(s).count * es, Mode::Copy(src))
+            }
+            CollKind::Allgatherv => {
+                let s = bu;
+                let src = if self.ip(s) {
+                    self.recv(s, self.words(s)[n + s])
+                } else {
+                    self.send(s, 0)
+                };
+                (self.words(s)[s] * es, Mode::Copy(src))
+            }
+            CollKind::Gather => {
+                let (s, root) = (bu, self.root());
+                if s == root && self.ip(root) {
+                    return (0, Mode::Skip);
+                }
+                (self.args(s).count * es, Mode::Copy(self.send(s, 0)))
+            }
+            CollKind::Scatter => {
+                let (d, root) = (bu, self.root());
+                if d == root && self.ip(root) {
+                    return (0, Mode::Skip);
+                }
+                let count = self.args(root).count;
+                (count * es, Mode::Copy(self.send(root, d as u64 * count)))
+            }
+            CollKind::Alltoall => {
+                let (i, j) = (bu / n, bu % n);
+                if self.ip(0) {
+                    if i >= j {
+                        return (0, Mode::Skip);
+                    }
+                    let (rci, rcj) = (self.args(i).recv_count, self.args(j).recv_count);
+                    let x = self.recv(i, j as u64 * rci);
+                    let y = self.recv(j, i as u64 * rcj);
+                    return (rci * es, Mode::Swap(x, y));
+                }
+                let count = self.args(i).count;
+                (count * es, Mode::Copy(self.send(i, j as u64 * count)))
+            }
+            CollKind::Alltoallv => {
+                let (i, j) = (bu / n, bu % n);
+                let (wi, wj) = (self.words(i), self.words(j));
+                if self.ip(0) {
+                    if i >= j {
+                        return (0, Mode::Skip);
+                    }
+                    let x = self.recv(i, wi[3 * n + j]);
+                    let y = self.recv(j, wj[3 * n + i]);
+                    return (wi[2 * n + j] * es, Mode::Swap(x, y));
+                }
+                (wi[j] * es, Mode::Copy(self.send(i, wi[n + j])))
+            }
+        }
+    }
+
+    /// Rank `r`'s source of a reduction block.
+    fn src(&self, b: u64, r: usize) -> Loc {
+        let e = match self.kind() {
+            CollKind::ReduceScatterBlock => b * self.args(r).recv_count,
+            _ => 0,
+        };
+        let in_place = self.ip(r) && (self.kind() != CollKind::Reduce || r == self.root());
+        if in_place {
+            self.recv(r, e)
+        } else {
+            self.send(r, e)
+        }
+    }
+
+    /// Where block `b` goes on rank `q`, if anywhere.
+    fn dst(&self, b: u64, q: usize) -> Option<Loc> {
+        let bu = b as usize;
+        let n = self.n;
+        match self.kind() {
+            CollKind::Barrier | CollKind::Unknown(_) => None,
+            CollKind::Bcast => (q != self.root()).then(|| self.send(q, 0)),
+            CollKind::Reduce => (q == self.root()).then(|| self.recv(q, 0)),
+            CollKind::Allreduce => Some(self.recv(q, 0)),
+            CollKind::ReduceScatterBlock => (q == bu).then(|| self.recv(q, 0)),
+            CollKind::Allgather => (!(q == bu && self.ip(bu)))
+                .then(|| self.recv(q, bu as u64 * self.args(q).recv_count)),
+            CollKind::Allgatherv => {
+                (!(q == bu && self.ip(bu))).then(|| self.recv(q, self.words(q)[n + bu]))
+            }
+            CollKind::Gather => {
+                (q == self.root()).then(|| self.recv(q, bu as u64 * self.args(q).recv_count))
+            }
+            CollKind::Scatter => (q == bu).then(|| self.recv(q, 0)),
+            CollKind::Alltoall => {
+                let (i, j) = (bu / n, bu % n);
+                (q == j).then(|| self.recv(j, i as u64 * self.args(j).recv_count))
+            }
+            CollKind::Alltoallv => {
+                let (i, j) = (bu / n, bu % n);
+                (q == j).then(|| self.recv(j, self.words(j)[3 * n + i]))
+            }
+        }
+    }
+}
+
+/// Checks that every rank's arguments of a collective agree (MPI requires matching kinds,
+/// datatypes, operations, roots and counts).
+fn check(state: &CollState) -> Result<(), Fault> {
+    let n = state.ranks.len();
+    let mut args = [None; urom_coll_wire::MAX_TEAM_SIZE];
+    for (r, rc) in state.ranks.iter().enumerate() {
+        args[r] = Some(
+            rc.as_ref()
+                .ok_or(Fault::new(Reason::UnknownColl, r as u32))?
+                .args,
+        );
+    }
+    let arg = |r: usize| args[r].expect("filled above");
+    let words = |r: usize| -> &[u64] { &state.ranks[r].as_ref().expect("checked above").words };
+    let a0 = arg(0);
+    let mismatch = |r: usize| Err(Fault::new(Reason::ArgsMismatch, r as u32));
+    for r in 0..n {
+        let a = arg(r);
+        if a.kind != a0.kind
+            || (a.kind != CollKind::Barrier && a.datatype != a0.datatype)
+            || (a.kind.reduces() && a.op != a0.op)
+            || (a.kind.rooted() && a.root != a0.root)
+        {
+            return mismatch(r);
+        }
+        let ok = match a0.kind {
+            CollKind::Barrier | CollKind::Unknown(_) => true,
+            CollKind::Bcast | CollKind::Reduce | CollKind::Allreduce => a.count == a0.count,
+            CollKind::ReduceScatterBlock => a.recv_count == a0.recv_count,
+            CollKind::Allgather => a.count == a0.count && a.recv_count == a0.count,
+            CollKind::Alltoall => {
+                a.count == a0.count && a.recv_count == a0.count && a.in_place() == a0.in_place()
+            }
+            CollKind::Gather => {
+                let root = arg(a0.root as usize);
+                (r == a0.root as usize && a.in_place()) || a.count == root.recv_count
+            }
+            CollKind::Scatter => {
+                let root = arg(a0.root as usize);
+                (r == a0.root as usize && a.in_place()) || a.recv_count == root.count
+            }
+            CollKind::Allgatherv => {
+                let own = words(r)[r];
+                (a.in_place() || a.count == own) && (0..n).all(|q| words(q)[r] == own)
+            }
+            CollKind::Alltoallv => {
+                a.in_place() == a0.in_place()
+                    && (0..n).all(|j| {
+                        let (wi, wj) = (words(r), words(j));
+                        if a.in_place() {
+                            wi[2 * n + j] == wj[2 * n + r]
+                        } else {
+                            wi[j] == wj[2 * n + r]
+                        }
+                    })
+            }
+        };
+        if !ok {
+            return mismatch(r);
+        }
+    }
+    Ok(())
+}
+
+/// When the liveness of ranks was last looked at.
+pub struct Liveness {
+    last: Instant,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            last: Instant::now(),
+        }
+    }
+}
+
+impl Liveness {
+    /// Whether it is time to look again (every 2 ms at most).
+    pub fn due(&mut self) -> bool {
+        let now = Instant::now();
+        if now.duration_since(self.last).as_micros() >= 2000 {
+            self.last = now;
+            true
+        } else {
+            false
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The operating-system glue of the collective plugin, and its only unsafe code: the shared
+//! memory a rank registered (mapped here, copied to and from with bounds checked first), the
+//! cross-memory attach to a rank's own buffers, and a rank's process descriptor (`pidfd`),
+//! readable once that process exited.
+//!
+//! Bytes another process may write are never lent out as `&[u8]`: [`SharedMap`] copies them
+//! into the caller's buffer and back.
+#![allow(unsafe_code)]
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+use memmap2::{MmapOptions, MmapRaw};
+use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
+use nix::unistd::Pid;
+
+/// A shared-memory object a rank registered, mapped read-write.
+pub struct SharedMap {
+    // INVARIANTS: `map` is a shared mapping of exactly `len` bytes, valid until dropped.
+    map: MmapRaw,
+    len: usize,
+}
+
+/// Why a shared-memory object is refused.
+#[derive(Debug)]
+pub enum SharedOpenError {
+    /// The name is empty, too long, or holds a `/` or a NUL.
+    BadName,
+    /// It cannot be opened or mapped.
+    Io(io::Error),
+    /// It belongs to another user, or others may open it.
+    NotPrivate,
+    /// It is shorter than the registration says.
+    TooSmall,
+}
+
+impl SharedMap {
+    /// Opens `/dev/shm/<name>` and maps its first `len` bytes, after checking that it is this
+    /// user's, private to it (mode 0600 or stricter) and at least `len` long.
+    pub fn open(name: &[u8], len: usize) -> Result<Self, SharedOpenError> {
+        let name = std::str::from_utf8(name).map_err(|_| SharedOpenError::BadName)?;
+        if name.is_empty() || name.contains('/') || name.contains('\0') || name.starts_with('.') {
+            return Err(SharedOpenError::BadName);
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(format!("/dev/shm/{name}"))
+            .map_err(SharedOpenError::Io)?;
+        let meta = file.metadata().map_err(SharedOpenError::Io)?;
+        if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
+            return Err(SharedOpenError::NotPrivate);
+        }
+        if meta.len() < len as u64 {
+            return Err(SharedOpenError::TooSmall);
+        }
+        let map = MmapOptions::new()
+            .len(len.max(1))
+            .map_raw(&file)
+            .map_err(SharedOpenError::Io)?;
+        Ok(Self { map, len })
+    }
+
+    /// Copies `out.len()` bytes at `offset` into `out`; `false` when that range is not
+    /// inside the mapping.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> bool {
+        if !in_range(offset, out.len(), self.len) {
+            return false;
+        }
+        let src = self.map.as_ptr().wrapping_add(offset as usize);
+        // SAFETY: `offset..offset + out.len()` lies inside the mapping (checked above), which
+        // stays mapped while `self` lives; `out` is a distinct, writable buffer of ours. The
+        // mapped bytes may be written by the rank at the same time (a race it created); that
+        // yields unspecified bytes in `out`, never an access outside either buffer.
+        unsafe { core::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `data` to `offset`; `false` when that range is not inside the mapping.
+    pub fn write(&self, offset: u64, data: &[u8]) -> bool {
+        if !in_range(offset, data.len(), self.len) {
+            return false;
+        }
+        let dst = self.map.as_mut_ptr().wrapping_add(offset as usize);
+        // SAFETY: as in `read`: the range lies inside the writable shared mapping, and `data`
+        // is our own buffer, distinct from it.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        true
+    }
+}
+
+fn in_range(offset: u64, len: usize, size: usize) -> bool {
+    offset
+        .checked_add(len as u64)
+        .is_some_and(|end| end <= size as u64)
+}
+
+/// Why a cross-memory copy failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrossMemoryError {
+    /// The kernel refused (`EPERM`: Yama, a container's seccomp profile, another user).
+    Denied,
+    /// The process is gone (`ESRCH`).
+    Gone,
+    /// Another failure (a bad address: `EFAULT`, or a short copy).
+    Failed,
+}
+
+fn cma_error(errno: nix::Error) -> CrossMemoryError {
+    match errno {
+        nix::Error::EPERM | nix::Error::ENOSYS | nix::Error::EACCES => CrossMemoryError::Denied,
+        nix::Error::ESRCH => CrossMemoryError::Gone,
+        _ => CrossMemoryError::Failed,
+    }
+}
+
+/// Copies `out.len()` bytes from address `addr` of process `pid` into `out`.
+pub fn cma_read(pid: u32, addr: u64, out: &mut [u8]) -> Result<(), CrossMemoryError> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let want = out.len();
+    let remote = [RemoteIoVec {
+        base: addr as usize,
+        len: want,
+    }];
+    let mut local = [IoSliceMut::new(out)];
+    match process_vm_readv(Pid::from_raw(pid as i32), &mut local, &remote) {
+        Ok(n) if n == want => Ok(()),
+        Ok(_) => Err(CrossMemoryError::Failed),
+        Err(e) => Err(cma_error(e)),
+    }
+}
+
+/// Copies `data` to address `addr` of process `pid`.
+pub fn cma_write(pid: u32, addr: u64, data: &[u8]) -> Result<(), CrossMemoryError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let remote = [RemoteIoVec {
+        base: addr as usize,
+        len: data.len(),
+    }];
+    let local = [IoSlice::new(data)];
+    match process_vm_writev(Pid::from_raw(pid as i32), &local, &remote) {
+        Ok(n) if n == data.len() => Ok(()),
+        Ok(_) => Err(CrossMemoryError::Failed),
+        Err(e) => Err(cma_error(e)),
+    }
+}
+
+/// A process descriptor: readable once the process exited.
+pub struct PidFd(OwnedFd);
+
+impl PidFd {
+    /// The descriptor of process `pid`; `None` where the kernel has no `pidfd_open` (before
+    /// 5.3) or the process is already gone.
+    pub fn open(pid: u32) -> Option<Self> {
+        // SAFETY: `pidfd_open(pid, 0)` takes two integers and returns a new descriptor or -1;
+        // it touches no memory of ours.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: `fd` is a descriptor the kernel just opened for us, owned by nothing else.
+        Some(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Whether the process exited (its descriptor is readable).
+    pub fn exited(&self) -> bool {
+        let mut fds = [nix::poll::PollFd::new(
+            self.0.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        matches!(
+            nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO),
+            Ok(n) if n > 0
+        )
+    }
+
+    /// The descriptor, for the worker to sleep on.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl std::fmt::Debug for PidFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PidFd({})", self.0.as_raw_fd())
+    }
+}
