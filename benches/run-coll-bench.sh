@@ -14,7 +14,7 @@
 #
 # Environment:
 #   NP           ranks (default 2)
-#   SIZES        message sizes in bytes (default 8 B to 16 MiB)
+#   SIZES        message sizes in bytes (default the powers of 2 from 8 B to 16 MiB)
 #   COLLS        collectives: allreduce alltoall allgather bcast (default allreduce alltoall)
 #   IMPLS        implementations (default "openmpi urom")
 #   RANK_CPUS    CPUs for the ranks (mpirun --cpu-set, one core each); default: no binding
@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.."
 
 rounds=${1:-3}
 NP=${NP:-2}
-SIZES=${SIZES:-8 64 1024 4096 16384 65536 262144 1048576 4194304 16777216}
+SIZES=${SIZES:-$(for ((b = 8; b <= 16 << 20; b *= 2)); do printf "%d " "$b"; done)}
 COLLS=${COLLS:-allreduce alltoall}
 IMPLS=${IMPLS:-openmpi urom}
 if ! command -v mpirun >/dev/null; then
@@ -115,7 +115,7 @@ done
 
 echo "collective benchmark: $NP ranks, $rounds rounds, medians over the rounds (times in us)"
 echo "placement: $placement; mpirun ${mpirun_args[*]}"
-grep -h '^# impl=' "$tsv" | sort -u -t' ' -k2,2 | sed 's/ round=[0-9]*//'
+grep -ah '^# impl=' "$tsv" | sort -u -t' ' -k2,2 | sed 's/ round=[0-9]*//'
 for why in "${skipped[@]}"; do
     echo "skipped: $why"
 done

@@ -132,6 +132,7 @@ fn overlap_panel(area: &Panel<'_>, summaries: &[Summary], title: &str) -> Result
         .x_desc("message size")
         .y_desc("overlap %")
         .x_label_formatter(&size_label)
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
     draw_curves(&mut chart, &curves(summaries, |m| m.overlap_pct))

@@ -38,6 +38,8 @@ impl Backend for OpenMpi {
 
     fn describe(&self) -> String {
         let version = mpi::environment::library_version().unwrap_or_else(|_| "unknown".into());
+        // The version string may end in NULs; the first line names the library and version.
+        let version = version.trim_end_matches('\0');
         let first = version.lines().next().unwrap_or("").trim_end_matches(',');
         format!("library: {first}; no worker (progress only inside MPI calls)")
     }
