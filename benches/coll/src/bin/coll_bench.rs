@@ -29,10 +29,7 @@ struct Args {
     #[arg(long, default_value = "allreduce,alltoall")]
     colls: String,
     /// Message sizes in bytes, separated by commas or spaces.
-    #[arg(
-        long,
-        default_value = "8,64,1024,4096,16384,65536,262144,1048576,4194304,16777216"
-    )]
+    #[arg(long, default_value = "8,64,512,4096,65536,1048576,16777216")]
     sizes: String,
     /// The round number written into the results.
     #[arg(long, default_value_t = 1)]
