@@ -20,6 +20,8 @@
 #   RANK_CPUS    CPUs for the ranks (mpirun --cpu-set, one core each); default: no binding
 #   WORKER_CPUS  CPUs for the urom workers (passed to the ranks; the urom side pins its workers)
 #   MPIRUN_ARGS  more mpirun arguments
+#   NICE         the nice value mpirun and all it starts run at (e.g. -10, as root, on a machine
+#                shared with other work: busy-polling ranks lose less time to it); default: as is
 # Default placement, for the 2-vCPU development VM: 2 ranks, oversubscription allowed, no
 # binding, Open MPI kept off UCX (--mca pml ob1 --mca btl self,vader); a urom worker then shares
 # the ranks' two cores. On a 16-core machine, ranks and workers on their own cores, e.g.
@@ -61,6 +63,11 @@ if [ -n "${WORKER_CPUS:-}" ]; then
     placement="$placement; urom workers on CPUs $WORKER_CPUS"
 else
     placement="$placement; urom workers wherever the scheduler puts them"
+fi
+launcher=()
+if [ -n "${NICE:-}" ]; then
+    launcher=(nice -n "$NICE")
+    placement="$placement; everything at nice $NICE"
 fi
 export WORKER_CPUS=${WORKER_CPUS:-}
 mpirun_args+=(-x WORKER_CPUS)
@@ -107,7 +114,7 @@ for round in $(seq "$rounds"); do
         started=$SECONDS
         header=()
         [ -s "$tsv" ] || header=(--header)
-        mpirun "${mpirun_args[@]}" "$bench" --impl "$impl" --colls "$colls" --sizes "$sizes" \
+        "${launcher[@]}" mpirun "${mpirun_args[@]}" "$bench" --impl "$impl" --colls "$colls" --sizes "$sizes" \
             --round "$round" "${header[@]}" >>"$tsv"
         echo "round $round: $impl done in $((SECONDS - started)) s"
     done

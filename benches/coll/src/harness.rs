@@ -67,7 +67,8 @@ pub struct Settings {
     pub iters: Option<usize>,
     /// About how long each timed loop runs, when `iters` is `None`.
     pub budget: Duration,
-    /// About how long the CPU-time loop runs (long enough for `/proc`'s clock ticks).
+    /// About how long the CPU-time loop runs, all its batches (long enough for `/proc`'s clock
+    /// ticks).
     pub cpu_budget: Duration,
     /// Bounds on the iterations chosen from a budget.
     pub min_iters: usize,
@@ -177,6 +178,9 @@ fn max_all(world: &SimpleCommunicator, v: f64) -> f64 {
     out
 }
 
+/// Batches of the CPU-time loop.
+const CPU_BATCHES: usize = 10;
+
 /// The median, in microseconds, of `iters` runs of `op`, each after a barrier.
 fn timed(world: &SimpleCommunicator, iters: usize, mut op: impl FnMut()) -> f64 {
     let mut times = Vec::with_capacity(iters);
@@ -259,17 +263,29 @@ pub fn measure(
     let total = mean_all(world, median(&mut totals));
     let compute = mean_all(world, median(&mut computes));
 
-    // CPU time per collective: back-to-back blocking collectives, no barrier in between.
+    // CPU time per collective: back-to-back blocking collectives, no barrier in between, in
+    // batches; the median over the batches of each batch's CPU time per collective (a batch
+    // where another process took the core from a rank, and its peer spun, counts once). The
+    // workers' CPU time, in /proc's clock ticks, is taken over all the batches.
+    let batches = CPU_BATCHES.min(cpu_iters);
+    let per_batch = cpu_iters / batches;
+    let mut rank_cpu = Vec::with_capacity(batches);
     world.barrier();
-    let (rank0, workers0) = (cpu::self_cpu(), cpu::processes_cpu(&workers));
-    for _ in 0..cpu_iters {
-        c.blocking();
+    let workers0 = cpu::processes_cpu(&workers);
+    for _ in 0..batches {
+        world.barrier();
+        let before = cpu::self_cpu();
+        for _ in 0..per_batch {
+            c.blocking();
+        }
+        rank_cpu.push(us(cpu::self_cpu() - before) / per_batch as f64);
     }
-    let (rank1, workers1) = (cpu::self_cpu(), cpu::processes_cpu(&workers));
+    let workers1 = cpu::processes_cpu(&workers);
     world.barrier();
-    let cpu_us = mean_all(world, us(rank1 - rank0) / cpu_iters as f64);
+    let cpu_us = mean_all(world, median(&mut rank_cpu));
     let worker_total = sum_all(world, us(workers1.saturating_sub(workers0)));
     let with_workers = sum_all(world, workers.len() as f64) > 0.0;
+    let cpu_iters = batches * per_batch;
 
     if let Err(e) = c.check() {
         bail!("{name}: wrong result after the loops: {e}");

@@ -51,7 +51,8 @@ pub struct Row {
     pub compute_us: f64,
     /// max(0, 100 - 100 (t_total - t_compute) / t_pure).
     pub overlap_pct: f64,
-    /// CPU time (user + system, all the rank's threads) per blocking collective, microseconds.
+    /// CPU time (user + system, all the rank's threads) per blocking collective, microseconds:
+    /// back-to-back collectives in batches, the median over the batches.
     pub cpu_us: f64,
     /// CPU time of the workers serving the ranks, all of them together, per collective; `None`
     /// when the implementation has no worker process.
