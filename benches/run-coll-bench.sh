@@ -17,14 +17,15 @@
 #   SIZES        message sizes in bytes (default the powers of 2 from 8 B to 16 MiB)
 #   COLLS        collectives: allreduce alltoall allgather bcast (default allreduce alltoall)
 #   IMPLS        implementations (default "openmpi urom")
-#   RANK_CPUS    CPUs for the ranks (mpirun --cpu-set, one core each); default: no binding
+#   RANK_CPUS    CPUs for the ranks (mpirun --cpu-set, one core each); default: from core 0
 #   WORKER_CPUS  CPUs for the urom workers (passed to the ranks; the urom side pins its workers)
 #   MPIRUN_ARGS  more mpirun arguments
 #   NICE         the nice value mpirun and all it starts run at (e.g. -10, as root, on a machine
 #                shared with other work: busy-polling ranks lose less time to it); default: as is
-# Default placement, for the 2-vCPU development VM: 2 ranks, oversubscription allowed, no
-# binding, Open MPI kept off UCX (--mca pml ob1 --mca btl self,vader); a urom worker then shares
-# the ranks' two cores. On a 16-core machine, ranks and workers on their own cores, e.g.
+# Default placement, for the 2-vCPU development VM: 2 ranks, each bound to its own core
+# (--bind-to core:overload-allowed), oversubscription allowed, Open MPI kept off UCX (--mca pml
+# ob1 --mca btl self,vader) and busy polling (--mca mpi_yield_when_idle 0); a urom worker then
+# shares the ranks' two cores. On a 16-core machine, ranks and workers on their own cores, e.g.
 #   NP=12 RANK_CPUS=0-11 WORKER_CPUS=12-15 benches/run-coll-bench.sh 5
 # and Open MPI alone on every core for the other baselines:
 #   IMPLS=openmpi NP=16 RANK_CPUS=0-15 benches/run-coll-bench.sh 5
@@ -51,13 +52,16 @@ cargo build --release -p urom-coll-bench --features mpi --bins >&2
 bin_dir=${CARGO_TARGET_DIR:-target}/release
 bench=$bin_dir/urom-coll-bench
 
-mpirun_args=(-np "$NP" --oversubscribe --mca pml ob1 --mca btl self,vader)
+# Open MPI kept off UCX; ranks bound one per core; busy polling without sched_yield even where
+# --oversubscribe would turn it on (on a machine shared with other work, a yielding rank waits a
+# whole time slice, 4 ms, for its turn: measured here as 4-12 ms collectives).
+mpirun_args=(-np "$NP" --oversubscribe --mca pml ob1 --mca btl self,vader --mca mpi_yield_when_idle 0)
 if [ -n "${RANK_CPUS:-}" ]; then
-    mpirun_args+=(--cpu-set "$RANK_CPUS" --bind-to core)
+    mpirun_args+=(--cpu-set "$RANK_CPUS" --bind-to core:overload-allowed)
     placement="ranks bound one per core within CPUs $RANK_CPUS"
 else
-    mpirun_args+=(--bind-to none)
-    placement="ranks not bound (the scheduler places them on the $(nproc) CPUs)"
+    mpirun_args+=(--bind-to core:overload-allowed)
+    placement="ranks bound one per core from core 0"
 fi
 if [ -n "${WORKER_CPUS:-}" ]; then
     placement="$placement; urom workers on CPUs $WORKER_CPUS"

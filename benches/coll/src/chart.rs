@@ -210,6 +210,7 @@ mod tests {
                         compute_us: lat,
                         overlap_pct: 50.0 + i as f64,
                         cpu_us: 1.0,
+                        cpu_loop_us: 1.0,
                         worker_cpu_us: None,
                     });
                 }

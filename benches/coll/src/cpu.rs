@@ -16,6 +16,32 @@ pub fn self_cpu() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// The same total as [`self_cpu`] (user plus system, all threads: the process's CPU clock) at
+/// nanosecond resolution, from `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`; fine enough to time
+/// one collective of a microsecond.
+pub fn self_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the pointer, which points at one.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What reading [`self_cpu_ns`] twice costs in CPU time, in nanoseconds (the median of many
+/// pairs): subtracted from each collective's reading.
+pub fn self_cpu_overhead_ns() -> u64 {
+    let mut pairs: Vec<f64> = (0..201)
+        .map(|_| {
+            let a = self_cpu_ns();
+            (self_cpu_ns() - a) as f64
+        })
+        .collect();
+    crate::stats::median(&mut pairs) as u64
+}
+
 /// User plus system CPU time of process `pid` so far (all its threads), from `/proc/<pid>/stat`,
 /// in clock ticks' resolution (`sysconf(_SC_CLK_TCK)`, usually 10 ms); `None` when the process is
 /// gone or the file cannot be read.
@@ -67,6 +93,12 @@ mod tests {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
         assert!(self_cpu() > before);
+        let ns = self_cpu_ns();
+        assert!(
+            ns >= before.as_nanos() as u64,
+            "{ns} ns, getrusage said {before:?} before"
+        );
+        assert!(self_cpu_overhead_ns() < 100_000);
         let proc_cpu = process_cpu(std::process::id()).expect("own /proc stat");
         assert!(proc_cpu >= Duration::from_millis(20), "{proc_cpu:?}");
     }

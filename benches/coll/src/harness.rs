@@ -234,8 +234,21 @@ pub fn measure(
         bail!("{name}: wrong result: {e}");
     }
 
-    // Blocking latency.
-    let lat = mean_all(world, timed(world, iters, || c.blocking()));
+    // Blocking latency, and the rank's CPU time for each of those collectives (the process's
+    // CPU clock around it, less what reading the clock costs).
+    let overhead = cpu::self_cpu_overhead_ns();
+    let (mut lats, mut cpus) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for _ in 0..iters {
+        world.barrier();
+        let c0 = cpu::self_cpu_ns();
+        let t = Instant::now();
+        c.blocking();
+        lats.push(us(t.elapsed()));
+        let c1 = cpu::self_cpu_ns();
+        cpus.push(c1.saturating_sub(c0).saturating_sub(overhead) as f64 / 1e3);
+    }
+    let lat = mean_all(world, median(&mut lats));
+    let cpu_us = mean_all(world, median(&mut cpus));
 
     // The non-blocking collective alone: t_pure.
     let pure = mean_all(
@@ -263,10 +276,11 @@ pub fn measure(
     let total = mean_all(world, median(&mut totals));
     let compute = mean_all(world, median(&mut computes));
 
-    // CPU time per collective: back-to-back blocking collectives, no barrier in between, in
-    // batches; the median over the batches of each batch's CPU time per collective (a batch
-    // where another process took the core from a rank, and its peer spun, counts once). The
-    // workers' CPU time, in /proc's clock ticks, is taken over all the batches.
+    // CPU time per collective over a loop: back-to-back blocking collectives, no barrier in
+    // between, in batches; `getrusage` per batch, the median over the batches of each batch's
+    // CPU time per collective (a batch where another process took the core from a rank, and
+    // its peer spun, counts once). The workers' CPU time, in /proc's clock ticks, is taken over
+    // all the batches.
     let batches = CPU_BATCHES.min(cpu_iters);
     let per_batch = cpu_iters / batches;
     let mut rank_cpu = Vec::with_capacity(batches);
@@ -282,7 +296,7 @@ pub fn measure(
     }
     let workers1 = cpu::processes_cpu(&workers);
     world.barrier();
-    let cpu_us = mean_all(world, median(&mut rank_cpu));
+    let cpu_loop_us = mean_all(world, median(&mut rank_cpu));
     let worker_total = sum_all(world, us(workers1.saturating_sub(workers0)));
     let with_workers = sum_all(world, workers.len() as f64) > 0.0;
     let cpu_iters = batches * per_batch;
@@ -303,6 +317,7 @@ pub fn measure(
         compute_us: compute,
         overlap_pct: overlap_pct(pure, total, compute),
         cpu_us,
+        cpu_loop_us,
         worker_cpu_us: with_workers.then(|| worker_total / cpu_iters as f64),
     }))
 }

@@ -4,7 +4,7 @@
 use crate::kind::Kind;
 
 /// The column names, in order, as the header line lists them after its `#`.
-pub const COLUMNS: [&str; 13] = [
+pub const COLUMNS: [&str; 14] = [
     "round",
     "impl",
     "coll",
@@ -17,6 +17,7 @@ pub const COLUMNS: [&str; 13] = [
     "compute_us",
     "overlap_pct",
     "cpu_us",
+    "cpu_loop_us",
     "worker_cpu_us",
 ];
 
@@ -51,9 +52,14 @@ pub struct Row {
     pub compute_us: f64,
     /// max(0, 100 - 100 (t_total - t_compute) / t_pure).
     pub overlap_pct: f64,
-    /// CPU time (user + system, all the rank's threads) per blocking collective, microseconds:
-    /// back-to-back collectives in batches, the median over the batches.
+    /// CPU time (user + system, all the rank's threads: the process's CPU clock) per blocking
+    /// collective, microseconds: the median over the latency loop's collectives, each timed on
+    /// its own.
     pub cpu_us: f64,
+    /// CPU time per blocking collective from `getrusage` over back-to-back collectives (batches
+    /// of them, the median over the batches), microseconds. On a machine shared with other work
+    /// this one also counts a rank spinning while its peer is off its core.
+    pub cpu_loop_us: f64,
     /// CPU time of the workers serving the ranks, all of them together, per collective; `None`
     /// when the implementation has no worker process.
     pub worker_cpu_us: Option<f64>,
@@ -75,7 +81,7 @@ impl Row {
             None => "-".to_string(),
         };
         format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{:.2}\t{:.3}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{:.2}\t{:.3}\t{:.3}\t{}",
             self.round,
             self.implementation,
             self.kind,
@@ -88,6 +94,7 @@ impl Row {
             self.compute_us,
             self.overlap_pct,
             self.cpu_us,
+            self.cpu_loop_us,
             worker
         )
     }
@@ -127,7 +134,8 @@ impl Row {
             compute_us: num(9)?,
             overlap_pct: num(10)?,
             cpu_us: num(11)?,
-            worker_cpu_us: if f[12] == "-" { None } else { Some(num(12)?) },
+            cpu_loop_us: num(12)?,
+            worker_cpu_us: if f[13] == "-" { None } else { Some(num(13)?) },
         }))
     }
 
@@ -162,6 +170,7 @@ mod tests {
             compute_us: 13.0,
             overlap_pct: overlap_pct(13.0, 25.0, 13.0),
             cpu_us: 12.0,
+            cpu_loop_us: 14.0,
             worker_cpu_us: None,
         };
         let text = format!("{}\n# a comment\n{}\n", header(), row.to_line());

@@ -193,6 +193,7 @@ mod tests {
             compute_us: lat,
             overlap_pct: 0.0,
             cpu_us: cpu,
+            cpu_loop_us: cpu,
             worker_cpu_us: None,
         }
     }
