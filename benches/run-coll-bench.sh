@@ -36,6 +36,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/record.sh
+# Before the defaults below, so that the recorded command names only what the caller set.
+record_start coll "$@"
 
 rounds=${1:-3}
 NP=${NP:-2}
@@ -47,7 +49,6 @@ if ! command -v mpirun >/dev/null; then
     exit 1
 fi
 
-record_start coll "$@"
 cargo build --release -p urom-coll-bench --features mpi --bins >&2
 bin_dir=${CARGO_TARGET_DIR:-target}/release
 bench=$bin_dir/urom-coll-bench

@@ -57,6 +57,7 @@ type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 fn draw_curves<'a, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
     curves: &[Curve],
+    legend: SeriesLabelPosition,
 ) -> Result<(), String>
 where
     Y: Ranged<ValueType = f64>,
@@ -93,6 +94,7 @@ where
     }
     chart
         .configure_series_labels()
+        .position(legend)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.85))
         .label_font(("sans-serif", 13))
@@ -135,7 +137,11 @@ fn overlap_panel(area: &Panel<'_>, summaries: &[Summary], title: &str) -> Result
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    draw_curves(&mut chart, &curves(summaries, |m| m.overlap_pct))
+    draw_curves(
+        &mut chart,
+        &curves(summaries, |m| m.overlap_pct),
+        SeriesLabelPosition::UpperRight,
+    )
 }
 
 fn latency_panel(area: &Panel<'_>, summaries: &[Summary], title: &str) -> Result<(), String> {
@@ -168,7 +174,7 @@ fn latency_panel(area: &Panel<'_>, summaries: &[Summary], title: &str) -> Result
         .y_label_formatter(&|y| format!("{y}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    draw_curves(&mut chart, &lat)
+    draw_curves(&mut chart, &lat, SeriesLabelPosition::UpperLeft)
 }
 
 /// Writes the chart of `summaries` to `path`: overlap on the left, blocking latency on the right;
