@@ -109,6 +109,16 @@ fn main() -> ExitCode {
     let world = universe.world();
     let root = world.rank() == 0;
     let spin = Spin::calibrate();
+    // Let the launch settle (the first collective measured right after start-up was now and
+    // then thousands of times slower): half a second of barriers before anything is timed.
+    let settle = std::time::Instant::now();
+    let mut settled = 0u8;
+    while settled == 0 {
+        world.barrier();
+        let mut done = u8::from(settle.elapsed() >= Duration::from_millis(500));
+        world.process_at_rank(0).broadcast_into(&mut done);
+        settled = done;
+    }
     let mut backend: Box<dyn Backend> = match args.implementation.as_str() {
         "urom" => match urom::backend(&world) {
             Ok(b) => b,
