@@ -18,8 +18,13 @@ record_start() {
     local var
     # The environment variables the scripts and benches read, when set.
     for var in ROUNDS OFFLOAD_MAX_CONCURRENT GPU_OFFLOAD_BIN GPU_OFFLOAD_BENCH_QUICK \
-        GPU_OFFLOAD_BENCH_ORCH_CPUS UROM_RATE_PROFILE UCX_TLS UCX_NET_DEVICES UCX_DIR; do
-        if [ -n "${!var+x}" ]; then record_command="$var=${!var} $record_command"; fi
+        GPU_OFFLOAD_BENCH_ORCH_CPUS UROM_RATE_PROFILE UCX_TLS UCX_NET_DEVICES UCX_DIR \
+        NP SIZES COLLS IMPLS RANK_CPUS WORKER_CPUS MPIRUN_ARGS NICE; do
+        if [ -n "${!var+x}" ]; then
+            local value=${!var}
+            [[ $value == *[[:space:]]* ]] && value="'$value'"
+            record_command="$var=$value $record_command"
+        fi
     done
     record_started=$(date -u '+%Y-%m-%d %H:%M UTC')
     record_log=""
