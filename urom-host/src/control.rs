@@ -22,8 +22,9 @@ use urom_wire::{FrameRepr, MaxMsgSize, PROTOCOL_VERSION, Status};
 /// How long the handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Why talking to the daemon failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why talking to the daemon failed. Errors of the system keep their cause
+/// ([`std::error::Error::source`]).
+#[derive(Debug, Clone)]
 pub enum ControlError {
     /// No daemon answers at the local socket (there is none, or nothing listens on it).
     NoDaemon {
@@ -38,7 +39,13 @@ pub enum ControlError {
         socket: PathBuf,
     },
     /// The socket failed.
-    Io(String),
+    Io {
+        /// What was being done, when more than talking on the connection: "connecting to
+        /// 192.0.2.1:18515", "resolving the service's address host:18515".
+        doing: Option<String>,
+        /// What the system said.
+        source: Arc<io::Error>,
+    },
     /// The daemon refused: its status and reason.
     Refused {
         /// The status of its error reply.
@@ -75,7 +82,14 @@ impl fmt::Display for ControlError {
                  only when started with --allow-uid",
                 socket.display()
             ),
-            Self::Io(e) => write!(f, "connection to the service failed: {e}"),
+            Self::Io {
+                doing: Some(doing),
+                source,
+            } => write!(f, "connection to the service failed: {doing}: {source}"),
+            Self::Io {
+                doing: None,
+                source,
+            } => write!(f, "connection to the service failed: {source}"),
             Self::Refused { status, reason } => {
                 write!(f, "the service refused: {reason} ({status})")
             }
@@ -90,7 +104,14 @@ impl fmt::Display for ControlError {
     }
 }
 
-impl std::error::Error for ControlError {}
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
 
 impl ControlError {
     /// The status a task failing with this error completes with.
@@ -99,15 +120,29 @@ impl ControlError {
             Self::Refused { status, .. } => *status,
             Self::Closed | Self::NoDaemon { .. } => Status::NotConnected,
             Self::PermissionDenied { .. } => Status::NotPermitted,
-            Self::Io(_) => Status::IoFailed,
+            Self::Io { .. } => Status::IoFailed,
             Self::TimedOut { .. } => Status::TimeOut,
             Self::Protocol(_) => Status::Unexpected,
         }
     }
 }
 
+impl ControlError {
+    /// The system's error `source`, met while `doing` something that the connection alone
+    /// does not say.
+    pub fn io(doing: impl Into<String>, source: io::Error) -> Self {
+        Self::Io {
+            doing: Some(doing.into()),
+            source: Arc::new(source),
+        }
+    }
+}
+
 fn io_error(e: io::Error) -> ControlError {
-    ControlError::Io(e.to_string())
+    ControlError::Io {
+        doing: None,
+        source: Arc::new(e),
+    }
 }
 
 /// Why reading a frame failed.
@@ -277,7 +312,7 @@ impl ControlChannel {
             (AuthMethod::SharedSecret, Some(RemoteService { secret, ip })) => {
                 let proof = secret
                     .answer(&challenge.nonce, identity)
-                    .map_err(|e| ControlError::Io(e.to_string()))?;
+                    .map_err(|e| ControlError::io("drawing a nonce", io::Error::other(e)))?;
                 let nonce = proof.nonce;
                 let transcript = Transcript {
                     service_nonce: &challenge.nonce,

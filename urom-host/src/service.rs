@@ -154,16 +154,22 @@ fn with_default_port(host: &str) -> String {
 /// The first address `address` (`HOST:PORT`) resolves to.
 fn resolve(address: &str) -> Result<SocketAddr, ServiceStartError> {
     use std::net::ToSocketAddrs;
-    let unreachable = |reason: String| {
-        ServiceStartError::Control(ControlError::Io(format!(
-            "cannot resolve the service's address {address}: {reason}"
-        )))
+    let unreachable = |source: std::io::Error| {
+        ServiceStartError::Control(ControlError::io(
+            format!("resolving the service's address {address}"),
+            source,
+        ))
     };
     address
         .to_socket_addrs()
-        .map_err(|e| unreachable(e.to_string()))?
+        .map_err(unreachable)?
         .next()
-        .ok_or_else(|| unreachable("no address".into()))
+        .ok_or_else(|| {
+            unreachable(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "it resolves to no address",
+            ))
+        })
 }
 
 /// What a running service holds besides its settings.
@@ -389,10 +395,13 @@ impl Service<Idle> {
                 let resolved = resolve(&address)?;
                 let timeout = ChannelConfig::new(self.config.max_msg_size).handshake_timeout;
                 let halves = stream::connect_tcp(resolved, timeout).map_err(|e| {
-                    ServiceStartError::Control(ControlError::Io(format!(
-                        "{resolved}: {e} (is urom-daemon --listen-ucx running there, and \
-                             does the network let this host reach that port?)"
-                    )))
+                    ServiceStartError::Control(ControlError::io(
+                        format!(
+                            "connecting to {resolved} (is urom-daemon --listen-ucx running \
+                             there, and does the network let this host reach that port?)"
+                        ),
+                        e,
+                    ))
                 })?;
                 self.open_remote(halves, Some(resolved.ip()))
             }

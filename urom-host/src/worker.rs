@@ -34,7 +34,7 @@ use urom_wire::domain::{AddressReply, DomainMessage, TableAck};
 use urom_wire::{CpuSet, DecodeError, FrameRepr, List, MaxMsgSize, Status};
 
 /// Why a worker did not start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum WorkerStartError {
     /// No running service was set.
     NoService,

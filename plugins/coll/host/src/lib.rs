@@ -66,9 +66,7 @@ use urom_coll_wire::{
 };
 pub use urom_coll_wire::{CollKind, Datatype, Reason, ReduceOp};
 use urom_host::oob::{OobCollective, OobError};
-use urom_host::{
-    CompletedTask, Idle, ProgressEngine, Running, Service, StartProgress, Worker,
-};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, StartProgress, Worker};
 use urom_wire::Status;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};

@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 
+use urom_plugin::ucx::{
+    ImportParams, NO_EXPORTED_MEMH, OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory,
+    UcxError, exported_memh_supported,
+};
 use urom_plugin::{Arm, Command, Domain, Notifier, WakeFds};
 use urom_sandbox_wire::timestamps::{Event, Recorder, monotonic_ns};
 use urom_sandbox_wire::{
     MemMapParams, NOTIFICATION_LEN, SandboxCommand, SandboxError, SandboxNotification,
-};
-use urom_plugin::ucx::{
-    ImportParams, NO_EXPORTED_MEMH, OperationKind, PeerId, PeerWorker, RemoteKeyId, RemoteMemory,
-    UcxError, exported_memh_supported,
 };
 use urom_wire::Status;
 

@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 
 use urom_plugin::abi::{NotificationSink, PluginLibrary};
-use urom_sandbox::{self as sandbox, CommandLayout, MemMapParams, SandboxCommand};
 use urom_plugin::ucx::exported_memh_supported;
+use urom_sandbox::{self as sandbox, CommandLayout, MemMapParams, SandboxCommand};
 use urom_wire::data::{Command, Notification};
 use urom_wire::{MaxMsgSize, Status};
 
