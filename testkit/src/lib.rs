@@ -114,7 +114,8 @@ const UCX_PACKAGES: [&str; 5] = [
 ];
 
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
-/// process, and returns the path of `artifact` in the profile directory. With this crate's
+/// process, and returns the path of `artifact` in the profile directory (with
+/// `UROM_TESTKIT_PREBUILT` set, builds nothing: the artifact must be there already). With this crate's
 /// `ucx` feature, the daemon, the worker and the samples are built with theirs; with its `mpi`
 /// feature, this crate's programs and the samples are built with it.
 fn build(package: &str, artifact: &str) -> PathBuf {
@@ -125,7 +126,9 @@ fn build(package: &str, artifact: &str) -> PathBuf {
     let mut built = built
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !built.contains(package) {
+    // Programs built beforehand and copied beside the test (a machine without cargo).
+    let prebuilt = std::env::var_os("UROM_TESTKIT_PREBUILT").is_some();
+    if !prebuilt && !built.contains(package) {
         let target_dir = profile_dir
             .parent()
             .expect("profile directory inside the target directory");
