@@ -141,6 +141,11 @@ fn a_killed_peer_worker_fails_every_member_once() {
     ranks("peer_dies");
 }
 
+#[test]
+fn a_silent_peer_worker_fails_the_other_node_after_its_timeout() {
+    ranks("peer_silent");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The rank side.
 
@@ -161,6 +166,7 @@ fn rank_entry() {
     match parts[0] {
         "collectives" => collectives(&mut ctx),
         "peer_dies" => peer_dies(&mut ctx),
+        "peer_silent" => peer_silent(&mut ctx),
         other => panic!("unknown scenario {other}"),
     }
     println!("rank scenario done");
@@ -683,6 +689,18 @@ fn collectives(ctx: &mut Ctx) {
         })) => {}
         other => panic!("an allgather across nodes: {other:?}"),
     }
+    // Ranks of one node that start long after the other node's (past the peer timeout) are not
+    // taken for a dead worker: their worker answers the other's pings meanwhile.
+    oob_barrier(&mut ctx.world);
+    if node_of(me) == 1 {
+        std::thread::sleep(Duration::from_secs(7));
+    }
+    let began = Instant::now();
+    a.start().unwrap().wait(&mut ctx.engine).unwrap();
+    println!(
+        "rank {me}: an allreduce with late peers took {:?}",
+        began.elapsed()
+    );
     // The team spanning nodes did connect its workers: the check above can see connections.
     if me / 2 == 0 {
         assert!(
@@ -748,5 +766,50 @@ fn peer_dies(ctx: &mut Ctx) {
             matches!(result, Err(_) | Ok(Err(CollError::Worker(_)))),
             "expected the worker's death, got {result:?}"
         );
+    }
+}
+
+/// Node 1's worker stops (SIGSTOP: alive, its connections open, answering nothing); node 0's
+/// ranks' allreduce fails once, naming node 1, after the peer timeout. Then node 1's worker is
+/// killed so that its ranks end.
+fn peer_silent(ctx: &mut Ctx) {
+    let me = ctx.rank;
+    let data = ctx.team.alloc(&mut ctx.engine, 4096).unwrap();
+    let mut coll = ctx
+        .team
+        .allreduce_init(
+            &mut ctx.engine,
+            None,
+            &data,
+            1024,
+            Datatype::U32,
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    coll.start().unwrap().wait(&mut ctx.engine).unwrap();
+    oob_barrier(&mut ctx.world);
+    let pid = nix::unistd::Pid::from_raw(ctx.team.worker_pid() as i32);
+    if me == 1 {
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGSTOP).expect("stopping node 1's worker");
+    }
+    oob_barrier(&mut ctx.world);
+    if node_of(me) == 0 {
+        let began = Instant::now();
+        let result = coll.start().unwrap().wait(&mut ctx.engine);
+        println!("rank {me}: {result:?} after {:?}", began.elapsed());
+        match result {
+            Err(
+                error @ CollError::Failed {
+                    reason: Reason::PeerWorker,
+                    ..
+                },
+            ) => assert_eq!(error.node(), Some(1), "{error}"),
+            other => panic!("expected node 1's silent worker to be named, got {other:?}"),
+        }
+        assert_eq!(coll.completions(), 2);
+    }
+    oob_barrier(&mut ctx.world);
+    if me == 1 {
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).expect("killing node 1's worker");
     }
 }

@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 
 use urom_plugin::ucx::{OperationKind, PeerId, PeerWorker};
 
-use crate::internode::{Net, NetError};
+use crate::internode::{Net, NetError, OnDone};
 
 /// UCX tagged messages between node workers.
 pub struct UcxNet {
@@ -49,7 +49,7 @@ impl Net for UcxNet {
         self.worker.tag_recv(tag, mask, capacity, token);
     }
 
-    fn poll(&mut self, f: &mut dyn FnMut(u64, Result<Option<&[u8]>, NetError>)) -> bool {
+    fn poll(&mut self, f: &mut OnDone<'_>) -> bool {
         let mut any = false;
         while let Some(done) = self.worker.progress() {
             any = true;
