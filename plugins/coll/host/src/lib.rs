@@ -50,7 +50,12 @@
 //! Rules: every rank of a team creates its collectives in the same order and starts them in
 //! the same order (MPI's rule); buffers are busy (their bytes cannot be borrowed) while a
 //! collective using them runs; reductions fold ranks in rank order (see the plugin's
-//! `reduce` module), so float results are deterministic.
+//! `reduce` module; on a team spanning nodes, each node's ranks so and then the nodes'
+//! partials, the lower nodes' on the left: see the plugin's `internode` module), so float
+//! results are deterministic.
+//!
+//! Teams spanning nodes: [`Team::create_in_domain`], with a running domain in which every
+//! rank named its node's worker (`docs/collectives.md`, "Teams across nodes").
 #![deny(unsafe_code)]
 
 mod sys;
