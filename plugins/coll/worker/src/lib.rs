@@ -284,18 +284,20 @@ impl Plugin for Coll {
                     }
                     return;
                 }
-                if kind == TOKEN_PING_IN
-                    && let Ok(Some(ping)) = result
+                if kind != TOKEN_PING_IN {
+                    return;
+                }
+                if let Ok(Some(ping)) = result
+                    && ping.len() == PING_LEN
+                    && pings.len() + 1 < pings.capacity()
                 {
                     let word = |at: usize| {
                         u64::from_le_bytes(ping[at..at + 8].try_into().unwrap_or_default())
                     };
-                    if ping.len() == PING_LEN && pings.len() < pings.capacity() {
-                        pings.push((word(0), word(8)));
-                    }
-                    // Taken: the next ping needs a receive again (answered after the poll).
-                    pings.push((u64::MAX, 0));
+                    pings.push((word(0), word(8)));
                 }
+                // Taken (or failed): the next ping needs a receive again, posted after the poll.
+                pings.push((u64::MAX, 0));
             });
             let domain = out.domain();
             for (id, tag) in self.pings.drain(..) {
