@@ -105,12 +105,13 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
 }
 
 /// The packages whose programs and plugins speak UCX when built with their `ucx` feature.
-const UCX_PACKAGES: [&str; 5] = [
+const UCX_PACKAGES: [&str; 6] = [
     "urom-daemon",
     "urom-worker",
     "urom-samples",
     "urom-testkit",
     "urom-plugin-sandbox",
+    "urom-plugin-coll",
 ];
 
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per

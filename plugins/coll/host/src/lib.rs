@@ -50,7 +50,12 @@
 //! Rules: every rank of a team creates its collectives in the same order and starts them in
 //! the same order (MPI's rule); buffers are busy (their bytes cannot be borrowed) while a
 //! collective using them runs; reductions fold ranks in rank order (see the plugin's
-//! `reduce` module), so float results are deterministic.
+//! `reduce` module; on a team spanning nodes, each node's ranks so and then the nodes'
+//! partials, the lower nodes' on the left: see the plugin's `internode` module), so float
+//! results are deterministic.
+//!
+//! Teams spanning nodes: [`Team::create_in_domain`], with a running domain in which every
+//! rank named its node's worker (`docs/collectives.md`, "Teams across nodes").
 #![deny(unsafe_code)]
 
 mod sys;
@@ -66,7 +71,9 @@ use urom_coll_wire::{
 };
 pub use urom_coll_wire::{CollKind, Datatype, Reason, ReduceOp};
 use urom_host::oob::{OobCollective, OobError};
-use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, StartProgress, Worker};
+use urom_host::{
+    CompletedTask, Domain, Idle, ProgressEngine, Running, Service, StartProgress, Worker,
+};
 use urom_wire::Status;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -106,6 +113,11 @@ impl fmt::Display for CollError {
         match *self {
             Self::Failed {
                 status,
+                reason: reason @ (Reason::PeerWorker | Reason::NodesDisagree),
+                rank: Some(node),
+            } => write!(f, "node {node}: {reason} ({status})"),
+            Self::Failed {
+                status,
                 reason,
                 rank: Some(rank),
             } => write!(f, "rank {rank}: {reason} ({status})"),
@@ -126,6 +138,21 @@ impl fmt::Display for CollError {
 
 impl std::error::Error for CollError {}
 
+impl CollError {
+    /// The node whose worker failed or disagreed, for a team spanning nodes
+    /// ([`Reason::PeerWorker`], [`Reason::NodesDisagree`]: their `rank` is a node index).
+    pub fn node(&self) -> Option<u32> {
+        match *self {
+            Self::Failed {
+                reason: Reason::PeerWorker | Reason::NodesDisagree,
+                rank,
+                ..
+            } => rank,
+            _ => None,
+        }
+    }
+}
+
 /// Why setting up (a worker, a team, a buffer, a collective) failed.
 #[derive(Debug)]
 pub enum SetupError {
@@ -137,8 +164,17 @@ pub enum SetupError {
     Oob(OobError),
     /// The node's worker did not start or attach.
     Worker(String),
-    /// The members do not share one worker (a team spanning nodes: not supported yet).
+    /// The members do not share one worker and no domain says where they live (use
+    /// [`Team::create_in_domain`] for a team spanning nodes).
     NotOneNode,
+    /// A member's domain id has no `worker_coll` address in the domain (its worker is not a
+    /// member of the domain, or does not run the plugin).
+    NotInDomain {
+        /// The member's rank in the out-of-band group.
+        rank: u32,
+        /// Its domain id.
+        domain_id: u64,
+    },
     /// The members list is wrong (a rank twice, out of range, or none).
     Members,
     /// Shared memory could not be created.
@@ -164,7 +200,13 @@ impl fmt::Display for SetupError {
             Self::Oob(e) => write!(f, "out-of-band exchange failed: {e}"),
             Self::Worker(e) => write!(f, "the node's worker: {e}"),
             Self::NotOneNode => f.write_str(
-                "the members do not share one worker: teams spanning nodes are not supported yet",
+                "the members do not share one worker: a team spanning nodes is created with \
+                 Team::create_in_domain",
+            ),
+            Self::NotInDomain { rank, domain_id } => write!(
+                f,
+                "rank {rank}'s domain id {domain_id} has no {NAME} address in the domain (its \
+                 worker is not a member, or does not run the plugin)"
             ),
             Self::Members => f.write_str("the members must be distinct ranks of the group"),
             Self::SharedMemory(e) => write!(f, "cannot create shared memory in /dev/shm: {e}"),
@@ -566,6 +608,8 @@ struct Record {
     worker: U64,
     nonce: U32,
     pid: U32,
+    /// The domain id of this rank's worker, for a team spanning nodes.
+    domain_id: U64,
 }
 
 impl Team {
@@ -579,6 +623,44 @@ impl Team {
         host: &CollHost,
         oob: &mut dyn OobCollective,
         members: Option<&[u32]>,
+    ) -> Result<Option<Self>, SetupError> {
+        Self::form(engine, worker, host, oob, members, None)
+    }
+
+    /// Forms a team whose members may live on several nodes, as [`Team::create`] does: each
+    /// node's worker (the one [`node_worker`] gave its ranks) serves that node's members and
+    /// exchanges the rest with the other nodes' workers over UCX. `domain` is a running domain
+    /// of every rank of `oob`, in which this rank's worker has domain id `domain_id` (each rank
+    /// names its node's worker under an id of its own); members whose workers have the same
+    /// `worker_coll` address in the domain share a node. Nodes are numbered in the order their
+    /// first member appears in `members`. Where all members share one node, the team is a
+    /// single-node team and never touches the network.
+    pub fn create_in_domain(
+        engine: &mut ProgressEngine,
+        worker: &Rc<Worker<Running>>,
+        host: &CollHost,
+        oob: &mut dyn OobCollective,
+        members: Option<&[u32]>,
+        domain: &Domain<Running>,
+        domain_id: u64,
+    ) -> Result<Option<Self>, SetupError> {
+        Self::form(
+            engine,
+            worker,
+            host,
+            oob,
+            members,
+            Some((domain, domain_id)),
+        )
+    }
+
+    fn form(
+        engine: &mut ProgressEngine,
+        worker: &Rc<Worker<Running>>,
+        host: &CollHost,
+        oob: &mut dyn OobCollective,
+        members: Option<&[u32]>,
+        domain: Option<(&Domain<Running>, u64)>,
     ) -> Result<Option<Self>, SetupError> {
         let all: Vec<u32> = (0..oob.size()).collect();
         let members = members.unwrap_or(&all);
@@ -596,6 +678,7 @@ impl Team {
             worker: U64::new(worker.id()),
             nonce: U32::new(NEXT_KEY.fetch_add(1, Ordering::Relaxed)),
             pid: U32::new(std::process::id()),
+            domain_id: U64::new(domain.map_or(u64::MAX, |(_, id)| id)),
         };
         let records = allgather(oob, record.as_bytes())?;
         let record_of = |rank: u32| {
@@ -607,11 +690,43 @@ impl Team {
             return Ok(None);
         };
         let leader = record_of(members[0]);
-        if members
-            .iter()
-            .any(|&m| record_of(m).worker.get() != leader.worker.get())
-        {
+        // Nodes: members whose workers have one plugin address in the domain share one.
+        let mut addresses: Vec<&[u8]> = Vec::new();
+        let mut node_of: Vec<U32> = Vec::with_capacity(members.len());
+        let mut node_workers: Vec<U64> = Vec::new();
+        if let Some((domain, _)) = domain {
+            for &m in members {
+                let id = record_of(m).domain_id.get();
+                let address =
+                    domain
+                        .table()
+                        .address(NAME, id)
+                        .map_err(|_| SetupError::NotInDomain {
+                            rank: m,
+                            domain_id: id,
+                        })?;
+                let node = match addresses.iter().position(|a| *a == address) {
+                    Some(node) => node,
+                    None => {
+                        addresses.push(address);
+                        node_workers.push(U64::new(id));
+                        addresses.len() - 1
+                    }
+                };
+                node_of.push(U32::new(node as u32));
+            }
+        }
+        let nodes = addresses.len().max(1);
+        let my_node = node_of.get(rank).map_or(0, |n| n.get());
+        if members.iter().zip(0..).any(|(&m, i)| {
+            record_of(m).worker.get() != record_of(oob.rank()).worker.get()
+                && node_of.get(i).map_or(0, |n| n.get()) == my_node
+        }) {
             return Err(SetupError::NotOneNode);
+        }
+        if nodes == 1 {
+            node_of.clear();
+            node_workers.clear();
         }
         let key = u64::from(leader.pid.get()) << 32 | u64::from(leader.nonce.get());
         let pids: Vec<U32> = members.iter().map(|&m| record_of(m).pid).collect();
@@ -631,9 +746,11 @@ impl Team {
             &CollCommand::TeamCreate {
                 team: key,
                 rank: rank as u32,
-                nodes: 1,
+                nodes: nodes as u32,
                 pid: std::process::id(),
                 pids: &pids,
+                node_of: &node_of,
+                node_workers: &node_workers,
             },
         );
         match answer {

@@ -9,7 +9,9 @@
 //! ```text
 //! header           0 u32 opcode | 4 u32 reserved (0) | 8 u64 team                    = 16
 //! TEAM_CREATE     16 u32 rank | 20 u32 size | 24 u32 nodes | 28 u32 pid                = 32
-//!                 then `size` u32: every member's process id, in team-rank order
+//!                 then `size` u32: every member's process id, in team-rank order;
+//!                 when `nodes` > 1, then `size` u32: every member's node index
+//!                 (`0..nodes`), then `nodes` u64: each node's worker's domain id
 //! TEAM_DESTROY    nothing more                                                          = 16
 //! BUF_REGISTER    16 u32 buffer | 20 u32 kind (0 shared, 1 cross-memory)
 //!                 24 u64 addr | 32 u64 len | 40 u32 name_len | 44 u32 reserved           = 48
@@ -26,6 +28,11 @@
 //!                 16 u32 id (buffer or collective) | 20 u32 rank (the one at fault, or
 //!                 u32::MAX) | 24 u32 reason | 28 u32 worker_pid                          = 32
 //! ```
+//!
+//! A team spanning several nodes is served by one worker per node; a worker serves the members
+//! of its node (those whose node index is the joining rank's) and reaches the other nodes'
+//! workers through the domain's addresses (their domain ids). The workers' own messages to
+//! each other are described in the plugin (`urom-plugin-coll`'s `internode` module).
 //!
 //! Counts and offsets of a collective are in elements of its datatype; offsets are from the
 //! start of the named registered buffer. A v-variant's words are, for a team of `n` ranks:
@@ -346,12 +353,20 @@ open_enum! {
         UnknownColl = 14,
         /// Too many collectives started and not complete on this team.
         QueueFull = 15,
-        /// Teams spanning several nodes are not supported by this worker.
+        /// Teams spanning several nodes need a worker built with UCX.
         InterNode = 16,
         /// Copying to or from a rank's memory failed.
         CopyFailed = 17,
         /// The buffer is in use by a collective.
         BufferBusy = 18,
+        /// The worker of another node of the team died, is unreachable, or did not answer in
+        /// time; the notification's `rank` is that node's index, not a rank.
+        PeerWorker = 19,
+        /// This collective is not supported (yet) on teams spanning several nodes.
+        NotAcrossNodes = 20,
+        /// The workers of the team's nodes disagree about a collective (its kind, counts or
+        /// the order it was started in); the notification's `rank` is the other node's index.
+        NodesDisagree = 21,
     }
 }
 
@@ -377,9 +392,20 @@ impl fmt::Display for Reason {
             Self::TeamFailed => "the team failed earlier or was destroyed",
             Self::UnknownColl => "the collective is not initialised, or still running",
             Self::QueueFull => "too many collectives in flight on the team",
-            Self::InterNode => "teams spanning several nodes are not supported yet",
+            Self::InterNode => {
+                "teams spanning several nodes need a worker built with UCX (feature `ucx`)"
+            }
             Self::CopyFailed => "copying to or from that rank's memory failed",
             Self::BufferBusy => "the buffer is used by a collective",
+            Self::PeerWorker => {
+                "the worker of that node died, is unreachable, or did not answer in time"
+            }
+            Self::NotAcrossNodes => {
+                "this collective is not supported yet on teams spanning several nodes"
+            }
+            Self::NodesDisagree => {
+                "the workers of that node and this one disagree on the collective"
+            }
             Self::Unknown(code) => return write!(f, "reason code {code}"),
         };
         f.write_str(text)
@@ -409,7 +435,8 @@ pub struct TeamCreateWire {
     pub rank: U32,
     /// The team's size.
     pub size: U32,
-    /// How many nodes the team spans (1: this worker serves all of it).
+    /// How many nodes the team spans (1: this worker serves all of it; more: the node
+    /// indexes and the nodes' workers' domain ids follow the process ids).
     pub nodes: U32,
     /// This rank's process id.
     pub pid: U32,
@@ -521,7 +548,8 @@ pub enum CollWireError {
         /// Bytes the command says it has.
         expected: usize,
     },
-    /// A team's size is 0 or above [`MAX_TEAM_SIZE`], or its rank is not below its size.
+    /// A team's size is 0 or above [`MAX_TEAM_SIZE`], its rank is not below its size, its
+    /// node count is 0 or above its size, or a member's node index is not below the count.
     BadTeam,
     /// A shared-memory name is longer than [`MAX_NAME_LEN`].
     NameTooLong(usize),
@@ -555,7 +583,8 @@ impl fmt::Display for CollWireError {
             }
             Self::BadTeam => write!(
                 f,
-                "team size must be 1..={MAX_TEAM_SIZE} and the rank below it"
+                "team size must be 1..={MAX_TEAM_SIZE}, the rank below it, and the nodes \
+                 1..=size, every member's node below that"
             ),
             Self::NameTooLong(len) => {
                 write!(
@@ -629,6 +658,10 @@ pub enum CollCommand<'a> {
         pid: u32,
         /// Every member's process id, in rank order (the team's size is its length).
         pids: &'a [U32],
+        /// Every member's node index, in rank order; empty when `nodes` is 1.
+        node_of: &'a [U32],
+        /// Each node's worker's domain id, in node order; empty when `nodes` is 1.
+        node_workers: &'a [U64],
     },
     /// Leave team `team`.
     TeamDestroy {
@@ -776,19 +809,41 @@ impl<'a> CollCommand<'a> {
                 if size == 0 || size > MAX_TEAM_SIZE || wire.rank.get() as usize >= size {
                     return Err(CollWireError::BadTeam);
                 }
-                let pids = <[U32]>::ref_from_bytes(rest)
-                    .ok()
-                    .filter(|pids| pids.len() == size)
-                    .ok_or(CollWireError::BadLength {
+                let nodes = wire.nodes.get() as usize;
+                if nodes == 0 || nodes > size {
+                    return Err(CollWireError::BadTeam);
+                }
+                let placed = if nodes > 1 { 4 * size + 8 * nodes } else { 0 };
+                let expected = HEADER_LEN + size_of::<TeamCreateWire>() + 4 * size + placed;
+                if rest.len() != 4 * size + placed {
+                    return Err(CollWireError::BadLength {
                         len: total,
-                        expected: HEADER_LEN + size_of::<TeamCreateWire>() + 4 * size,
-                    })?;
+                        expected,
+                    });
+                }
+                let bad = CollWireError::BadLength {
+                    len: total,
+                    expected,
+                };
+                let (pids, rest) =
+                    <[U32]>::ref_from_prefix_with_elems(rest, size).map_err(|_| bad)?;
+                let (node_of, rest) = if nodes > 1 {
+                    <[U32]>::ref_from_prefix_with_elems(rest, size).map_err(|_| bad)?
+                } else {
+                    (&[][..], rest)
+                };
+                let node_workers = <[U64]>::ref_from_bytes(rest).map_err(|_| bad)?;
+                if node_of.iter().any(|n| n.get() as usize >= nodes) {
+                    return Err(CollWireError::BadTeam);
+                }
                 Self::TeamCreate {
                     team,
                     rank: wire.rank.get(),
                     nodes: wire.nodes.get(),
                     pid: wire.pid.get(),
                     pids,
+                    node_of,
+                    node_workers,
                 }
             }
             Opcode::TeamDestroy => {
@@ -872,7 +927,17 @@ impl<'a> CollCommand<'a> {
     pub fn buffer_len(&self) -> usize {
         HEADER_LEN
             + match self {
-                Self::TeamCreate { pids, .. } => size_of::<TeamCreateWire>() + 4 * pids.len(),
+                Self::TeamCreate {
+                    pids,
+                    node_of,
+                    node_workers,
+                    ..
+                } => {
+                    size_of::<TeamCreateWire>()
+                        + 4 * pids.len()
+                        + 4 * node_of.len()
+                        + 8 * node_workers.len()
+                }
                 Self::TeamDestroy { .. } => 0,
                 Self::BufferRegister { name, .. } => size_of::<BufferRegisterWire>() + name.len(),
                 Self::BufferDeregister { .. }
@@ -908,6 +973,8 @@ impl<'a> CollCommand<'a> {
                 nodes,
                 pid,
                 pids,
+                node_of,
+                node_workers,
                 ..
             } => {
                 let wire = TeamCreateWire {
@@ -917,11 +984,11 @@ impl<'a> CollCommand<'a> {
                     pid: U32::new(pid),
                 };
                 put(buf, HEADER_LEN, wire.as_bytes())?;
-                put(
-                    buf,
-                    HEADER_LEN + size_of::<TeamCreateWire>(),
-                    pids.as_bytes(),
-                )?;
+                let at = HEADER_LEN + size_of::<TeamCreateWire>();
+                put(buf, at, pids.as_bytes())?;
+                let at = at + 4 * pids.len();
+                put(buf, at, node_of.as_bytes())?;
+                put(buf, at + 4 * node_of.len(), node_workers.as_bytes())?;
             }
             Self::TeamDestroy { .. } => {}
             Self::BufferRegister {

@@ -61,8 +61,60 @@ fn team_create_matches_its_golden_bytes() {
             nodes: 1,
             pid: 0x1234,
             pids: &pids,
+            node_of: &[],
+            node_workers: &[],
         },
     );
+}
+
+/// A team of 3 ranks on 2 nodes: ranks 0 and 2 on node 0 (worker domain id 5), rank 1 on
+/// node 1 (domain id 0x0102).
+const TEAM_CREATE_NODES: [u8; 72] = [
+    1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, // header: TEAM_CREATE, team 2
+    2, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 0x30, 0, 0, 0, // rank 2, size 3, 2 nodes, pid
+    0x10, 0, 0, 0, 0x20, 0, 0, 0, 0x30, 0, 0, 0, // the members' pids
+    0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, // their nodes
+    5, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, // the nodes' workers
+];
+
+#[test]
+fn a_team_spanning_nodes_matches_its_golden_bytes() {
+    let pids = [U32::new(0x10), U32::new(0x20), U32::new(0x30)];
+    let node_of = [U32::new(0), U32::new(1), U32::new(0)];
+    let node_workers = [U64::new(5), U64::new(0x0102)];
+    round_trip(
+        &TEAM_CREATE_NODES,
+        CollCommand::TeamCreate {
+            team: 2,
+            rank: 2,
+            nodes: 2,
+            pid: 0x30,
+            pids: &pids,
+            node_of: &node_of,
+            node_workers: &node_workers,
+        },
+    );
+    // A node index not below the count, no nodes, more nodes than ranks, a missing domain id.
+    let mut bad = TEAM_CREATE_NODES;
+    bad[44] = 2;
+    assert_eq!(CollCommand::parse(&bad), Err(CollWireError::BadTeam));
+    let mut bad = TEAM_CREATE_NODES;
+    bad[24] = 0;
+    assert_eq!(CollCommand::parse(&bad), Err(CollWireError::BadTeam));
+    let mut bad = TEAM_CREATE_NODES;
+    bad[24] = 4;
+    assert_eq!(CollCommand::parse(&bad), Err(CollWireError::BadTeam));
+    assert!(matches!(
+        CollCommand::parse(&TEAM_CREATE_NODES[..64]),
+        Err(CollWireError::BadLength { .. })
+    ));
+    // One node: nothing follows the process ids.
+    let mut one = TEAM_CREATE_NODES;
+    one[24] = 1;
+    assert!(matches!(
+        CollCommand::parse(&one),
+        Err(CollWireError::BadLength { .. })
+    ));
 }
 
 #[test]
@@ -279,6 +331,7 @@ fn codes_round_trip_and_ops_apply_as_mpi_says() {
 fn every_prefix_of_every_golden_is_refused_or_parsed_without_panic() {
     for golden in [
         &TEAM_CREATE[..],
+        &TEAM_CREATE_NODES,
         &COLL_START,
         &COLL_INIT,
         &BUFFER_REGISTER,

@@ -13,9 +13,11 @@
 //! for the whole vector), each copied or reduced chunk by chunk. Reductions fold the ranks in
 //! rank order, `((x0 op x1) op x2) ...` (see [`crate::reduce`]).
 //!
-//! Teams spanning several nodes would add an inter-node step between the node's reduction and
-//! its write-back (`Team::inter_node_step`); this worker serves single-node teams only and
-//! refuses others with [`Reason::InterNode`], so a single-node team never touches the network.
+//! A team spanning several nodes has a [`Span`]: this worker serves the members on its node,
+//! and each collective runs in windows: the node's part of a window (the local ranks folded in
+//! rank order, or the root's data) goes into the span's accumulator, the span exchanges it with
+//! the other nodes' workers ([`crate::internode`]), and the window is written back to the local
+//! ranks. A single-node team has no span and never touches the network.
 
 use std::time::Instant;
 
@@ -25,6 +27,7 @@ use urom_coll_wire::{
 use urom_plugin::Notifier;
 use urom_wire::Status;
 
+use crate::internode::{Exchange, Links, NetError, SMALL, Span};
 use crate::reduce;
 use crate::sys::{CrossMemoryError, PidFd, SharedMap, cma_read, cma_write};
 
@@ -61,11 +64,13 @@ impl Fault {
     pub fn status(&self) -> Status {
         match self.reason {
             Reason::None => Status::Success,
-            Reason::RankExited | Reason::RankDisconnected => Status::ConnectionAborted,
+            Reason::RankExited | Reason::RankDisconnected | Reason::PeerWorker => {
+                Status::ConnectionAborted
+            }
             Reason::TeamFailed | Reason::UnknownColl => Status::BadState,
             Reason::CrossMemoryDenied => Status::NotPermitted,
             Reason::QueueFull => Status::Full,
-            Reason::InterNode => Status::NotSupported,
+            Reason::InterNode | Reason::NotAcrossNodes => Status::NotSupported,
             Reason::CopyFailed => Status::IoFailed,
             Reason::BufferBusy => Status::InUse,
             Reason::UnknownTeam => Status::NotFound,
@@ -199,9 +204,48 @@ struct Active {
     off: u64,
 }
 
+/// Where the running collective of a team spanning nodes is.
+struct Flight {
+    exchange: Exchange,
+    /// Bytes of the vector.
+    len: u64,
+    /// Where the current window starts, its length and its number.
+    pos: u64,
+    win: usize,
+    window: u64,
+    stage: Stage,
+}
+
+/// The stage of a window.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The local ranks' part goes into the accumulator.
+    Gather,
+    /// The accumulator is exchanged with the other nodes.
+    Exchange,
+    /// The accumulator goes to the local ranks.
+    Scatter,
+}
+
+/// Where a rank lives, for a team spanning nodes: this worker's node, every rank's node, each
+/// node's worker's domain id.
+pub struct Placement<'a> {
+    /// This worker's node.
+    pub me: usize,
+    /// Every rank's node.
+    pub node_of: &'a [zerocopy::little_endian::U32],
+    /// Each node's worker's domain id.
+    pub workers: &'a [zerocopy::little_endian::U64],
+}
+
 /// A team of the node's ranks.
 pub struct Team {
     key: u64,
+    serial: u32,
+    /// The ranks this worker serves, in rank order (all of them on a single-node team).
+    local: Vec<usize>,
+    span: Option<Box<Span>>,
+    flight: Option<Flight>,
     pids: Vec<u32>,
     pidfds: Vec<Option<PidFd>>,
     members: Vec<Option<Member>>,
@@ -275,12 +319,35 @@ fn elems(count: u64, size: u64) -> Result<u64, Fault> {
 }
 
 impl Team {
-    /// A team `key` of the ranks whose processes are `pids`, in rank order.
-    pub fn new(key: u64, pids: &[u32]) -> Self {
+    /// A team `key` of the ranks whose processes are `pids`, in rank order; `serial` names it
+    /// in the plugin. On a team spanning nodes (`placement`), this worker serves the ranks of
+    /// its node only.
+    pub fn new(key: u64, serial: u32, pids: &[u32], placement: Option<Placement<'_>>) -> Self {
+        let local: Vec<usize> = match &placement {
+            None => (0..pids.len()).collect(),
+            Some(p) => (0..pids.len())
+                .filter(|&r| p.node_of[r].get() as usize == p.me)
+                .collect(),
+        };
+        let span = placement.map(|p| {
+            Box::new(Span::new(
+                key,
+                serial,
+                p.me,
+                p.node_of.iter().map(|n| n.get()).collect(),
+                p.workers.iter().map(|w| w.get()).collect(),
+            ))
+        });
         Self {
             key,
+            serial,
+            pidfds: (0..pids.len())
+                .map(|r| local.contains(&r).then(|| PidFd::open(pids[r])).flatten())
+                .collect(),
+            local,
+            span,
+            flight: None,
             pids: pids.to_vec(),
-            pidfds: pids.iter().map(|&pid| PidFd::open(pid)).collect(),
             members: pids.iter().map(|_| None).collect(),
             joined: 0,
             left: 0,
@@ -294,6 +361,28 @@ impl Team {
     /// Its key.
     pub fn key(&self) -> u64 {
         self.key
+    }
+
+    /// Its serial in the plugin (the high word of its network tokens).
+    pub fn serial(&self) -> u32 {
+        self.serial
+    }
+
+    /// Whether it spans several nodes.
+    pub fn spans_nodes(&self) -> bool {
+        self.span.is_some()
+    }
+
+    /// Takes a finished network operation of this team.
+    pub fn on_net(&mut self, kind: u32, result: Result<Option<&[u8]>, NetError>) {
+        if let Some(span) = self.span.as_mut() {
+            span.on_net(kind, result);
+        }
+    }
+
+    /// While its exchange waits for a peer: when it must look at its peers again.
+    pub fn net_deadline(&self) -> Option<Instant> {
+        self.span.as_ref().and_then(|s| s.deadline())
     }
 
     /// Whether every member left.
@@ -320,12 +409,33 @@ impl Team {
         rank: u32,
         pid: u32,
         pids: impl ExactSizeIterator<Item = u32> + Clone,
+        placement: Option<Placement<'_>>,
         dest_id: u64,
         plugin: u64,
         ctx: u64,
     ) -> Result<(), Fault> {
         let mismatch = Fault::new(Reason::TeamMismatch, rank);
         if pids.len() != self.size() || !pids.clone().eq(self.pids.iter().copied()) {
+            return Err(mismatch);
+        }
+        let same_place = match (&self.span, &placement) {
+            (None, None) => true,
+            (Some(span), Some(p)) => {
+                span.me == p.me
+                    && span
+                        .node_of
+                        .iter()
+                        .copied()
+                        .eq(p.node_of.iter().map(|n| n.get()))
+                    && span
+                        .workers
+                        .iter()
+                        .copied()
+                        .eq(p.workers.iter().map(|w| w.get()))
+            }
+            _ => false,
+        };
+        if !same_place || !self.local.contains(&(rank as usize)) {
             return Err(mismatch);
         }
         if let Some(fault) = self.failed {
@@ -344,7 +454,7 @@ impl Team {
             create_ctx: Some(ctx),
         });
         self.joined += 1;
-        if self.joined == self.size() {
+        if self.joined == self.local.len() {
             self.formed = true;
             let key = self.key;
             let mut gone = None;
@@ -481,6 +591,14 @@ impl Team {
         }
         if args.kind.reduces() && !args.op.applies_to(args.datatype) {
             return Err(invalid);
+        }
+        if self.span.is_some()
+            && !matches!(
+                args.kind,
+                CollKind::Barrier | CollKind::Bcast | CollKind::Allreduce | CollKind::Reduce
+            )
+        {
+            return Err(fault(Reason::NotAcrossNodes));
         }
         let es = match (args.kind, args.datatype.size()) {
             (CollKind::Barrier, _) => 1,
@@ -692,17 +810,24 @@ impl Team {
                     .any(|member| member.queue.len > 0))
     }
 
-    /// Whether it has a collective ready or running.
+    /// Whether it has a collective ready or running (and not merely waiting for another node's
+    /// worker, which wakes this one with its message).
     pub fn busy(&self) -> bool {
-        self.failed.is_none() && (self.active.is_some() || self.ready())
+        if self.failed.is_some() {
+            return false;
+        }
+        match self.active {
+            Some(_) => !self.span.as_ref().is_some_and(|s| s.waiting()),
+            None => self.ready(),
+        }
     }
 
     fn ready(&self) -> bool {
         self.formed
             && self
-                .members
+                .local
                 .iter()
-                .all(|m| m.as_ref().is_some_and(|m| m.queue.len > 0))
+                .all(|&r| self.members[r].as_ref().is_some_and(|m| m.queue.len > 0))
     }
 
     /// The descriptors of its members' processes.
@@ -730,9 +855,23 @@ impl Team {
 
     /// Runs one step: starts the collective every member started next, or moves one chunk of
     /// the running one, or completes it. Returns whether it did anything.
-    pub fn advance(&mut self, answers: &mut Answers<'_, '_>, scratch: &mut Scratch) -> bool {
+    pub fn advance(
+        &mut self,
+        answers: &mut Answers<'_, '_>,
+        scratch: &mut Scratch,
+        links: Option<&mut Links>,
+    ) -> bool {
         if self.failed.is_some() {
             return false;
+        }
+        if self.span.is_some() {
+            return match links {
+                Some(links) => self.advance_across(answers, scratch, links),
+                None => {
+                    self.fail(answers, Fault::plain(Reason::InterNode));
+                    true
+                }
+            };
         }
         if self.active.is_none() {
             if !self.ready() {
@@ -757,10 +896,7 @@ impl Team {
         };
         match self.step(&mut active, scratch) {
             Ok(false) => self.active = Some(active),
-            Ok(true) => {
-                self.inter_node_step();
-                self.complete(answers, Ok(()));
-            }
+            Ok(true) => self.complete(answers, Ok(())),
             Err(fault) if matches!(fault.reason, Reason::RankExited) => {
                 self.fail(answers, fault);
             }
@@ -769,17 +905,212 @@ impl Team {
         true
     }
 
-    /// Where a team spanning several nodes would exchange the node's part with its peer
-    /// workers (over UCX, with the domain's addresses) before the node's ranks get the result.
-    /// A single-node team, the only kind this worker accepts, has nothing to exchange.
-    fn inter_node_step(&mut self) {}
+    /// [`Team::advance`] for a team spanning nodes: starts the next collective (resolving the
+    /// other nodes' workers through the domain at the first), or moves its running one by one
+    /// stage of a window. Any failure fails the team: the nodes' sequence of collectives is
+    /// broken.
+    fn advance_across(
+        &mut self,
+        answers: &mut Answers<'_, '_>,
+        scratch: &mut Scratch,
+        links: &mut Links,
+    ) -> bool {
+        if self.active.is_none() {
+            if !self.ready() {
+                return false;
+            }
+            let begun = self
+                .activate()
+                .and_then(|coll| self.connect(answers, links).map(|()| coll))
+                .and_then(|coll| self.begin_flight(coll).map(|()| coll));
+            match begun {
+                Ok(coll) => {
+                    self.active = Some(Active {
+                        coll,
+                        block: 0,
+                        off: 0,
+                    })
+                }
+                Err(fault) => {
+                    self.fail(answers, fault);
+                    return true;
+                }
+            }
+        }
+        let before = self.flight.as_ref().map(|f| (f.stage, f.pos));
+        match self.fly(scratch, links) {
+            Ok(true) => {
+                self.flight = None;
+                self.complete(answers, Ok(()));
+                true
+            }
+            Ok(false) => self.flight.as_ref().map(|f| (f.stage, f.pos)) != before,
+            Err(fault) => {
+                self.flight = None;
+                self.fail(answers, fault);
+                true
+            }
+        }
+    }
+
+    /// Makes the endpoints to the other nodes' workers, from the domain's addresses.
+    fn connect(&mut self, answers: &mut Answers<'_, '_>, links: &mut Links) -> Result<(), Fault> {
+        let Some(span) = self.span.as_mut() else {
+            return Ok(());
+        };
+        let domain = answers.out.domain();
+        for node in 0..span.nodes() {
+            if node == span.me || span.peers[node].is_some() {
+                continue;
+            }
+            let id = span.workers[node];
+            let fault = Fault::new(Reason::PeerWorker, node as u32);
+            let address = domain.address(id).map_err(|_| fault)?;
+            span.peers[node] = Some(links.peer(id, address).map_err(|_| fault)?);
+        }
+        Ok(())
+    }
+
+    /// Sets up the flight of collective `coll` on a team spanning nodes.
+    fn begin_flight(&mut self, coll: u32) -> Result<(), Fault> {
+        let state = self
+            .colls
+            .get(coll as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Fault::plain(Reason::UnknownColl))?;
+        let plan = Plan::new(state, self.size());
+        let span = self.span.as_mut().ok_or(Fault::plain(Reason::InterNode))?;
+        span.next_collective(plan.datatype(), plan.op());
+        let args = plan.args(plan.lead);
+        let len = elems(args.count, plan.es)?;
+        let exchange = match plan.kind() {
+            CollKind::Barrier => Exchange::Barrier,
+            CollKind::Allreduce | CollKind::Reduce => Exchange::Reduce {
+                doubling: len <= SMALL,
+            },
+            CollKind::Bcast => Exchange::Bcast {
+                from: span.node_of[plan.root()] as usize,
+            },
+            _ => return Err(Fault::plain(Reason::NotAcrossNodes)),
+        };
+        let len = if exchange == Exchange::Barrier {
+            0
+        } else {
+            len
+        };
+        self.flight = Some(Flight {
+            exchange,
+            len,
+            pos: 0,
+            win: 0,
+            window: 0,
+            stage: Stage::Gather,
+        });
+        Ok(())
+    }
+
+    /// Moves the flight by one stage; `true` once the collective is done.
+    fn fly(&mut self, scratch: &mut Scratch, links: &mut Links) -> Result<bool, Fault> {
+        let Some(mut flight) = self.flight.take() else {
+            return Ok(true);
+        };
+        let result = self.fly_stage(&mut flight, scratch, links);
+        self.flight = Some(flight);
+        result
+    }
+
+    fn fly_stage(
+        &mut self,
+        flight: &mut Flight,
+        scratch: &mut Scratch,
+        links: &mut Links,
+    ) -> Result<bool, Fault> {
+        let coll = self
+            .active
+            .as_ref()
+            .map(|a| a.coll)
+            .ok_or(Fault::plain(Reason::UnknownColl))?;
+        let mut span = self.span.take().ok_or(Fault::plain(Reason::InterNode))?;
+        let result = (|| {
+            let state = self
+                .colls
+                .get(coll as usize)
+                .and_then(Option::as_ref)
+                .ok_or(Fault::plain(Reason::UnknownColl))?;
+            let plan = Plan::new(state, self.size());
+            match flight.stage {
+                Stage::Gather => {
+                    if flight.len == 0 && flight.exchange != Exchange::Barrier {
+                        // Nothing to move: every node finishes at once.
+                        return Ok(true);
+                    }
+                    let room = span.window_len(flight.exchange) as u64;
+                    let win = (flight.len - flight.pos).min(room) as usize;
+                    flight.win = win;
+                    let pos = flight.pos;
+                    match flight.exchange {
+                        Exchange::Reduce { .. } => {
+                            let b: &mut [u8] =
+                                zerocopy::IntoBytes::as_mut_bytes(&mut scratch.b[..]);
+                            let acc = span.acc_mut(win);
+                            let mut sub = 0;
+                            while sub < win {
+                                let piece = (win - sub).min(CHUNK);
+                                let dst = &mut acc[sub..sub + piece];
+                                let at = pos + sub as u64;
+                                let (first, rest) = self.local.split_first().expect("a member");
+                                self.read(plan.src(0, *first).at(at), dst)?;
+                                for &r in rest {
+                                    let b = &mut b[..piece];
+                                    self.read(plan.src(0, r).at(at), b)?;
+                                    reduce::reduce(plan.datatype(), plan.op(), dst, b)
+                                        .map_err(|_| Fault::plain(Reason::InvalidArgs))?;
+                                }
+                                sub += piece;
+                            }
+                        }
+                        Exchange::Bcast { .. } => {
+                            let root = plan.root();
+                            if self.local.contains(&root) {
+                                self.read(plan.send(root, 0).at(pos), span.acc_mut(win))?;
+                            }
+                        }
+                        Exchange::Barrier | Exchange::Nothing => {}
+                    }
+                    span.begin(flight.exchange, 0, flight.window, win);
+                    flight.stage = Stage::Exchange;
+                    Ok(false)
+                }
+                Stage::Exchange => {
+                    if span.pump(links.net.as_mut())? {
+                        flight.stage = Stage::Scatter;
+                    }
+                    Ok(false)
+                }
+                Stage::Scatter => {
+                    let win = flight.win;
+                    for &q in &self.local {
+                        if let Some(dst) = plan.dst(0, q) {
+                            self.write(dst.at(flight.pos), span.acc_mut(win))?;
+                        }
+                    }
+                    flight.pos += win as u64;
+                    flight.window += 1;
+                    flight.stage = Stage::Gather;
+                    Ok(flight.pos >= flight.len)
+                }
+            }
+        })();
+        self.span = Some(span);
+        result
+    }
 
     /// The collective at the head of every member's queue, checked: the same on every rank,
     /// its arguments consistent.
     fn activate(&mut self) -> Result<u32, Fault> {
         let mut coll = None;
-        for (rank, member) in self.members.iter().enumerate() {
-            let head = member.as_ref().and_then(|m| m.queue.front());
+        for &rank in &self.local {
+            let head = self.members[rank].as_ref().and_then(|m| m.queue.front());
             match (coll, head) {
                 (_, None) => return Err(Fault::new(Reason::TeamFailed, rank as u32)),
                 (None, Some(start)) => coll = Some(start.coll),
@@ -798,7 +1129,7 @@ impl Team {
                 .ok_or(Fault::plain(Reason::UnknownColl))?;
             match state.checked {
                 Some(result) => result,
-                None => check(state),
+                None => check(state, &self.local),
             }
         };
         if let Some(Some(state)) = self.colls.get_mut(coll as usize) {
@@ -956,11 +1287,15 @@ struct Plan<'a> {
     ranks: &'a [Option<RankColl>],
     n: usize,
     es: u64,
+    /// A rank whose arguments are here (the first served by this worker): kind, datatype,
+    /// operation and root are read from it.
+    lead: usize,
 }
 
 impl<'a> Plan<'a> {
     fn new(state: &'a CollState, n: usize) -> Self {
-        let es = state.ranks[0]
+        let lead = state.ranks.iter().position(Option::is_some).unwrap_or(0);
+        let es = state.ranks[lead]
             .as_ref()
             .and_then(|rc| rc.args.datatype.size())
             .unwrap_or(1) as u64;
@@ -968,6 +1303,7 @@ impl<'a> Plan<'a> {
             ranks: &state.ranks,
             n,
             es,
+            lead,
         }
     }
 
@@ -985,19 +1321,19 @@ impl<'a> Plan<'a> {
     }
 
     fn kind(&self) -> CollKind {
-        self.args(0).kind
+        self.args(self.lead).kind
     }
 
     fn datatype(&self) -> Datatype {
-        self.args(0).datatype
+        self.args(self.lead).datatype
     }
 
     fn op(&self) -> ReduceOp {
-        self.args(0).op
+        self.args(self.lead).op
     }
 
     fn root(&self) -> usize {
-        self.args(0).root as usize
+        self.args(self.lead).root as usize
     }
 
     fn ip(&self, r: usize) -> bool {
@@ -1155,21 +1491,26 @@ impl<'a> Plan<'a> {
 
 /// Checks that every rank's arguments of a collective agree (MPI requires matching kinds,
 /// datatypes, operations, roots and counts).
-fn check(state: &CollState) -> Result<(), Fault> {
+///
+/// On a team spanning nodes only the ranks of this node (`local`) are checked, against each
+/// other.
+fn check(state: &CollState, local: &[usize]) -> Result<(), Fault> {
     let n = state.ranks.len();
     let mut args = [None; urom_coll_wire::MAX_TEAM_SIZE];
-    for (r, rc) in state.ranks.iter().enumerate() {
+    for &r in local {
         args[r] = Some(
-            rc.as_ref()
+            state.ranks[r]
+                .as_ref()
                 .ok_or(Fault::new(Reason::UnknownColl, r as u32))?
                 .args,
         );
     }
+    let all = local.len() == n;
     let arg = |r: usize| args[r].expect("filled above");
     let words = |r: usize| -> &[u64] { &state.ranks[r].as_ref().expect("checked above").words };
-    let a0 = arg(0);
+    let a0 = arg(local[0]);
     let mismatch = |r: usize| Err(Fault::new(Reason::ArgsMismatch, r as u32));
-    for r in 0..n {
+    for &r in local {
         let a = arg(r);
         if a.kind != a0.kind
             || (a.kind != CollKind::Barrier && a.datatype != a0.datatype)
@@ -1186,6 +1527,7 @@ fn check(state: &CollState) -> Result<(), Fault> {
             CollKind::Alltoall => {
                 a.count == a0.count && a.recv_count == a0.count && a.in_place() == a0.in_place()
             }
+            CollKind::Gather | CollKind::Scatter if !all => true,
             CollKind::Gather => {
                 let root = arg(a0.root as usize);
                 (r == a0.root as usize && a.in_place()) || a.count == root.recv_count
@@ -1196,11 +1538,11 @@ fn check(state: &CollState) -> Result<(), Fault> {
             }
             CollKind::Allgatherv => {
                 let own = words(r)[r];
-                (a.in_place() || a.count == own) && (0..n).all(|q| words(q)[r] == own)
+                (a.in_place() || a.count == own) && local.iter().all(|&q| words(q)[r] == own)
             }
             CollKind::Alltoallv => {
                 a.in_place() == a0.in_place()
-                    && (0..n).all(|j| {
+                    && local.iter().all(|&j| {
                         let (wi, wj) = (words(r), words(j));
                         if a.in_place() {
                             wi[2 * n + j] == wj[2 * n + r]
