@@ -73,8 +73,11 @@ fn main() {
     let stub = out.join("link-stub");
     std::fs::create_dir_all(&stub).expect("creating the stub directory");
     let source = stub.join("empty.c");
-    std::fs::write(&source, "/* stands in for liburom_coll.so at link time */\n")
-        .expect("writing the stub source");
+    std::fs::write(
+        &source,
+        "/* stands in for liburom_coll.so at link time */\n",
+    )
+    .expect("writing the stub source");
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
         .args(["-shared", "-fPIC", "-Wl,-soname,liburom_coll.so", "-o"])
@@ -82,11 +85,12 @@ fn main() {
         .arg(&source)
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
-    assert!(status.success(), "building the liburom_coll stand-in failed");
-    println!("cargo:rustc-cdylib-link-arg=-L{}", stub.display());
-    println!(
-        "cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-lurom_coll,--pop-state"
+    assert!(
+        status.success(),
+        "building the liburom_coll stand-in failed"
     );
+    println!("cargo:rustc-cdylib-link-arg=-L{}", stub.display());
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-lurom_coll,--pop-state");
     for flag in &link {
         if flag.starts_with("-L") || flag.starts_with("-l") || flag.starts_with("-Wl,") {
             println!("cargo:rustc-cdylib-link-arg={flag}");
