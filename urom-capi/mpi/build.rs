@@ -35,7 +35,19 @@ fn main() {
     println!("cargo:rerun-if-changed=exports.map");
     println!("cargo:rerun-if-changed=../coll/include/urom_coll.h");
     println!("cargo:rerun-if-env-changed=MPICC");
+    println!("cargo:rerun-if-env-changed=PATH");
     let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".to_owned());
+    // Built again once the wrapper appears or changes (a path that does not exist reruns the
+    // script at every build, which costs nothing here).
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(&mpicc))
+            .find(|candidate| candidate.is_file())
+    });
+    println!(
+        "cargo:rerun-if-changed={}",
+        found.map_or_else(|| format!("/usr/bin/{mpicc}"), |p| p.display().to_string())
+    );
     let (Some(compile), Some(link)) = (showme(&mpicc, "compile"), showme(&mpicc, "link")) else {
         println!(
             "cargo:warning=no Open MPI wrapper `{mpicc}` (apt-get install libopenmpi-dev): \
