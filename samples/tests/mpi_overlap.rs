@@ -60,9 +60,12 @@ fn the_overlap_sample_prints_the_same_results_with_and_without_the_library() {
         &[],
         true,
     );
+    // Its own session directory: Open MPI 4.1's shared one races between concurrent mpiruns.
+    let session = TempDir::new("urom-overlap-session");
     let run = |preload: bool| {
         let mut command = Command::new(&mpirun);
         command
+            .env("TMPDIR", session.path())
             .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
             .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"])
             .arg("-x")

@@ -19,7 +19,13 @@ use std::process::Command;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
 use urom_testkit::{TempDir, binary, cdylib, workspace_root};
 
+/// The C program, compiled once per test process.
 fn program() -> PathBuf {
+    static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(compile).clone()
+}
+
+fn compile() -> PathBuf {
     let lib = cdylib("urom-capi-coll", "urom_coll");
     let libs = lib.parent().expect("the profile directory").to_owned();
     let root = workspace_root();

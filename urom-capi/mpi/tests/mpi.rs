@@ -40,8 +40,13 @@ fn library() -> PathBuf {
     cdylib("urom-capi-mpi", "urom_mpi")
 }
 
-/// The test program, compiled with `mpicc` (warnings as errors).
+/// The test program, compiled with `mpicc` (warnings as errors), once per test process.
 fn program(mpicc: &Path) -> PathBuf {
+    static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(|| compile(mpicc)).clone()
+}
+
+fn compile(mpicc: &Path) -> PathBuf {
     let source = workspace_root().join("urom-capi/mpi/tests/c/mpi_colls.c");
     let dir = profile_dir().join("c-objects");
     std::fs::create_dir_all(&dir).expect("creating the C object directory");
@@ -80,8 +85,12 @@ struct Run<'a> {
 
 /// Runs the program under `mpirun`; a safety net ends it if it hangs (not a time bound).
 fn mpirun(mpirun: &Path, program: &Path, run: &Run<'_>) -> Output {
+    // Each mpirun its own session directory: Open MPI 4.1's creation of the shared one races
+    // between mpiruns started at once ("mkdir ... File exists").
+    let session = TempDir::new("urom-mpi-session");
     let mut command = Command::new(mpirun);
     command
+        .env("TMPDIR", session.path())
         .args(["--allow-run-as-root", "--oversubscribe", "-np"])
         .arg(run.ranks.to_string())
         .args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]);
