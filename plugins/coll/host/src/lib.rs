@@ -58,6 +58,7 @@
 //! rank named its node's worker (`docs/collectives.md`, "Teams across nodes").
 #![deny(unsafe_code)]
 
+mod raw;
 mod sys;
 
 use std::cell::{Cell, Ref, RefCell, RefMut};
@@ -106,6 +107,9 @@ pub enum CollError {
     BufferBusy,
     /// The buffer's bytes are not a whole, aligned slice of the type asked for.
     Layout,
+    /// The buffer is memory the caller registered by address ([`Team::register_raw`]): it
+    /// has no byte view here; the caller reads it through its own pointer.
+    Foreign,
 }
 
 impl fmt::Display for CollError {
@@ -132,6 +136,9 @@ impl fmt::Display for CollError {
             Self::Busy => f.write_str("the collective is still running; wait for it first"),
             Self::BufferBusy => f.write_str("the buffer is used by a running collective"),
             Self::Layout => f.write_str("the buffer is not a whole, aligned slice of that type"),
+            Self::Foreign => f.write_str(
+                "the buffer was registered by address; read it through the caller's pointer",
+            ),
         }
     }
 }
@@ -506,11 +513,43 @@ struct TeamInner {
     size: u32,
     worker_pid: u32,
     next_buffer: Cell<u32>,
+    /// Buffer ids deregistered, reused before new ones (ids are this rank's alone; the
+    /// deregistration reaches the worker before the registration that reuses the id).
+    free_buffers: RefCell<Vec<u32>>,
     next_coll: Cell<u32>,
+    /// Which collective ids this rank holds ([`COLL_IDS`] bits). Ids are handed out in a
+    /// cycle, the same sequence on every rank, so they match across ranks without an exchange.
+    live_colls: RefCell<[u64; COLL_IDS as usize / 64]>,
     ptracer: Cell<bool>,
 }
 
+/// How many collective ids a team has (the worker's table); ids are reused in a cycle.
+pub const COLL_IDS: u32 = 4096;
+
 impl TeamInner {
+    /// The next collective id of the cycle; an error when that id is still held by a
+    /// collective of this rank (4,096 alive at once).
+    fn take_coll(&self) -> Result<u32, SetupError> {
+        let coll = self.next_coll.get();
+        let mut live = self.live_colls.borrow_mut();
+        let (word, bit) = ((coll / 64) as usize, 1u64 << (coll % 64));
+        if live[word] & bit != 0 {
+            return Err(SetupError::Spec(
+                "4,096 collectives of this team are alive: drop some first",
+            ));
+        }
+        live[word] |= bit;
+        self.next_coll.set((coll + 1) % COLL_IDS);
+        Ok(coll)
+    }
+
+    /// Gives collective id `coll` back.
+    fn release_coll(&self, coll: u32) {
+        if let Ok(mut live) = self.live_colls.try_borrow_mut() {
+            live[(coll / 64) as usize] &= !(1u64 << (coll % 64));
+        }
+    }
+
     /// Submits `command` for `waiter`.
     fn submit(&self, command: &CollCommand<'_>, waiter: &Rc<Completion>) -> Result<(), CollError> {
         waiter.launch();
@@ -583,6 +622,20 @@ fn wait_for(
                 let _ = engine.wait(Duration::from_millis(1));
             }
         }
+    }
+}
+
+/// Why the worker could not reach a registered buffer, for Yama's `scope`.
+fn cross_memory_denied(scope: Option<u32>) -> String {
+    match scope {
+        Some(scope) => format!(
+            "the kernel refused process_vm_readv from the worker (Yama ptrace_scope is \
+             {scope}; 2 needs CAP_SYS_PTRACE, 3 forbids it), or a container's seccomp \
+             profile forbids it"
+        ),
+        None => "the kernel refused process_vm_readv from the worker (a container's seccomp \
+                 profile, or another user's process)"
+            .to_owned(),
     }
 }
 
@@ -738,7 +791,9 @@ impl Team {
             size: members.len() as u32,
             worker_pid: 0,
             next_buffer: Cell::new(0),
+            free_buffers: RefCell::new(Vec::new()),
             next_coll: Cell::new(0),
+            live_colls: RefCell::new([0; COLL_IDS as usize / 64]),
             ptracer: Cell::new(false),
         };
         let answer = inner.call(
@@ -781,6 +836,9 @@ impl Team {
     }
 
     fn next_buffer(&self) -> u32 {
+        if let Some(id) = self.inner.free_buffers.borrow_mut().pop() {
+            return id;
+        }
         let id = self.inner.next_buffer.get();
         self.inner.next_buffer.set(id + 1);
         id
@@ -809,7 +867,10 @@ impl Team {
             },
         );
         file.unlink();
-        answer?;
+        if let Err(e) = answer {
+            self.inner.free_buffers.borrow_mut().push(id);
+            return Err(e);
+        }
         Ok(Buffer::new(&self.inner, id, len, Storage::Shared(file)))
     }
 
@@ -853,17 +914,11 @@ impl Team {
             Err(SetupError::Coll(CollError::Failed {
                 reason: Reason::CrossMemoryDenied,
                 ..
-            })) => Err(SetupError::CrossMemory(match scope {
-                Some(scope) => format!(
-                    "the kernel refused process_vm_readv from the worker (Yama ptrace_scope is \
-                     {scope}; 2 needs CAP_SYS_PTRACE, 3 forbids it), or a container's seccomp \
-                     profile forbids it"
-                ),
-                None => "the kernel refused process_vm_readv from the worker (a container's \
-                         seccomp profile, or another user's process)"
-                    .to_owned(),
-            })),
-            Err(e) => Err(e),
+            })) => Err(SetupError::CrossMemory(cross_memory_denied(scope))),
+            Err(e) => {
+                self.inner.free_buffers.borrow_mut().push(id);
+                Err(e)
+            }
             Ok(_) => Ok(Buffer::new(
                 &self.inner,
                 id,
@@ -886,8 +941,7 @@ impl Team {
                 "a v-variant takes its counts and displacements for every rank",
             ));
         }
-        let coll = self.inner.next_coll.get();
-        self.inner.next_coll.set(coll + 1);
+        let coll = self.inner.take_coll()?;
         let in_place = spec.in_place;
         // In place, a scatter's root keeps its send buffer and receives nothing; every other
         // in-place collective takes its input from the receive buffer.
@@ -926,14 +980,20 @@ impl Team {
             recv_count: spec.recv_count,
         };
         let words: Vec<U64> = spec.counts.iter().map(|&w| U64::new(w)).collect();
-        self.inner.call(
+        let answer = self.inner.call(
             engine,
             &CollCommand::CollInit {
                 team: self.inner.key,
                 args,
                 words: &words,
             },
-        )?;
+        );
+        if let Err(e) = answer {
+            // Refused: the worker holds nothing under the id. (A command that timed out may
+            // leave it there; the id comes round again only after 4,095 others.)
+            self.inner.release_coll(coll);
+            return Err(e);
+        }
         Ok(Collective {
             team: Rc::clone(&self.inner),
             coll,
@@ -1071,6 +1131,8 @@ impl<'a> CollSpec<'a> {
 enum Storage {
     Shared(sys::SharedFile),
     User(Box<dyn UserBytes>),
+    /// Memory of the caller's, registered by address ([`Team::register_raw`]).
+    Raw(raw::RawRegion),
 }
 
 trait UserBytes {
@@ -1104,6 +1166,9 @@ impl Drop for BufferInner {
             team: self.team.key,
             buffer: self.id,
         });
+        if let Ok(mut free) = self.team.free_buffers.try_borrow_mut() {
+            free.push(self.id);
+        }
     }
 }
 
@@ -1145,6 +1210,18 @@ impl Buffer {
         self.inner.len == 0
     }
 
+    /// The address of its first byte in this process: where a C caller reads and writes
+    /// memory urom allocated ([`Team::alloc`]), or the address given to
+    /// [`Team::register_raw`]. Valid while the buffer lives; reading or writing through it
+    /// while a collective using the buffer runs races with the worker.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        match &mut *self.inner.storage.borrow_mut() {
+            Storage::Shared(file) => file.map.as_mut_ptr(),
+            Storage::User(data) => data.bytes_mut().as_mut_ptr(),
+            Storage::Raw(region) => region.addr(),
+        }
+    }
+
     /// Whether a collective using it runs.
     pub fn is_busy(&self) -> bool {
         self.inner.busy.get() > 0
@@ -1173,9 +1250,13 @@ impl Buffer {
             .storage
             .try_borrow()
             .map_err(|_| CollError::BufferBusy)?;
+        if matches!(*storage, Storage::Raw(_)) {
+            return Err(CollError::Foreign);
+        }
         Ok(Ref::map(storage, |s| match s {
             Storage::Shared(file) => &file.map[..self.inner.len],
             Storage::User(data) => data.bytes(),
+            Storage::Raw(_) => &[],
         }))
     }
 
@@ -1190,9 +1271,13 @@ impl Buffer {
             .storage
             .try_borrow_mut()
             .map_err(|_| CollError::BufferBusy)?;
+        if matches!(*storage, Storage::Raw(_)) {
+            return Err(CollError::Foreign);
+        }
         Ok(RefMut::map(storage, |s| match s {
             Storage::Shared(file) => &mut file.map[..len],
             Storage::User(data) => data.bytes_mut(),
+            Storage::Raw(_) => &mut [],
         }))
     }
 
@@ -1248,6 +1333,32 @@ impl Collective {
         Ok(Request { coll: self })
     }
 
+    /// Progresses `engine` once; the outcome of the last start once it completed (`None`
+    /// while it runs, or when it was never started). Like [`Request::test`], for callers
+    /// that cannot keep the request's borrow (a C handle).
+    pub fn test(&mut self, engine: &mut ProgressEngine) -> Option<Result<(), CollError>> {
+        if self.waiter.in_flight.get() {
+            engine.progress();
+        }
+        if self.waiter.in_flight.get() {
+            return None;
+        }
+        let outcome = self.waiter.outcome.take();
+        self.waiter.outcome.set(outcome);
+        outcome.map(|o| o.map(|_| ()))
+    }
+
+    /// Progresses `engine` until the last start completed; its outcome (`None` when it was
+    /// never started). Like [`Request::wait`].
+    pub fn wait(&mut self, engine: &mut ProgressEngine) -> Option<Result<(), CollError>> {
+        if !self.waiter.in_flight.get() {
+            return self.test(engine);
+        }
+        let outcome = wait_for(engine, &self.waiter, None)?;
+        self.waiter.outcome.set(Some(outcome));
+        Some(outcome.map(|_| ()))
+    }
+
     /// Whether it runs.
     pub fn is_running(&self) -> bool {
         self.waiter.in_flight.get()
@@ -1266,6 +1377,7 @@ impl Drop for Collective {
                 team: self.team.key,
                 coll: self.coll,
             });
+            self.team.release_coll(self.coll);
         }
     }
 }

@@ -1,0 +1,1361 @@
+/*
+ * urom_mpi.c - MPI's collectives offloaded to urom through the MPI profiling interface.
+ *
+ * Loaded before libmpi (LD_PRELOAD), this file's MPI_* functions run instead of the MPI
+ * library's, hand what urom can do to the node's urom worker through urom_coll.h, and pass the
+ * rest to PMPI_* untouched. Layers, top down:
+ *
+ *   MPI_Init / MPI_Init_thread   PMPI_Init*, then a urom_coll context over the node's ranks
+ *                                (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)); its first rank
+ *                                starts the node's worker, the others attach.
+ *   communicators                a team per communicator, formed lazily by its first
+ *                                collective, kept in an attribute whose delete callback
+ *                                destroys it (MPI_Comm_free, MPI_Finalize).
+ *   collectives                  (datatype, op, communicator) mapped to a urom collective, or
+ *                                PMPI_* with the reason noted (UROM_MPI_VERBOSE=1 prints it).
+ *   buffers                      user memory registered by address (cross-memory attach),
+ *                                cached per (address, length) and communicator.
+ *   requests                     generalized requests (MPI_Grequest_start) completed by a
+ *                                progress hook that runs in every call intercepted here,
+ *                                including MPI_Wait/Test/Waitall/Testall/Waitany/Testany/
+ *                                Waitsome/Testsome, which also carry a failed collective's
+ *                                MPI_ERR_OTHER to the program through the communicator's
+ *                                error handler.
+ *
+ * Every decision that changes what the ranks of a communicator do is the same on all of them:
+ * it depends only on the call's arguments (which MPI requires to match), on the environment,
+ * or on values agreed with PMPI_Allreduce when the communicator's team forms.
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mpi.h>
+#include <urom_coll.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_TEAM 64
+#define MAX_REGS 64
+#define MAX_NOTES 256
+
+/* ---------------------------------------------------------------------------------------- */
+/* Settings, and what UROM_MPI_VERBOSE prints. */
+
+static int g_ready;                 /* MPI_Init ran here */
+static int g_verbose;
+static int g_rank;                  /* in MPI_COMM_WORLD */
+static const char *g_off;           /* why nothing is offloaded on this rank, or NULL */
+static char g_off_buf[512];
+static int g_worker_dead;           /* the node's worker died: everything falls back */
+static urom_coll_context_h g_ctx;
+static MPI_Comm g_node = MPI_COMM_NULL;
+static int g_keyval = MPI_KEYVAL_INVALID;
+
+static struct {
+	const char *call, *what, *why;
+} g_notes[MAX_NOTES];
+static int g_nnotes;
+
+/* Prints, once per rank and (call, outcome, reason), what happened to a call. */
+static void note(const char *call, const char *what, const char *why)
+{
+	int i;
+
+	if (!g_verbose)
+		return;
+	for (i = 0; i < g_nnotes; i++)
+		if (g_notes[i].call == call && g_notes[i].what == what &&
+		    (g_notes[i].why == why || (why && g_notes[i].why && !strcmp(g_notes[i].why, why))))
+			return;
+	if (g_nnotes < MAX_NOTES) {
+		g_notes[g_nnotes].call = call;
+		g_notes[g_nnotes].what = what;
+		/* A copy: `why` may be a buffer that changes (urom_coll_last_error()). */
+		g_notes[g_nnotes].why = why ? strdup(why) : NULL;
+		g_nnotes++;
+	}
+	fprintf(stderr, "urom_mpi: rank %d: %s %s%s%s\n", g_rank, call, what, why ? ": " : "",
+		why ? why : "");
+}
+
+static const char *const OFFLOADED = "offloaded to urom";
+static const char *const PASSED = "passed to PMPI";
+
+/* ---------------------------------------------------------------------------------------- */
+/* The out-of-band allgather urom_coll needs, over a communicator. */
+
+struct oob_req {
+	MPI_Request req;
+};
+
+static urom_status_t oob_allgather(void *sbuf, void *rbuf, size_t len, void *info, void **out)
+{
+	struct oob_req *r = malloc(sizeof(*r));
+
+	if (r == NULL || len > INT_MAX) {
+		free(r);
+		return UROM_ERR_NO_MEMORY;
+	}
+	if (PMPI_Iallgather(sbuf, (int)len, MPI_BYTE, rbuf, (int)len, MPI_BYTE, *(MPI_Comm *)info,
+			    &r->req) != MPI_SUCCESS) {
+		free(r);
+		return UROM_ERR_OOB;
+	}
+	*out = r;
+	return UROM_OK;
+}
+
+static urom_status_t oob_test(void *req)
+{
+	struct oob_req *r = req;
+	int flag = 0;
+
+	if (r->req == MPI_REQUEST_NULL)
+		return UROM_OK;
+	if (PMPI_Test(&r->req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		return UROM_ERR_OOB;
+	return flag ? UROM_OK : UROM_INPROGRESS;
+}
+
+static urom_status_t oob_free(void *req)
+{
+	struct oob_req *r = req;
+
+	if (r->req != MPI_REQUEST_NULL)
+		PMPI_Request_free(&r->req);
+	free(r);
+	return UROM_OK;
+}
+
+static urom_coll_oob_t oob_over(MPI_Comm *comm)
+{
+	urom_coll_oob_t oob = { .allgather = oob_allgather, .req_test = oob_test,
+				.req_free = oob_free, .coll_info = comm };
+	int rank, size;
+
+	PMPI_Comm_rank(*comm, &rank);
+	PMPI_Comm_size(*comm, &size);
+	oob.n_oob_eps = (uint32_t)size;
+	oob.oob_ep = (uint32_t)rank;
+	return oob;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Communicators: a team each, in an attribute. */
+
+struct reg {
+	const void *addr;
+	size_t len;
+	urom_coll_buffer_h buffer;
+	uint64_t used; /* when last used, for eviction */
+};
+
+struct comm_state {
+	MPI_Comm comm;
+	MPI_Comm oob_comm; /* a duplicate, for the team's out-of-band exchange */
+	urom_coll_team_h team; /* NULL: everything on this communicator goes to PMPI */
+	const char *why;       /* why not, when not */
+	char why_buf[400];
+	int size;
+	int failed; /* a collective failed on it: later ones go to PMPI */
+	int refs;   /* the attribute, and each collective in flight */
+	struct reg regs[MAX_REGS];
+	int nregs;
+	uint64_t clock;
+	struct comm_state *next;
+};
+
+static struct comm_state *g_states;
+
+static void state_release(struct comm_state *st)
+{
+	int i;
+
+	for (i = 0; i < st->nregs; i++)
+		urom_coll_mem_free(st->regs[i].buffer);
+	st->nregs = 0;
+	if (st->team != NULL)
+		urom_coll_team_destroy(st->team);
+	st->team = NULL;
+	if (st->oob_comm != MPI_COMM_NULL)
+		PMPI_Comm_free(&st->oob_comm);
+}
+
+static void state_unref(struct comm_state *st)
+{
+	if (--st->refs == 0)
+		free(st);
+}
+
+static int state_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
+{
+	struct comm_state *st = attr, **p;
+
+	(void)comm;
+	(void)keyval;
+	(void)extra;
+	for (p = &g_states; *p != NULL; p = &(*p)->next)
+		if (*p == st) {
+			*p = st->next;
+			break;
+		}
+	state_release(st);
+	state_unref(st);
+	return MPI_SUCCESS;
+}
+
+/* Forms `comm`'s team: collective over `comm`. Leaves st->team NULL, and st->why set, when any
+ * rank cannot offload on it. */
+static void state_form(struct comm_state *st)
+{
+	MPI_Comm local;
+	int local_size, here, all, rank;
+	urom_status_t s = UROM_OK;
+	static char probe[64];
+
+	PMPI_Comm_size(st->comm, &st->size);
+	PMPI_Comm_rank(st->comm, &rank);
+	PMPI_Comm_split_type(st->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+	PMPI_Comm_size(local, &local_size);
+	PMPI_Comm_free(&local);
+	here = g_ctx != NULL && !g_worker_dead && local_size == st->size && st->size <= MAX_TEAM;
+	PMPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, st->comm);
+	if (!all) {
+		if (local_size != st->size)
+			st->why = "the communicator spans several nodes (urom's offload is per node)";
+		else if (st->size > MAX_TEAM)
+			st->why = "more than 64 ranks on the node";
+		else if (g_ctx == NULL || g_worker_dead)
+			st->why = g_off ? g_off : "the node's worker died";
+		else
+			st->why = "another rank of the communicator cannot offload";
+		return;
+	}
+	PMPI_Comm_dup(st->comm, &st->oob_comm);
+	urom_coll_team_params_t params = { .oob = oob_over(&st->oob_comm) };
+	s = urom_coll_team_create(g_ctx, &params, &st->team);
+	if (s == UROM_OK) {
+		/* Cross-memory attach may be forbidden here: try it once. */
+		urom_coll_buffer_h b;
+		s = urom_coll_mem_register(st->team, probe, sizeof(probe), &b);
+		if (s == UROM_OK)
+			urom_coll_mem_free(b);
+	}
+	if (s != UROM_OK)
+		snprintf(st->why_buf, sizeof(st->why_buf), "cannot form a urom team: %s (%s)",
+			 urom_status_string(s), urom_coll_last_error());
+	here = s == UROM_OK;
+	PMPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, st->comm);
+	if (!all) {
+		st->why = here ? "another rank could not form the urom team" : st->why_buf;
+		state_release(st);
+	}
+}
+
+/* The state of `comm`, formed on first use (collective over `comm`); NULL with `*why` set when
+ * its collectives go to PMPI. */
+static struct comm_state *state_of(MPI_Comm comm, const char **why)
+{
+	struct comm_state *st;
+	int flag = 0, inter = 0;
+
+	if (!g_ready || g_keyval == MPI_KEYVAL_INVALID) {
+		*why = g_off ? g_off : "MPI_Init did not run through liburom_mpi";
+		return NULL;
+	}
+	if (g_off != NULL && g_ctx == NULL && g_node == MPI_COMM_NULL) {
+		/* Off by setting, the same on every rank: no need to ask the others. */
+		*why = g_off;
+		return NULL;
+	}
+	if (comm == MPI_COMM_NULL) {
+		*why = "MPI_COMM_NULL";
+		return NULL;
+	}
+	PMPI_Comm_test_inter(comm, &inter);
+	if (inter) {
+		*why = "an intercommunicator";
+		return NULL;
+	}
+	PMPI_Comm_get_attr(comm, g_keyval, &st, &flag);
+	if (!flag) {
+		st = calloc(1, sizeof(*st));
+		if (st == NULL) {
+			*why = "out of memory";
+			return NULL;
+		}
+		st->comm = comm;
+		st->oob_comm = MPI_COMM_NULL;
+		st->refs = 1;
+		state_form(st);
+		st->next = g_states;
+		g_states = st;
+		PMPI_Comm_set_attr(comm, g_keyval, st);
+	}
+	if (st->team == NULL) {
+		*why = st->why;
+		return NULL;
+	}
+	if (g_worker_dead || st->failed) {
+		*why = g_worker_dead ? "the node's worker died" : "a collective failed on this communicator";
+		return NULL;
+	}
+	return st;
+}
+
+/* The registered buffer for `len` bytes at `addr`; NULL for none (zero bytes) and on failure
+ * (`*failed` set). */
+static urom_coll_buffer_h buffer_of(struct comm_state *st, const void *addr, size_t len, int *failed)
+{
+	int i, victim = 0;
+	urom_coll_buffer_h b;
+
+	if (len == 0 || addr == NULL)
+		return NULL;
+	st->clock++;
+	for (i = 0; i < st->nregs; i++)
+		if (st->regs[i].addr == addr && st->regs[i].len == len) {
+			st->regs[i].used = st->clock;
+			return st->regs[i].buffer;
+		}
+	if (urom_coll_mem_register(st->team, (void *)addr, len, &b) != UROM_OK) {
+		*failed = 1;
+		return NULL;
+	}
+	if (st->nregs == MAX_REGS) {
+		for (i = 1; i < st->nregs; i++)
+			if (st->regs[i].used < st->regs[victim].used)
+				victim = i;
+		/* The registration lasts while a collective over it runs. */
+		urom_coll_mem_free(st->regs[victim].buffer);
+	} else {
+		victim = st->nregs++;
+	}
+	st->regs[victim] = (struct reg){ addr, len, b, st->clock };
+	return b;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collectives in flight, and the progress hook. */
+
+struct op {
+	MPI_Request req; /* the generalized request; MPI_REQUEST_NULL for a blocking call */
+	urom_coll_req_h coll;
+	struct comm_state *st;
+	MPI_Comm comm;
+	int done;
+	int error; /* MPI_SUCCESS or MPI_ERR_OTHER, once done */
+	struct op *next;
+};
+
+static struct op *g_ops;
+
+static void op_finish(struct op *op, urom_status_t s)
+{
+	op->done = 1;
+	op->error = s == UROM_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
+	if (s != UROM_OK) {
+		if (s == UROM_ERR_WORKER)
+			g_worker_dead = 1;
+		op->st->failed = 1;
+		note("a collective", "failed", urom_coll_last_error());
+	}
+	if (op->coll != NULL)
+		urom_coll_free(op->coll);
+	op->coll = NULL;
+	state_unref(op->st);
+	op->st = NULL;
+	if (op->req != MPI_REQUEST_NULL)
+		PMPI_Grequest_complete(op->req);
+}
+
+/* Completes what finished; runs in every call intercepted here. */
+static void progress(void)
+{
+	struct op *op;
+	urom_status_t s;
+
+	for (op = g_ops; op != NULL; op = op->next)
+		if (!op->done && (s = urom_coll_test(op->coll)) != UROM_INPROGRESS)
+			op_finish(op, s);
+}
+
+/* Lets MPI progress its own requests (which another rank's collective may wait for), then
+ * gives the processor away now and then: the worker may share it. */
+static void idle(unsigned *spins)
+{
+	int flag;
+
+	PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+	if (++*spins > 100)
+		sched_yield();
+}
+
+static struct op *op_of(MPI_Request req)
+{
+	struct op *op;
+
+	if (req == MPI_REQUEST_NULL)
+		return NULL;
+	for (op = g_ops; op != NULL; op = op->next)
+		if (op->req == req)
+			return op;
+	return NULL;
+}
+
+static int query_fn(void *extra, MPI_Status *status)
+{
+	(void)extra;
+	PMPI_Status_set_elements(status, MPI_BYTE, 0);
+	PMPI_Status_set_cancelled(status, 0);
+	status->MPI_SOURCE = MPI_UNDEFINED;
+	status->MPI_TAG = MPI_UNDEFINED;
+	status->MPI_ERROR = MPI_SUCCESS;
+	return MPI_SUCCESS;
+}
+
+static int free_fn(void *extra)
+{
+	struct op *op = extra, **p;
+
+	for (p = &g_ops; *p != NULL; p = &(*p)->next)
+		if (*p == op) {
+			*p = op->next;
+			break;
+		}
+	free(op);
+	return MPI_SUCCESS;
+}
+
+static int cancel_fn(void *extra, int complete)
+{
+	(void)extra;
+	(void)complete;
+	return MPI_SUCCESS; /* a collective cannot be cancelled; it completes normally */
+}
+
+static int raise_error(MPI_Comm comm, int error)
+{
+	PMPI_Comm_call_errhandler(comm, error);
+	return error;
+}
+
+/* What run() decided. */
+#define FALLBACK (-1)
+
+/* Runs `args` on `st`'s team: blocking when `request` is NULL, else returns a generalized
+ * request in it. FALLBACK when urom cannot take it (the worker is gone: every rank sees that
+ * the same way), else an MPI error code. `trivial`: nothing to move (a zero count). */
+static int run(const char *call, MPI_Comm comm, struct comm_state *st, urom_coll_args_t *args,
+	       int trivial, MPI_Request *request)
+{
+	urom_status_t s = UROM_OK;
+	struct op local = { .req = MPI_REQUEST_NULL }, *op = &local;
+	unsigned spins = 0;
+
+	if (request != NULL) {
+		op = calloc(1, sizeof(*op));
+		if (op == NULL)
+			return FALLBACK;
+		op->req = MPI_REQUEST_NULL;
+	}
+	op->comm = comm;
+	op->st = st;
+	st->refs++;
+	if (!trivial) {
+		s = urom_coll_init(st->team, args, &op->coll);
+		if (s == UROM_OK && (s = urom_coll_start(op->coll)) != UROM_OK) {
+			urom_coll_free(op->coll);
+			op->coll = NULL;
+		}
+		if (s != UROM_OK) {
+			if (s == UROM_ERR_WORKER)
+				g_worker_dead = 1;
+			note(call, PASSED, urom_coll_last_error());
+			state_unref(st);
+			if (op != &local)
+				free(op);
+			return FALLBACK;
+		}
+	}
+	note(call, OFFLOADED, NULL);
+	if (request == NULL) {
+		if (trivial) {
+			state_unref(st);
+			return MPI_SUCCESS;
+		}
+		while ((s = urom_coll_test(op->coll)) == UROM_INPROGRESS)
+			idle(&spins);
+		op_finish(op, s);
+		return op->error == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, op->error);
+	}
+	PMPI_Grequest_start(query_fn, free_fn, cancel_fn, op, &op->req);
+	op->next = g_ops;
+	g_ops = op;
+	*request = op->req;
+	if (trivial)
+		op_finish(op, UROM_OK);
+	return MPI_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Datatypes and operations. */
+
+/* A predefined type urom reduces in; 0 when none. */
+static int reduce_type(MPI_Datatype dt, urom_datatype_t *out)
+{
+	if (dt == MPI_INT8_T || dt == MPI_SIGNED_CHAR || dt == MPI_CHAR)
+		*out = UROM_DT_INT8;
+	else if (dt == MPI_UINT8_T || dt == MPI_UNSIGNED_CHAR || dt == MPI_BYTE)
+		*out = UROM_DT_UINT8;
+	else if (dt == MPI_INT16_T || dt == MPI_SHORT)
+		*out = UROM_DT_INT16;
+	else if (dt == MPI_UINT16_T || dt == MPI_UNSIGNED_SHORT)
+		*out = UROM_DT_UINT16;
+	else if (dt == MPI_INT32_T || dt == MPI_INT)
+		*out = UROM_DT_INT32;
+	else if (dt == MPI_UINT32_T || dt == MPI_UNSIGNED)
+		*out = UROM_DT_UINT32;
+	else if (dt == MPI_INT64_T || dt == MPI_LONG_LONG || (dt == MPI_LONG && sizeof(long) == 8))
+		*out = UROM_DT_INT64;
+	else if (dt == MPI_UINT64_T || dt == MPI_UNSIGNED_LONG_LONG ||
+		 (dt == MPI_UNSIGNED_LONG && sizeof(long) == 8))
+		*out = UROM_DT_UINT64;
+	else if (dt == MPI_FLOAT)
+		*out = UROM_DT_FLOAT32;
+	else if (dt == MPI_DOUBLE)
+		*out = UROM_DT_FLOAT64;
+	else
+		return 0;
+	return 1;
+}
+
+/* urom's operation for `op` on `dt`; 0 (with `*why`) when none. */
+static int reduce_op(MPI_Op op, urom_datatype_t dt, urom_op_t *out, const char **why)
+{
+	int is_float = dt == UROM_DT_FLOAT32 || dt == UROM_DT_FLOAT64;
+
+	if (op == MPI_SUM)
+		*out = UROM_OP_SUM;
+	else if (op == MPI_PROD)
+		*out = UROM_OP_PROD;
+	else if (op == MPI_MIN)
+		*out = UROM_OP_MIN;
+	else if (op == MPI_MAX)
+		*out = UROM_OP_MAX;
+	else if (!is_float && op == MPI_BAND)
+		*out = UROM_OP_BAND;
+	else if (!is_float && op == MPI_BOR)
+		*out = UROM_OP_BOR;
+	else if (!is_float && op == MPI_BXOR)
+		*out = UROM_OP_BXOR;
+	else if (!is_float && op == MPI_LAND)
+		*out = UROM_OP_LAND;
+	else if (!is_float && op == MPI_LOR)
+		*out = UROM_OP_LOR;
+	else if (!is_float && op == MPI_LXOR)
+		*out = UROM_OP_LXOR;
+	else {
+		*why = is_float && (op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR || op == MPI_LAND ||
+				    op == MPI_LOR || op == MPI_LXOR)
+			       ? "a bitwise or logical operation on a floating-point type"
+			       : "a user-defined or location operation (MINLOC, MAXLOC, REPLACE...)";
+		return 0;
+	}
+	return 1;
+}
+
+/* The size of `dt` when its elements lie back to back with no gap (a predefined type, or a
+ * derived one such as a contiguous type); 0 otherwise. */
+static size_t dense_size(MPI_Datatype dt)
+{
+	int size;
+	MPI_Aint lb, extent, true_lb, true_extent;
+
+	if (dt == MPI_DATATYPE_NULL || PMPI_Type_size(dt, &size) != MPI_SUCCESS || size <= 0)
+		return 0;
+	PMPI_Type_get_extent(dt, &lb, &extent);
+	PMPI_Type_get_true_extent(dt, &true_lb, &true_extent);
+	if (lb != 0 || true_lb != 0 || extent != size || true_extent != size)
+		return 0;
+	return (size_t)size;
+}
+
+static const char *const NOT_DENSE =
+	"a derived datatype with gaps (only types whose elements lie back to back are offloaded)";
+static const char *const NOT_REDUCIBLE =
+	"a datatype urom does not reduce in (it reduces int8-64, uint8-64, float, double)";
+
+/* A buffer could not be registered (the team's cross-memory probe passed, so this is rare):
+ * the other ranks may already be in the collective; the program gets the error. */
+static int registration_failed(const char *call, MPI_Comm comm)
+{
+	note(call, "failed", "cross-memory attach of a buffer failed");
+	return raise_error(comm, MPI_ERR_OTHER);
+}
+
+/* A (size, datatype) pair mapped for reductions. */
+struct reduction {
+	urom_datatype_t dt;
+	urom_op_t op;
+	size_t size;
+};
+
+static int map_reduction(MPI_Datatype dt, MPI_Op op, struct reduction *r, const char **why)
+{
+	if (!reduce_type(dt, &r->dt)) {
+		*why = NOT_REDUCIBLE;
+		return 0;
+	}
+	if (!reduce_op(op, r->dt, &r->op, why))
+		return 0;
+	r->size = dense_size(dt);
+	return r->size != 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Initialisation and finalisation. */
+
+static void setup(int provided)
+{
+	const char *v = getenv("UROM_MPI_VERBOSE"), *off = getenv("UROM_MPI_OFFLOAD");
+	urom_status_t s;
+
+	g_verbose = v != NULL && strcmp(v, "0") != 0 && *v != '\0';
+	PMPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+	g_ready = 1;
+	if (off != NULL && strcmp(off, "0") == 0) {
+		g_off = "UROM_MPI_OFFLOAD=0";
+	} else if (provided > MPI_THREAD_FUNNELED) {
+		g_off = "the program asked for MPI_THREAD_SERIALIZED or MULTIPLE (urom's progress "
+			"belongs to one thread)";
+	}
+	if (g_off != NULL) {
+		note("MPI_Init", "offload off", g_off);
+		return;
+	}
+	PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, state_delete, &g_keyval, NULL);
+	PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &g_node);
+	urom_coll_context_params_t params = { .oob = oob_over(&g_node), .service_socket = NULL };
+	s = urom_coll_context_create(&params, &g_ctx);
+	if (s != UROM_OK) {
+		g_ctx = NULL;
+		snprintf(g_off_buf, sizeof(g_off_buf), "no urom service on this node: %s",
+			 urom_coll_last_error());
+		g_off = g_off_buf;
+		note("MPI_Init", "offload off", g_off);
+		return;
+	}
+	note("MPI_Init", "offload on", "this node's ranks share one urom worker");
+}
+
+EXPORT int MPI_Init(int *argc, char ***argv)
+{
+	int rc = PMPI_Init(argc, argv), provided = MPI_THREAD_SINGLE;
+
+	if (rc == MPI_SUCCESS) {
+		PMPI_Query_thread(&provided);
+		setup(provided);
+	}
+	return rc;
+}
+
+EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+	int rc = PMPI_Init_thread(argc, argv, required, provided);
+
+	if (rc == MPI_SUCCESS)
+		setup(*provided);
+	return rc;
+}
+
+EXPORT int MPI_Finalize(void)
+{
+	unsigned spins = 0;
+	struct op *op;
+	int pending;
+
+	if (g_ready) {
+		/* Collectives still running finish first (their requests were freed or never
+		 * waited for). */
+		do {
+			progress();
+			pending = 0;
+			for (op = g_ops; op != NULL; op = op->next)
+				pending |= !op->done;
+			if (pending)
+				idle(&spins);
+		} while (pending);
+		while (g_states != NULL)
+			PMPI_Comm_delete_attr(g_states->comm, g_keyval);
+		if (g_keyval != MPI_KEYVAL_INVALID)
+			PMPI_Comm_free_keyval(&g_keyval);
+		if (g_ctx != NULL)
+			urom_coll_context_destroy(g_ctx);
+		g_ctx = NULL;
+		if (g_node != MPI_COMM_NULL)
+			PMPI_Comm_free(&g_node);
+		g_ready = 0;
+	}
+	return PMPI_Finalize();
+}
+
+EXPORT int MPI_Comm_free(MPI_Comm *comm)
+{
+	progress();
+	/* The attribute's delete callback destroys the communicator's team. */
+	return PMPI_Comm_free(comm);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The collectives. Each maps its arguments, or notes why not and calls PMPI_*. */
+
+static urom_coll_args_t args_of(urom_coll_type_t type, urom_datatype_t dt)
+{
+	urom_coll_args_t a;
+
+	memset(&a, 0, sizeof(a));
+	a.coll_type = type;
+	a.datatype = dt;
+	return a;
+}
+
+static int do_allreduce(const char *call, const void *sbuf, void *rbuf, int count,
+			MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NULL;
+	struct reduction r;
+	struct comm_state *st;
+	int failed = 0, in_place = sbuf == MPI_IN_PLACE;
+
+	progress();
+	if (!map_reduction(dt, op, &r, &why) || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	size_t bytes = (size_t)count * r.size;
+	urom_coll_args_t a = args_of(UROM_COLL_ALLREDUCE, r.dt);
+	a.op = r.op;
+	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, bytes, &failed), 0,
+					   (uint64_t)count };
+	a.dst = (urom_coll_buffer_info_t){ buffer_of(st, rbuf, bytes, &failed), 0, (uint64_t)count };
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, count == 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req)
+		   : PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
+}
+
+EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+			 MPI_Comm comm)
+{
+	return do_allreduce("MPI_Allreduce", sbuf, rbuf, count, dt, op, comm, NULL);
+}
+
+EXPORT int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+			  MPI_Comm comm, MPI_Request *req)
+{
+	return do_allreduce("MPI_Iallreduce", sbuf, rbuf, count, dt, op, comm, req);
+}
+
+static int do_reduce(const char *call, const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+		     MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NULL;
+	struct reduction r;
+	struct comm_state *st;
+	int failed = 0, rank, in_place = sbuf == MPI_IN_PLACE;
+
+	progress();
+	if (!map_reduction(dt, op, &r, &why) || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	PMPI_Comm_rank(comm, &rank);
+	size_t bytes = (size_t)count * r.size;
+	urom_coll_args_t a = args_of(UROM_COLL_REDUCE, r.dt);
+	a.op = r.op;
+	a.root = (uint32_t)root;
+	a.flags = in_place && rank == root ? UROM_COLL_FLAG_IN_PLACE : 0;
+	a.src = (urom_coll_buffer_info_t){ a.flags ? NULL : buffer_of(st, sbuf, bytes, &failed), 0,
+					   (uint64_t)count };
+	a.dst = (urom_coll_buffer_info_t){ rank == root ? buffer_of(st, rbuf, bytes, &failed) : NULL,
+					   0, (uint64_t)count };
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, count == 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req)
+		   : PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
+}
+
+EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+		      int root, MPI_Comm comm)
+{
+	return do_reduce("MPI_Reduce", sbuf, rbuf, count, dt, op, root, comm, NULL);
+}
+
+EXPORT int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+		       int root, MPI_Comm comm, MPI_Request *req)
+{
+	return do_reduce("MPI_Ireduce", sbuf, rbuf, count, dt, op, root, comm, req);
+}
+
+static int do_reduce_scatter_block(const char *call, const void *sbuf, void *rbuf, int rcount,
+				   MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NULL;
+	struct reduction r;
+	struct comm_state *st;
+	int failed = 0, in_place = sbuf == MPI_IN_PLACE;
+
+	progress();
+	if (!map_reduction(dt, op, &r, &why) || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	size_t block = (size_t)rcount * r.size, all = block * (size_t)st->size;
+	urom_coll_args_t a = args_of(UROM_COLL_REDUCE_SCATTER_BLOCK, r.dt);
+	a.op = r.op;
+	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, all, &failed), 0,
+					   (uint64_t)rcount };
+	a.dst = (urom_coll_buffer_info_t){ buffer_of(st, rbuf, in_place ? all : block, &failed), 0,
+					   (uint64_t)rcount };
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, rcount == 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Ireduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm, req)
+		   : PMPI_Reduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm);
+}
+
+EXPORT int MPI_Reduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
+				    MPI_Op op, MPI_Comm comm)
+{
+	return do_reduce_scatter_block("MPI_Reduce_scatter_block", sbuf, rbuf, rcount, dt, op, comm,
+				       NULL);
+}
+
+EXPORT int MPI_Ireduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
+				     MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+	return do_reduce_scatter_block("MPI_Ireduce_scatter_block", sbuf, rbuf, rcount, dt, op,
+				       comm, req);
+}
+
+static int do_bcast(const char *call, void *buf, int count, MPI_Datatype dt, int root,
+		    MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NOT_DENSE;
+	struct comm_state *st;
+	int failed = 0;
+	size_t size = dense_size(dt);
+
+	progress();
+	if (size == 0 || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	size_t bytes = (size_t)count * size;
+	urom_coll_args_t a = args_of(UROM_COLL_BCAST, UROM_DT_UINT8);
+	a.root = (uint32_t)root;
+	a.src = (urom_coll_buffer_info_t){ buffer_of(st, buf, bytes, &failed), 0, bytes };
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, bytes == 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Ibcast(buf, count, dt, root, comm, req)
+		   : PMPI_Bcast(buf, count, dt, root, comm);
+}
+
+EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
+{
+	return do_bcast("MPI_Bcast", buf, count, dt, root, comm, NULL);
+}
+
+EXPORT int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+		      MPI_Request *req)
+{
+	return do_bcast("MPI_Ibcast", buf, count, dt, root, comm, req);
+}
+
+static int do_barrier(const char *call, MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NULL;
+	struct comm_state *st;
+
+	progress();
+	if ((st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	urom_coll_args_t a = args_of(UROM_COLL_BARRIER, UROM_DT_UINT8);
+	int rc = run(call, comm, st, &a, 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Ibarrier(comm, req) : PMPI_Barrier(comm);
+}
+
+EXPORT int MPI_Barrier(MPI_Comm comm)
+{
+	return do_barrier("MPI_Barrier", comm, NULL);
+}
+
+EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
+{
+	return do_barrier("MPI_Ibarrier", comm, req);
+}
+
+/* Allgather and alltoall move bytes: any dense datatype, the same byte count on both sides. */
+static int do_gather_like(const char *call, urom_coll_type_t type, const void *sbuf, int scount,
+			  MPI_Datatype stype, void *rbuf, int rcount, MPI_Datatype rtype,
+			  MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NOT_DENSE;
+	struct comm_state *st;
+	int failed = 0, in_place = sbuf == MPI_IN_PLACE;
+	size_t rsize = dense_size(rtype), ssize = in_place ? rsize : dense_size(stype);
+
+	progress();
+	if (rsize == 0 || ssize == 0 || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	size_t n = (size_t)st->size, rblock = (size_t)rcount * rsize;
+	size_t sblock = in_place ? rblock : (size_t)scount * ssize;
+	if (sblock != rblock) {
+		why = "send and receive byte counts differ";
+		goto fallback;
+	}
+	size_t sbytes = type == UROM_COLL_ALLTOALL ? sblock * n : sblock;
+	urom_coll_args_t a = args_of(type, UROM_DT_UINT8);
+	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, sbytes, &failed), 0,
+					   rblock };
+	a.dst = (urom_coll_buffer_info_t){ buffer_of(st, rbuf, rblock * n, &failed), 0, rblock };
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, rblock == 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	if (type == UROM_COLL_ALLGATHER)
+		return req ? PMPI_Iallgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, req)
+			   : PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+	return req ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, req)
+		   : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+}
+
+EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			 int rcount, MPI_Datatype rtype, MPI_Comm comm)
+{
+	return do_gather_like("MPI_Allgather", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
+			      rcount, rtype, comm, NULL);
+}
+
+EXPORT int MPI_Iallgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			  int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
+{
+	return do_gather_like("MPI_Iallgather", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
+			      rcount, rtype, comm, req);
+}
+
+EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+			MPI_Datatype rtype, MPI_Comm comm)
+{
+	return do_gather_like("MPI_Alltoall", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount,
+			      rtype, comm, NULL);
+}
+
+EXPORT int MPI_Ialltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			 int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
+{
+	return do_gather_like("MPI_Ialltoall", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount,
+			      rtype, comm, req);
+}
+
+/* The end, in bytes, of the furthest non-empty block of counts/displs (in elements of `size`). */
+static size_t v_end(const int *counts, const int *displs, int n, size_t size)
+{
+	size_t end = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (counts[i] > 0 && (size_t)(displs[i] + counts[i]) * size > end)
+			end = (size_t)(displs[i] + counts[i]) * size;
+	return end;
+}
+
+static int do_allgatherv(const char *call, const void *sbuf, int scount, MPI_Datatype stype,
+			 void *rbuf, const int *rcounts, const int *displs, MPI_Datatype rtype,
+			 MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NOT_DENSE;
+	struct comm_state *st;
+	int failed = 0, rank, i, in_place = sbuf == MPI_IN_PLACE;
+	size_t rsize = dense_size(rtype), ssize = in_place ? rsize : dense_size(stype);
+	uint64_t words[2 * MAX_TEAM];
+
+	progress();
+	if (rsize == 0 || ssize == 0 || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	PMPI_Comm_rank(comm, &rank);
+	size_t sbytes = in_place ? (size_t)rcounts[rank] * rsize : (size_t)scount * ssize;
+	for (i = 0; i < st->size; i++) {
+		if (rcounts[i] < 0 || displs[i] < 0) {
+			why = "a negative count or displacement";
+			goto fallback;
+		}
+		words[i] = (uint64_t)rcounts[i] * rsize;
+		words[st->size + i] = (uint64_t)displs[i] * rsize;
+	}
+	urom_coll_args_t a = args_of(UROM_COLL_ALLGATHERV, UROM_DT_UINT8);
+	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, sbytes, &failed), 0,
+					   sbytes };
+	a.dst = (urom_coll_buffer_info_t){
+		buffer_of(st, rbuf, v_end(rcounts, displs, st->size, rsize), &failed), 0, 0
+	};
+	a.counts = words;
+	a.counts_len = 2 * (size_t)st->size;
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Iallgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm, req)
+		   : PMPI_Allgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm);
+}
+
+EXPORT int MPI_Allgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			  const int *rcounts, const int *displs, MPI_Datatype rtype, MPI_Comm comm)
+{
+	return do_allgatherv("MPI_Allgatherv", sbuf, scount, stype, rbuf, rcounts, displs, rtype,
+			     comm, NULL);
+}
+
+EXPORT int MPI_Iallgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			   const int *rcounts, const int *displs, MPI_Datatype rtype, MPI_Comm comm,
+			   MPI_Request *req)
+{
+	return do_allgatherv("MPI_Iallgatherv", sbuf, scount, stype, rbuf, rcounts, displs, rtype,
+			     comm, req);
+}
+
+static int do_alltoallv(const char *call, const void *sbuf, const int *scounts, const int *sdispls,
+			MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
+			MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
+{
+	const char *why = NOT_DENSE;
+	struct comm_state *st;
+	int failed = 0, i, n;
+	size_t rsize = dense_size(rtype), ssize = sbuf == MPI_IN_PLACE ? 0 : dense_size(stype);
+	uint64_t words[4 * MAX_TEAM];
+
+	progress();
+	if (sbuf == MPI_IN_PLACE) {
+		why = "an in-place alltoallv";
+		goto fallback;
+	}
+	if (rsize == 0 || ssize == 0 || (st = state_of(comm, &why)) == NULL)
+		goto fallback;
+	n = st->size;
+	for (i = 0; i < n; i++) {
+		if (scounts[i] < 0 || sdispls[i] < 0 || rcounts[i] < 0 || rdispls[i] < 0) {
+			why = "a negative count or displacement";
+			goto fallback;
+		}
+		words[i] = (uint64_t)scounts[i] * ssize;
+		words[n + i] = (uint64_t)sdispls[i] * ssize;
+		words[2 * n + i] = (uint64_t)rcounts[i] * rsize;
+		words[3 * n + i] = (uint64_t)rdispls[i] * rsize;
+	}
+	urom_coll_args_t a = args_of(UROM_COLL_ALLTOALLV, UROM_DT_UINT8);
+	a.src = (urom_coll_buffer_info_t){
+		buffer_of(st, sbuf, v_end(scounts, sdispls, n, ssize), &failed), 0, 0
+	};
+	a.dst = (urom_coll_buffer_info_t){
+		buffer_of(st, rbuf, v_end(rcounts, rdispls, n, rsize), &failed), 0, 0
+	};
+	a.counts = words;
+	a.counts_len = 4 * (size_t)n;
+	if (failed)
+		return registration_failed(call, comm);
+	int rc = run(call, comm, st, &a, 0, req);
+	if (rc != FALLBACK)
+		return rc;
+	why = "the urom worker is gone";
+fallback:
+	note(call, PASSED, why);
+	return req ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+				     comm, req)
+		   : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+				    comm);
+}
+
+EXPORT int MPI_Alltoallv(const void *sbuf, const int *scounts, const int *sdispls,
+			 MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
+			 MPI_Datatype rtype, MPI_Comm comm)
+{
+	return do_alltoallv("MPI_Alltoallv", sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls,
+			    rtype, comm, NULL);
+}
+
+EXPORT int MPI_Ialltoallv(const void *sbuf, const int *scounts, const int *sdispls,
+			  MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
+			  MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
+{
+	return do_alltoallv("MPI_Ialltoallv", sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls,
+			    rtype, comm, req);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Completion calls: our requests are generalized requests, completed by progress(); these
+ * progress them while MPI's own requests progress too, and carry a failed collective's error. */
+
+/* The error of each of our requests among `reqs` that completed; MPI_SUCCESS for the rest. Sets
+ * `*comm` to the communicator of the first that failed. Returns whether any failed. */
+static int errors_of(int n, const MPI_Request reqs[], int errs[], MPI_Comm *comm)
+{
+	int i, any = 0;
+	struct op *op;
+
+	for (i = 0; i < n; i++) {
+		op = op_of(reqs[i]);
+		errs[i] = op != NULL && op->done ? op->error : MPI_SUCCESS;
+		if (errs[i] != MPI_SUCCESS && !any) {
+			any = 1;
+			*comm = op->comm;
+		}
+	}
+	return any;
+}
+
+/* Whether every one of our requests among `reqs` is done. */
+static int ours_done(int n, const MPI_Request reqs[])
+{
+	int i;
+	struct op *op;
+
+	for (i = 0; i < n; i++)
+		if ((op = op_of(reqs[i])) != NULL && !op->done)
+			return 0;
+	return 1;
+}
+
+EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
+{
+	struct op *op;
+	unsigned spins = 0;
+	int err, rc;
+	MPI_Comm comm;
+
+	progress();
+	if (req == NULL || (op = op_of(*req)) == NULL)
+		return PMPI_Wait(req, status);
+	while (!op->done) {
+		idle(&spins);
+		progress();
+	}
+	err = op->error;
+	comm = op->comm;
+	rc = PMPI_Wait(req, status);
+	if (rc != MPI_SUCCESS || err == MPI_SUCCESS)
+		return rc;
+	if (status != MPI_STATUS_IGNORE)
+		status->MPI_ERROR = err;
+	return raise_error(comm, err);
+}
+
+EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
+{
+	struct op *op;
+	int err, rc;
+	MPI_Comm comm;
+
+	progress();
+	if (req == NULL || (op = op_of(*req)) == NULL)
+		return PMPI_Test(req, flag, status);
+	if (!op->done) {
+		unsigned spins = 0;
+		idle(&spins);
+		*flag = 0;
+		return MPI_SUCCESS;
+	}
+	err = op->error;
+	comm = op->comm;
+	rc = PMPI_Test(req, flag, status);
+	if (rc != MPI_SUCCESS || err == MPI_SUCCESS || !*flag)
+		return rc;
+	if (status != MPI_STATUS_IGNORE)
+		status->MPI_ERROR = err;
+	return raise_error(comm, err);
+}
+
+/* After a call that completed all `n` requests: the error to return, with each failed one's
+ * status set (the others' MPI_ERROR set to MPI_SUCCESS). */
+static int finish_many(int n, const int errs[], MPI_Status statuses[], int rc, MPI_Comm comm)
+{
+	int i, any = 0;
+
+	if (rc != MPI_SUCCESS)
+		return rc;
+	for (i = 0; i < n; i++)
+		if (errs[i] != MPI_SUCCESS)
+			any = 1;
+	if (!any)
+		return MPI_SUCCESS;
+	if (statuses != MPI_STATUSES_IGNORE)
+		for (i = 0; i < n; i++)
+			statuses[i].MPI_ERROR = errs[i];
+	PMPI_Comm_call_errhandler(comm, MPI_ERR_IN_STATUS);
+	return MPI_ERR_IN_STATUS;
+}
+
+EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
+{
+	unsigned spins = 0;
+	int rc, *errs;
+	MPI_Comm comm = MPI_COMM_WORLD;
+
+	progress();
+	while (!ours_done(n, reqs)) {
+		idle(&spins);
+		progress();
+	}
+	errs = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+	if (errs == NULL)
+		return PMPI_Waitall(n, reqs, statuses);
+	errors_of(n, reqs, errs, &comm);
+	rc = PMPI_Waitall(n, reqs, statuses);
+	rc = finish_many(n, errs, statuses, rc, comm);
+	free(errs);
+	return rc;
+}
+
+EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+{
+	int rc, *errs;
+	MPI_Comm comm = MPI_COMM_WORLD;
+
+	progress();
+	if (!ours_done(n, reqs)) {
+		unsigned spins = 0;
+		idle(&spins);
+		*flag = 0;
+		return MPI_SUCCESS;
+	}
+	errs = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+	if (errs == NULL)
+		return PMPI_Testall(n, reqs, flag, statuses);
+	errors_of(n, reqs, errs, &comm);
+	rc = PMPI_Testall(n, reqs, flag, statuses);
+	if (*flag)
+		rc = finish_many(n, errs, statuses, rc, comm);
+	free(errs);
+	return rc;
+}
+
+EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
+{
+	int rc, *errs;
+	MPI_Comm comm = MPI_COMM_WORLD;
+
+	progress();
+	errs = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+	if (errs == NULL)
+		return PMPI_Testany(n, reqs, index, flag, status);
+	errors_of(n, reqs, errs, &comm);
+	rc = PMPI_Testany(n, reqs, index, flag, status);
+	if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && errs[*index] != MPI_SUCCESS) {
+		if (status != MPI_STATUS_IGNORE)
+			status->MPI_ERROR = errs[*index];
+		rc = raise_error(comm, errs[*index]);
+	}
+	free(errs);
+	return rc;
+}
+
+EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
+{
+	unsigned spins = 0;
+	int flag = 0, rc;
+
+	for (;;) {
+		rc = MPI_Testany(n, reqs, index, &flag, status);
+		if (rc != MPI_SUCCESS || flag)
+			return rc;
+		idle(&spins);
+	}
+}
+
+EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+			MPI_Status statuses[])
+{
+	int rc, i, *errs;
+	MPI_Comm comm = MPI_COMM_WORLD;
+
+	progress();
+	errs = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+	if (errs == NULL)
+		return PMPI_Testsome(n, reqs, outcount, indices, statuses);
+	errors_of(n, reqs, errs, &comm);
+	rc = PMPI_Testsome(n, reqs, outcount, indices, statuses);
+	if (rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED && *outcount > 0) {
+		int any = 0;
+		for (i = 0; i < *outcount; i++)
+			if (errs[indices[i]] != MPI_SUCCESS)
+				any = 1;
+		if (any) {
+			if (statuses != MPI_STATUSES_IGNORE)
+				for (i = 0; i < *outcount; i++)
+					statuses[i].MPI_ERROR = errs[indices[i]];
+			PMPI_Comm_call_errhandler(comm, MPI_ERR_IN_STATUS);
+			rc = MPI_ERR_IN_STATUS;
+		}
+	}
+	free(errs);
+	return rc;
+}
+
+EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+			MPI_Status statuses[])
+{
+	unsigned spins = 0;
+	int rc;
+
+	for (;;) {
+		rc = MPI_Testsome(n, reqs, outcount, indices, statuses);
+		if (rc != MPI_SUCCESS || *outcount != 0)
+			return rc;
+		idle(&spins);
+	}
+}
+
+EXPORT int MPI_Request_free(MPI_Request *req)
+{
+	progress();
+	/* A generalized request freed before it completed is released when progress() completes
+	 * it; its collective runs to its end. */
+	return PMPI_Request_free(req);
+}
