@@ -191,6 +191,7 @@ macro_rules! half_control {
                 self.link.crash();
             }
 
+            #[inline]
             fn flags(&self) -> &RingFlags {
                 &self.ring.mem().ctl().flags.0
             }
@@ -293,6 +294,8 @@ impl FrameSender for ShmSender {
 }
 
 impl ShmReceiver {
+    // Inlined into `recv` in the caller's crate (the host, the worker) on every frame.
+    #[inline]
     fn release_held(&mut self) {
         if self.holding {
             self.holding = false;
