@@ -66,9 +66,8 @@ use urom_coll_wire::{
 };
 pub use urom_coll_wire::{CollKind, Datatype, Reason, ReduceOp};
 use urom_host::oob::{OobCollective, OobError};
-use urom_host::{
-    CompletedTask, Idle, ProgressEngine, Running, Service, StartProgress, Worker,
-};
+use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, StartProgress, Worker};
+pub use urom_wire::CpuSet;
 use urom_wire::Status;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -250,16 +249,31 @@ fn allgather(oob: &mut dyn OobCollective, send: &[u8]) -> Result<Vec<u8>, SetupE
 }
 
 /// The node's worker for this rank: rank 0 of `oob` starts it with the collective plugin, the
-/// others attach to it by the id rank 0 shares through `oob`. Collective over `oob`.
+/// others attach to it by the id rank 0 shares through `oob`. Collective over `oob`. The worker
+/// runs on any CPU the daemon allows; [`node_worker_on`] pins it.
 pub fn node_worker(
     engine: &mut ProgressEngine,
     service: &Service<Running>,
     host: &CollHost,
     oob: &mut dyn OobCollective,
 ) -> Result<Worker<Running>, SetupError> {
+    node_worker_on(engine, service, host, oob, &CpuSet::new())
+}
+
+/// [`node_worker`] with the worker pinned to `cpus` (rank 0's set counts; the empty set: any
+/// CPU the daemon allows), so that it does not take the ranks' cores. The daemon refuses CPUs
+/// outside its own `--cpuset`.
+pub fn node_worker_on(
+    engine: &mut ProgressEngine,
+    service: &Service<Running>,
+    host: &CollHost,
+    oob: &mut dyn OobCollective,
+    cpus: &CpuSet,
+) -> Result<Worker<Running>, SetupError> {
     let base = Worker::new()
         .set_service(service)
         .set_plugins(host.plugin)
+        .set_cpuset(*cpus)
         .set_max_inflight_tasks(128);
     let (id, started) = if oob.rank() == 0 {
         match wait_running(engine, base) {
@@ -1141,6 +1155,19 @@ impl Collective {
     /// How many of its starts have completed (each exactly once).
     pub fn completions(&self) -> u64 {
         self.waiter.completed.get()
+    }
+
+    /// Waits for the running start as its [`Request::wait`] does, for callers that keep the
+    /// collective rather than the request between start and wait (like `MPI_Start` and
+    /// `MPI_Wait` on a persistent request); its outcome. `Ok` at once when none runs and no
+    /// outcome is left unread.
+    pub fn wait(&mut self, engine: &mut ProgressEngine) -> Result<(), CollError> {
+        if !self.waiter.in_flight.get() {
+            return self.waiter.outcome.take().map_or(Ok(()), |o| o.map(|_| ()));
+        }
+        wait_for(engine, &self.waiter, None)
+            .expect("no deadline")
+            .map(|_| ())
     }
 }
 

@@ -6,7 +6,6 @@
 //! Reference rules: integers exact (sum and product wrap); floats folded in rank order, each
 //! step rounded to the datatype (f16 and bf16 through f32), compared bit for bit.
 
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::rc::Rc;
@@ -19,8 +18,8 @@ use urom_coll::{
 };
 use urom_host::oob::{OobCollective, RendezvousAddr, SocketOob};
 use urom_host::{Idle, ProgressEngine, Running, Service, Worker};
-use urom_wire::Status;
 use urom_testkit::TempDir;
+use urom_wire::Status;
 
 #[global_allocator]
 static ALLOCATOR: urom_testkit::counting::Counting = urom_testkit::counting::Counting;
