@@ -28,6 +28,8 @@
 #   RESULTS_DIR  where the dated TSV and SVG go (default benches/results, or beside the
 #                binaries with UROM_BENCH_RECORD=0)
 #   MPIRUN_ARGS  more mpirun arguments
+#   BENCH_ARGS   more urom-coll-bench arguments (e.g. --budget-ms 100 --cpu-budget-ms 200
+#                --min-iters 5 for a shorter run)
 #   NICE         the nice value mpirun and all it starts run at (e.g. -10, as root, on a machine
 #                shared with other work: busy-polling ranks lose less time to it); default: as is
 # Default placement, for the 2-vCPU development VM: 2 ranks, each bound to its own core
@@ -98,6 +100,8 @@ mpirun_args+=(-x WORKER_CPUS)
 [ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
 # shellcheck disable=SC2206 # MPIRUN_ARGS is split on purpose
 [ -n "${MPIRUN_ARGS:-}" ] && mpirun_args+=($MPIRUN_ARGS)
+# shellcheck disable=SC2206 # BENCH_ARGS is split on purpose
+bench_args=(${BENCH_ARGS:-})
 
 # The implementations this build has; the others are skipped with their reason.
 impls=()
@@ -187,7 +191,7 @@ for round in $(seq "$rounds"); do
         header=()
         [ -s "$tsv" ] || header=(--header)
         if ! "${launcher[@]}" mpirun "${mpirun_args[@]}" "$bench" --impl "$impl" --colls "$colls" \
-            --sizes "$sizes" --round "$round" "${header[@]}" >>"$tsv"; then
+            --sizes "$sizes" --round "$round" "${header[@]}" "${bench_args[@]}" >>"$tsv"; then
             echo "run-coll-bench: round $round of $impl failed" >&2
             if [ "$impl" = urom ] && [ -n "$daemon_dir" ]; then
                 echo "urom daemon and worker logs:" >&2
