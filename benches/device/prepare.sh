@@ -18,7 +18,9 @@
 # bundle starts 2 ranks of urom-coll-bench (--impl openmpi, one small allreduce), and every ELF
 # file of the bundle resolves all its libraries inside it (or from glibc / libgcc / libstdc++).
 #
-# usage: benches/device/prepare.sh [--check]   (--check: only the check of an existing bundle)
+# usage: benches/device/prepare.sh [--check [COMMAND...]]
+#   --check: only the check of an existing bundle, then COMMAND in the same namespace (e.g.
+#   OUT=/tmp/x ROUNDS=1 NP=2 ... benches/device/coll-device.sh, as the device runs it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -71,13 +73,18 @@ check() {
             exit 1
         fi
         grep "^# impl=openmpi" "$log" | cut -c1-100
-        grep "^allreduce" "$log"
+        awk -F "\t" "\$3 == \"allreduce\"" "$log" | grep -q . || { cat "$log" >&2; exit 1; }
         rm -f "$log"
         echo "relocated mpirun and urom-coll-bench: ok"
-    '
+        if [ $# -gt 0 ]; then
+            echo "== in the same namespace: $*"
+            "$@"
+        fi
+    ' check "$@"
 }
 if [ "${1:-}" = --check ]; then
-    check
+    shift
+    check "$@"
     exit 0
 fi
 
@@ -124,17 +131,38 @@ trim() {
     find "$root/usr/bin" \( -name 'mpicc*' -o -name 'mpic++*' -o -name 'mpiCC*' -o -name 'mpicxx*' \
         -o -name 'mpif*' -o -name 'opal_wrapper' -o -name 'ortecc' -o -name 'oshcc' -o -name 'oshfort' \
         -o -name 'shmemcc' -o -name 'shmemfort' -o -name 'oshCC' -o -name 'oshc++' -o -name 'shmemCC' \
-        -o -name 'shmemc++' -o -name 'mpijavac*' \) -delete 2>/dev/null || true
+        -o -name 'shmemc++' -o -name 'mpijavac*' -o -name 'opalc*' -o -name 'oshcxx' \
+        -o -name 'shmemcxx' \) -delete 2>/dev/null || true
 }
 
 # Library directories of the bundle, for ldd and for env.sh.
 lib_dirs() {
     printf '%s:' "$root/usr/lib/$multiarch/openmpi/lib" "$root/usr/lib/$multiarch" \
-        "$root/lib/$multiarch" "$root/usr/lib/$multiarch/pmix2/lib"
+        "$root/lib/$multiarch" "$root/usr/lib/$multiarch/pmix2/lib" "$root/usr/lib/$multiarch/ucx"
 }
 
 echo "== Open MPI and the libraries it needs"
-declare -A have=()
+declare -A have=() owner=() links=()
+# The package owning library path $1 (usrmerge: /lib/... may be packaged as /usr/lib/... and
+# vice versa; an alternatives link, /etc/alternatives/..., is owned through its target, and
+# the link is made again in the bundle, as the package's postinst would).
+owner_of() {
+    local lib=$1 alt real pkg
+    if [ -n "${owner[$lib]:-}" ]; then
+        echo "${owner[$lib]}"
+        return
+    fi
+    alt=${lib#/usr}
+    [ "$alt" = "$lib" ] && alt=/usr$lib
+    pkg=$(dpkg -S "$lib" "$alt" 2>/dev/null | head -n 1 | cut -d: -f1 || true)
+    if [ -z "$pkg" ]; then
+        real=$(readlink -f "$lib")
+        pkg=$(dpkg -S "$real" 2>/dev/null | head -n 1 | cut -d: -f1 || true)
+        [ -n "$pkg" ] && links[$lib]=$real
+    fi
+    owner[$lib]=$pkg
+    echo "$pkg"
+}
 todo=(openmpi-bin libopenmpi3 openmpi-common)
 while ((${#todo[@]})); do
     for pkg in "${todo[@]}"; do
@@ -150,13 +178,8 @@ while ((${#todo[@]})); do
         file -b "$elf" | grep -q '^ELF' || continue
         while read -r lib; do
             [ -n "$lib" ] || continue
-            pkg=$(dpkg -S "$lib" 2>/dev/null | head -n 1 | cut -d: -f1 || true)
-            if [ -z "$pkg" ]; then
-                # usrmerge: /lib/x86_64-linux-gnu/... is packaged as /usr/lib/... or vice versa.
-                alt=${lib#/usr}
-                [ "$alt" = "$lib" ] && alt=/usr$lib
-                pkg=$(dpkg -S "$alt" 2>/dev/null | head -n 1 | cut -d: -f1 || true)
-            fi
+            owner_of "$lib" >/dev/null
+            pkg=${owner[$lib]}
             [ -n "$pkg" ] || { echo "prepare: no package owns $lib (needed by $elf)" >&2; exit 1; }
             [[ $base_pkgs == *" $pkg "* ]] && continue
             [ -n "${have[$pkg]:-}" ] && continue
@@ -166,7 +189,20 @@ while ((${#todo[@]})); do
     done < <(find "$root" "$dev/bin" -type f \( -name '*.so*' -o -perm -u+x \) -print0)
     todo=("${!want[@]}")
     unset want
+    # Alternatives links: the library's name, next to the others, pointing at the bundle's copy
+    # (relative, so that the bundle can move).
+    for lib in "${!links[@]}"; do
+        real=${links[$lib]}
+        if [ -e "$root$real" ] && [ ! -e "$root/usr/lib/$multiarch/${lib##*/}" ]; then
+            mkdir -p "$root/usr/lib/$multiarch"
+            ln -sr "$root$real" "$root/usr/lib/$multiarch/${lib##*/}"
+        fi
+    done
 done
+
+# mpirun and mpiexec are alternatives links too (openmpi-bin's postinst makes them).
+ln -sf orterun "$root/usr/bin/mpirun"
+ln -sf orterun "$root/usr/bin/mpiexec"
 
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- . ':(exclude)benches/results' || commit="$commit with uncommitted changes"
@@ -178,7 +214,7 @@ cat >"$dev/env.sh" <<'EOF'
 root=$DEVICE_DIR/root
 ma=x86_64-linux-gnu
 export PATH=$DEVICE_DIR/bin:$root/usr/bin:$PATH
-export LD_LIBRARY_PATH=$root/usr/lib/$ma/openmpi/lib:$root/usr/lib/$ma:$root/lib/$ma:$root/usr/lib/$ma/pmix2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$root/usr/lib/$ma/openmpi/lib:$root/usr/lib/$ma:$root/lib/$ma:$root/usr/lib/$ma/pmix2/lib:$root/usr/lib/$ma/ucx${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OPAL_PREFIX=$root/usr
 export OPAL_SYSCONFDIR=$root/etc/openmpi
 export OPAL_PKGDATADIR=$root/usr/share/openmpi
