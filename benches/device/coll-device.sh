@@ -10,8 +10,8 @@
 # Allreduce and alltoall, 8 B to 16 MiB (SIZES), shorter loops than the default
 # (BENCH_ARGS: 100 ms per timed loop, 200 ms of CPU loop, at least 5 iterations: a 16 MiB
 # alltoall of 12 ranks moves 2.3 GiB). Everything lands in OUT (default .device/out): the
-# console output (coll-device.txt), each part's TSV and SVG, the results entries the runs
-# appended (coll.md), the daemon's view of the machine (machine.txt).
+# console output (coll-device.txt), each part's TSV and SVG (urom-12/, openmpi-16/), the results
+# file with the entries the runs appended (coll.md), the machine's description (machine.txt).
 #
 # usage: OUT=DIR benches/device/coll-device.sh
 #   env: ROUNDS (3), SIZES, COLLS, NP (12), RANK_CPUS (0-11), WORKER_CPUS (12-15), ALL_CPUS
@@ -36,7 +36,6 @@ export SIZES=${SIZES:-8 64 512 4096 32768 65536 262144 1048576 4194304 16777216}
 export COLLS=${COLLS:-allreduce alltoall}
 export BENCH_ARGS=${BENCH_ARGS:---budget-ms 100 --cpu-budget-ms 200 --min-iters 5}
 export BIN_DIR=$DEVICE_DIR/bin
-export RESULTS_DIR=$OUT
 NP=${NP:-12}
 RANK_CPUS=${RANK_CPUS:-0-11}
 WORKER_CPUS=${WORKER_CPUS:-12-15}
@@ -61,18 +60,34 @@ if [ "$shm_kib" -lt $((8 << 20)) ]; then
     mount -o remount,size=16G /dev/shm || echo "coll-device: could not grow /dev/shm; large sizes may fail"
 fi
 
+# What still does not fit (a container's small /dev/shm that cannot grow) is left out of part 1:
+# an alltoall of S bytes over n ranks holds 2 S n^2 bytes of shared buffers.
+shm_kib=$(df -k --output=avail /dev/shm | tail -n 1 | tr -d ' ')
+part1_sizes=""
+for s in $SIZES; do
+    if (((2 * s * NP * NP >> 10) < shm_kib * 8 / 10)); then
+        part1_sizes="$part1_sizes $s"
+    else
+        echo "coll-device: $s B left out of part 1: /dev/shm has $((shm_kib >> 10)) MiB free"
+    fi
+done
+
 # A private copy of the results history: the runs append to it, it goes to OUT.
 cp benches/results/coll.md "$OUT/coll.md.before" 2>/dev/null || true
 
 echo "== part 1: urom ($NP ranks on $RANK_CPUS, worker on $WORKER_CPUS) and Open MPI ($NP ranks)"
-NP=$NP RANK_CPUS=$RANK_CPUS WORKER_CPUS=$WORKER_CPUS WORKER_BUSY_POLL=1 IMPLS="openmpi urom" \
-    benches/run-coll-bench.sh "$ROUNDS"
+mkdir -p "$OUT/urom-$NP"
+RESULTS_DIR=$OUT/urom-$NP NP=$NP RANK_CPUS=$RANK_CPUS WORKER_CPUS=$WORKER_CPUS WORKER_BUSY_POLL=1 \
+    IMPLS="openmpi urom" SIZES="${part1_sizes# }" benches/run-coll-bench.sh "$ROUNDS" ||
+    echo "coll-device: part 1 failed (its raw lines so far are in $OUT/urom-$NP)"
 echo "part 1 took $((SECONDS - started)) s"
 
 if [ "${SKIP_OMPI_ALL:-0}" != 1 ]; then
     echo "== part 2: Open MPI alone, every core ($ALL_CPUS)"
     all_np=$(($(echo "$ALL_CPUS" | tr ',' '\n' | awk -F- '{n += (NF == 2 ? $2 - $1 + 1 : 1)} END {print n}')))
-    NP=$all_np RANK_CPUS=$ALL_CPUS IMPLS=openmpi benches/run-coll-bench.sh "$ROUNDS"
+    mkdir -p "$OUT/openmpi-$all_np"
+    RESULTS_DIR=$OUT/openmpi-$all_np NP=$all_np RANK_CPUS=$ALL_CPUS WORKER_CPUS= IMPLS=openmpi \
+        benches/run-coll-bench.sh "$ROUNDS" || echo "coll-device: part 2 failed"
 fi
 
 cp benches/results/coll.md "$OUT/coll.md"
