@@ -1,7 +1,7 @@
 #!/bin/bash
 # The collective benchmark on a 16-core machine without cargo or Open MPI, from the bundle
 # benches/device/prepare.sh made (.device/: our release binaries and a relocatable Open MPI 4.1),
-# in about 4 minutes:
+# in about 5-6 minutes (an estimate):
 #
 #   1. urom, 12 ranks on cores 0-11 and the worker alone on cores 12-15 (busy-polling),
 #      beside Open MPI with the same 12 ranks (alternating, ROUNDS rounds);
