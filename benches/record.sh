@@ -19,7 +19,8 @@ record_start() {
     # The environment variables the scripts and benches read, when set.
     for var in ROUNDS OFFLOAD_MAX_CONCURRENT GPU_OFFLOAD_BIN GPU_OFFLOAD_BENCH_QUICK \
         GPU_OFFLOAD_BENCH_ORCH_CPUS UROM_RATE_PROFILE UCX_TLS UCX_NET_DEVICES UCX_DIR \
-        NP SIZES COLLS IMPLS RANK_CPUS WORKER_CPUS MPIRUN_ARGS NICE; do
+        NP SIZES COLLS IMPLS RANK_CPUS WORKER_CPUS WORKER_BUSY_POLL BIN_DIR \
+        MPIRUN_ARGS BENCH_ARGS NICE; do
         if [ -n "${!var+x}" ]; then
             local value=${!var}
             [[ $value == *[[:space:]]* ]] && value="'$value'"
@@ -45,9 +46,14 @@ record_finish() {
         sleep 0.1
     done
     root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-    commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "unknown commit")
-    if ! git -C "$root" diff --quiet HEAD -- . ':(exclude)benches/results' 2>/dev/null; then
-        commit="$commit with uncommitted changes"
+    if [ -n "${UROM_BENCH_COMMIT:-}" ]; then
+        # A copy of the tree without git (a lent machine): the commit it was made from.
+        commit=$UROM_BENCH_COMMIT
+    else
+        commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "unknown commit")
+        if ! git -C "$root" diff --quiet HEAD -- . ':(exclude)benches/results' 2>/dev/null; then
+            commit="$commit with uncommitted changes"
+        fi
     fi
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
     machine="$(uname -n), $(nproc) CPUs${cpu:+, $cpu}"

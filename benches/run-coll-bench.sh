@@ -19,7 +19,17 @@
 #   IMPLS        implementations (default "openmpi urom")
 #   RANK_CPUS    CPUs for the ranks (mpirun --cpu-set, one core each); default: from core 0
 #   WORKER_CPUS  CPUs for the urom workers (passed to the ranks; the urom side pins its workers)
+#   WORKER_BUSY_POLL  1: the urom worker never sleeps when idle (the daemon's
+#                --worker-busy-poll), 0: it naps after a short spin; default 1 when WORKER_CPUS
+#                gives it cores of its own, else 0
+#   BIN_DIR      run the binaries found there (urom-coll-bench, urom-coll-report, urom-daemon,
+#                urom-worker, libworker_coll.so) instead of building them (a machine without
+#                cargo, see benches/device/)
+#   RESULTS_DIR  where the dated TSV and SVG go (default benches/results, or beside the
+#                binaries with UROM_BENCH_RECORD=0)
 #   MPIRUN_ARGS  more mpirun arguments
+#   BENCH_ARGS   more urom-coll-bench arguments (e.g. --budget-ms 100 --cpu-budget-ms 200
+#                --min-iters 5 for a shorter run)
 #   NICE         the nice value mpirun and all it starts run at (e.g. -10, as root, on a machine
 #                shared with other work: busy-polling ranks lose less time to it); default: as is
 # Default placement, for the 2-vCPU development VM: 2 ranks, each bound to its own core
@@ -29,6 +39,10 @@
 #   NP=12 RANK_CPUS=0-11 WORKER_CPUS=12-15 benches/run-coll-bench.sh 5
 # and Open MPI alone on every core for the other baselines:
 #   IMPLS=openmpi NP=16 RANK_CPUS=0-15 benches/run-coll-bench.sh 5
+#
+# For the urom side the script starts a urom daemon of its own (a private socket directory, the
+# collective plugin alone in UROM_PLUGIN_PATH, its log kept there) before the rounds, passes its
+# socket to the ranks (UROM_SERVICE_SOCKET), and stops it at the end.
 #
 # Each run that ends well is appended to benches/results/coll.md (see benches/record.sh).
 #
@@ -49,8 +63,15 @@ if ! command -v mpirun >/dev/null; then
     exit 1
 fi
 
-cargo build --release -p urom-coll-bench --features mpi --bins >&2
-bin_dir=${CARGO_TARGET_DIR:-target}/release
+if [ -n "${BIN_DIR:-}" ]; then
+    bin_dir=$BIN_DIR
+else
+    cargo build --release -p urom-coll-bench --features mpi --bins >&2
+    case " $IMPLS " in
+    *" urom "*) cargo build --release -p urom-daemon -p urom-worker -p urom-plugin-coll >&2 ;;
+    esac
+    bin_dir=${CARGO_TARGET_DIR:-target}/release
+fi
 bench=$bin_dir/urom-coll-bench
 
 # Open MPI kept off UCX; ranks bound one per core; busy polling without sched_yield even where
@@ -79,6 +100,8 @@ mpirun_args+=(-x WORKER_CPUS)
 [ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
 # shellcheck disable=SC2206 # MPIRUN_ARGS is split on purpose
 [ -n "${MPIRUN_ARGS:-}" ] && mpirun_args+=($MPIRUN_ARGS)
+# shellcheck disable=SC2206 # BENCH_ARGS is split on purpose
+bench_args=(${BENCH_ARGS:-})
 
 # The implementations this build has; the others are skipped with their reason.
 impls=()
@@ -95,8 +118,56 @@ if ((${#impls[@]} == 0)); then
     exit 1
 fi
 
+# The urom side's daemon: private socket directory, the collective plugin alone.
+daemon_pid=""
+daemon_dir=""
+stop_daemon() {
+    if [ -n "$daemon_pid" ]; then
+        kill "$daemon_pid" 2>/dev/null || true
+        wait "$daemon_pid" 2>/dev/null || true
+        daemon_pid=""
+    fi
+    [ -n "$daemon_dir" ] && rm -rf "$daemon_dir"
+    daemon_dir=""
+}
+trap stop_daemon EXIT
+case " ${impls[*]} " in
+*" urom "*)
+    busy_poll=${WORKER_BUSY_POLL:-}
+    [ -n "$busy_poll" ] || { [ -n "$WORKER_CPUS" ] && busy_poll=1 || busy_poll=0; }
+    daemon_args=()
+    if [ "$busy_poll" = 1 ]; then
+        daemon_args+=(--worker-busy-poll)
+        placement="$placement; the urom worker busy-polls"
+    else
+        placement="$placement; the urom worker naps when idle"
+    fi
+    daemon_dir=$(mktemp -d "${TMPDIR:-/tmp}/urom-coll-bench.XXXXXX")
+    mkdir "$daemon_dir/plugins"
+    cp "$bin_dir/libworker_coll.so" "$daemon_dir/plugins/worker_coll.so"
+    UROM_PLUGIN_PATH=$daemon_dir/plugins "${launcher[@]}" "$bin_dir/urom-daemon" \
+        --listen "$daemon_dir/urom.sock" --log-dir "$daemon_dir" \
+        --worker-bin "$bin_dir/urom-worker" "${daemon_args[@]}" >/dev/null 2>&1 &
+    daemon_pid=$!
+    for _ in $(seq 300); do
+        [ -S "$daemon_dir/urom.sock" ] && break
+        kill -0 "$daemon_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ ! -S "$daemon_dir/urom.sock" ]; then
+        echo "run-coll-bench: the urom daemon did not come up:" >&2
+        cat "$daemon_dir"/*.log >&2 2>/dev/null || true
+        exit 1
+    fi
+    export UROM_SERVICE_SOCKET=$daemon_dir/urom.sock
+    mpirun_args+=(-x UROM_SERVICE_SOCKET)
+    ;;
+esac
+
 stamp=$(date -u '+%Y-%m-%d-%H%M')
-if [ "${UROM_BENCH_RECORD:-1}" = 0 ]; then
+if [ -n "${RESULTS_DIR:-}" ]; then
+    out_dir=$RESULTS_DIR
+elif [ "${UROM_BENCH_RECORD:-1}" = 0 ]; then
     out_dir=$bin_dir/coll-results
 else
     out_dir=benches/results
@@ -119,8 +190,15 @@ for round in $(seq "$rounds"); do
         started=$SECONDS
         header=()
         [ -s "$tsv" ] || header=(--header)
-        "${launcher[@]}" mpirun "${mpirun_args[@]}" "$bench" --impl "$impl" --colls "$colls" --sizes "$sizes" \
-            --round "$round" "${header[@]}" >>"$tsv"
+        if ! "${launcher[@]}" mpirun "${mpirun_args[@]}" "$bench" --impl "$impl" --colls "$colls" \
+            --sizes "$sizes" --round "$round" "${header[@]}" "${bench_args[@]}" >>"$tsv"; then
+            echo "run-coll-bench: round $round of $impl failed" >&2
+            if [ "$impl" = urom ] && [ -n "$daemon_dir" ]; then
+                echo "urom daemon and worker logs:" >&2
+                tail -n 20 "$daemon_dir"/*.log >&2 2>/dev/null || true
+            fi
+            exit 1
+        fi
         echo "round $round: $impl done in $((SECONDS - started)) s"
     done
 done
@@ -133,4 +211,5 @@ for why in "${skipped[@]}"; do
 done
 "$bin_dir/urom-coll-report" "$tsv" --svg "$svg" --title "$NP ranks, $(nproc) CPUs"
 echo "raw results: $tsv"
+stop_daemon
 record_finish '^collective benchmark:'

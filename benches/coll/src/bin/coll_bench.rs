@@ -43,6 +43,10 @@ struct Args {
     /// About how long the CPU-time loop runs, in milliseconds.
     #[arg(long, default_value_t = 500)]
     cpu_budget_ms: u64,
+    /// The fewest timed iterations per loop when they come from a budget (large collectives
+    /// of slow implementations otherwise run for long).
+    #[arg(long, default_value_t = Settings::default().min_iters)]
+    min_iters: usize,
     /// Print the column header line first.
     #[arg(long)]
     header: bool,
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         iters: args.iters,
         budget: Duration::from_millis(args.budget_ms),
         cpu_budget: Duration::from_millis(args.cpu_budget_ms),
+        min_iters: args.min_iters.max(1),
         ..Settings::default()
     };
 

@@ -75,6 +75,7 @@ use urom_host::oob::{OobCollective, OobError};
 use urom_host::{
     CompletedTask, Domain, Idle, ProgressEngine, Running, Service, StartProgress, Worker,
 };
+pub use urom_wire::CpuSet;
 use urom_wire::Status;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -297,16 +298,31 @@ fn allgather(oob: &mut dyn OobCollective, send: &[u8]) -> Result<Vec<u8>, SetupE
 }
 
 /// The node's worker for this rank: rank 0 of `oob` starts it with the collective plugin, the
-/// others attach to it by the id rank 0 shares through `oob`. Collective over `oob`.
+/// others attach to it by the id rank 0 shares through `oob`. Collective over `oob`. The worker
+/// runs on any CPU the daemon allows; [`node_worker_on`] pins it.
 pub fn node_worker(
     engine: &mut ProgressEngine,
     service: &Service<Running>,
     host: &CollHost,
     oob: &mut dyn OobCollective,
 ) -> Result<Worker<Running>, SetupError> {
+    node_worker_on(engine, service, host, oob, &CpuSet::new())
+}
+
+/// [`node_worker`] with the worker pinned to `cpus` (rank 0's set counts; the empty set: any
+/// CPU the daemon allows), so that it does not take the ranks' cores. The daemon refuses CPUs
+/// outside its own `--cpuset`.
+pub fn node_worker_on(
+    engine: &mut ProgressEngine,
+    service: &Service<Running>,
+    host: &CollHost,
+    oob: &mut dyn OobCollective,
+    cpus: &CpuSet,
+) -> Result<Worker<Running>, SetupError> {
     let base = Worker::new()
         .set_service(service)
         .set_plugins(host.plugin)
+        .set_cpuset(*cpus)
         .set_max_inflight_tasks(128);
     let (id, started) = if oob.rank() == 0 {
         match wait_running(engine, base) {

@@ -4,9 +4,9 @@
 //! A team runs its collectives one after the other, in the order its ranks started them (MPI's
 //! rule: every rank starts the same collectives in the same order); a rank may have up to
 //! [`QUEUE`] started and not complete. Once every member started the one at the head, the
-//! engine runs it a chunk of at most [`CHUNK`] bytes per [`Team::advance`], copying through the
-//! plugin's two preallocated scratch buffers, so that a 64 MiB allreduce does not keep the
-//! worker from its other teams and hosts. Nothing is allocated per start: queues, scratch and
+//! engine moves at most [`CHUNK`] bytes of it per [`Team::advance`] (small blocks batched, large
+//! ones in chunks), copying through the plugin's two preallocated scratch buffers, so that a
+//! 64 MiB allreduce does not keep the worker from its other teams and hosts. Nothing is allocated per start: queues, scratch and
 //! the collectives' arguments are allocated when teams, buffers and collectives are set up.
 //!
 //! Every collective is a sequence of *blocks* (one per source rank, per pair of ranks, or one
@@ -1210,7 +1210,9 @@ impl Team {
         Ok((buffer, member.pid))
     }
 
-    /// Moves one chunk of the running collective; `true` once it is done.
+    /// Moves at most [`CHUNK`] bytes of the running collective: one chunk of a large block, or
+    /// as many small blocks as fit (an 8-byte alltoall of 12 ranks, 144 blocks, is one step, not
+    /// 144 turns of the worker); `true` once it is done.
     fn step(&self, active: &mut Active, scratch: &mut Scratch) -> Result<bool, Fault> {
         let state = self
             .colls
@@ -1220,9 +1222,15 @@ impl Team {
         let plan = Plan::new(state, self.size());
         let a: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.a[..]);
         let b: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.b[..]);
+        // Bytes this step may still move (whole elements: blocks and CHUNK are multiples of
+        // the element size).
+        let mut budget = CHUNK as u64;
         loop {
             if active.block >= plan.blocks() {
                 return Ok(true);
+            }
+            if budget == 0 {
+                return Ok(false);
             }
             let (len, mode) = plan.block(active.block);
             if len == 0 || matches!(mode, Mode::Skip) || active.off >= len {
@@ -1231,7 +1239,8 @@ impl Team {
                 continue;
             }
             let off = active.off;
-            let chunk = (len - off).min(CHUNK as u64) as usize;
+            let chunk = (len - off).min(budget) as usize;
+            budget -= chunk as u64;
             let (a, b) = (&mut a[..chunk], &mut b[..chunk]);
             match mode {
                 Mode::Skip => {}
@@ -1268,7 +1277,6 @@ impl Team {
                 active.block += 1;
                 active.off = 0;
             }
-            return Ok(active.block >= plan.blocks());
         }
     }
 }
@@ -1582,5 +1590,119 @@ impl Liveness {
         } else {
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{File, OpenOptions};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+
+    /// A `/dev/shm` object of `len` bytes holding `data`, mapped as the worker maps a rank's
+    /// buffer; the file stays open to read the result back.
+    fn shared(data: &[u8]) -> (Access, File) {
+        let name = format!(
+            "urom-coll-engine-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = format!("/dev/shm/{name}");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .expect("creating a shared-memory object");
+        file.set_len(data.len() as u64).unwrap();
+        file.write_all_at(data, 0).unwrap();
+        let map = SharedMap::open(name.as_bytes(), data.len());
+        std::fs::remove_file(&path).unwrap();
+        (Access::Shared(map.expect("mapping it")), file)
+    }
+
+    /// An alltoall of `bytes` per block over `n` ranks (all this process) run step by step;
+    /// the steps it took, after checking every rank's result.
+    fn alltoall_steps(n: usize, bytes: usize) -> usize {
+        let pid = std::process::id();
+        let mut team = Team::new(1, 0, &vec![pid; n], None);
+        let pattern = |from: usize, to: usize, j: usize| (from * 31 + to * 7 + j) as u8;
+        let mut recvs = Vec::new();
+        for r in 0..n {
+            team.members[r] = Some(Member {
+                dest_id: r as u64,
+                plugin: 0,
+                pid,
+                buffers: Vec::new(),
+                queue: Ring::new(),
+                create_ctx: None,
+            });
+            let send: Vec<u8> = (0..n * bytes)
+                .map(|k| pattern(r, k / bytes, k % bytes))
+                .collect();
+            let (send, _file) = shared(&send);
+            let (recv, file) = shared(&vec![0xee; n * bytes]);
+            team.register(r, 0, send, (n * bytes) as u64).unwrap();
+            team.register(r, 1, recv, (n * bytes) as u64).unwrap();
+            recvs.push(file);
+        }
+        team.joined = n;
+        team.formed = true;
+        let args = CollArgs {
+            coll: 0,
+            kind: CollKind::Alltoall,
+            datatype: Datatype::U8,
+            op: ReduceOp::Sum,
+            root: 0,
+            flags: 0,
+            send_buf: 0,
+            recv_buf: 1,
+            send_off: 0,
+            recv_off: 0,
+            count: bytes as u64,
+            recv_count: bytes as u64,
+        };
+        for r in 0..n {
+            team.init(r, args, &[]).unwrap();
+            team.start(r, 0, 0).unwrap();
+        }
+        let coll = team.activate().unwrap();
+        let mut active = Active {
+            coll,
+            block: 0,
+            off: 0,
+        };
+        let mut scratch = Scratch::default();
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            if team.step(&mut active, &mut scratch).unwrap() {
+                break;
+            }
+        }
+        for (r, file) in recvs.iter().enumerate() {
+            let mut got = vec![0; n * bytes];
+            file.read_exact_at(&mut got, 0).unwrap();
+            for (k, &b) in got.iter().enumerate() {
+                assert_eq!(b, pattern(k / bytes, r, k % bytes), "rank {r}, byte {k}");
+            }
+        }
+        steps
+    }
+
+    /// Small blocks are batched into one step; large ones move CHUNK bytes per step.
+    #[test]
+    fn a_step_moves_up_to_a_chunk_across_blocks() {
+        // 144 blocks of 8 bytes: one step.
+        assert_eq!(alltoall_steps(12, 8), 1);
+        // 144 blocks of 4 KiB (576 KiB): three steps of at most 256 KiB.
+        assert_eq!(alltoall_steps(12, 4096), 3);
+        // 4 blocks of 1 MiB: four chunks each.
+        assert_eq!(alltoall_steps(2, 1 << 20), 16);
     }
 }
