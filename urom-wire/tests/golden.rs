@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Family, GOLDEN, golden};
+use urom_testkit::golden::assert_emits;
 use urom_wire::control::{
     AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
     PluginInfo, SecretProof, ServiceProof, SpawnResult, SpawnWorker, StatusReply, WORKER_ID_ANY,
@@ -276,20 +277,6 @@ fn gpu(name: &str) -> GpuMessage<'static> {
         "client_response" => GpuMessage::ClientResponse(b"DCBA"),
         "client_request_empty" => GpuMessage::ClientRequest(b""),
         other => panic!("no expected GPU message for {other}"),
-    }
-}
-
-/// Emits with `emit` into a buffer of stale `0xa5` bytes, exactly sized and oversized.
-fn assert_emits(name: &str, expected: &[u8], emit: impl Fn(&mut [u8]) -> usize) {
-    for extra in [0, 7] {
-        let mut buf = vec![0xa5; expected.len() + extra];
-        let written = emit(&mut buf);
-        assert_eq!(written, expected.len(), "{name}: length");
-        assert_eq!(&buf[..written], expected, "{name}: bytes");
-        assert!(
-            buf[written..].iter().all(|&b| b == 0xa5),
-            "{name}: wrote past its end"
-        );
     }
 }
 
