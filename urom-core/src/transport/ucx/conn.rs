@@ -591,6 +591,9 @@ impl Drop for Ucp {
         }
         self.detach_peer();
         guard.give_ids(self.am_base);
+        // A half armed by a caller that never disarmed it sleeps no more.
+        self.state().awake(TX);
+        self.state().awake(RX);
         self.state().ep = std::ptr::null_mut();
         drop(guard);
         if clean {
@@ -619,9 +622,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 pub(super) struct Link {
     /// Taken out on drop, to linger (see [`linger`]); used only under the shared lock.
     ucp: UnsafeCell<ManuallyDrop<Ucp>>,
-    /// The shared worker's event descriptor and the halves' wake-up descriptors (owned by
-    /// `ucp`, which lives as long as this).
-    efd: std::os::fd::RawFd,
+    /// The halves' wake-up descriptors (owned by `ucp`, which lives as long as this).
     wakers: [std::os::fd::RawFd; 2],
     /// Where the receive slots are, for lending frames without the lock.
     rx_buf: *const u8,
@@ -676,7 +677,7 @@ fn linger(mut ucp: Ucp) {
             let _counted = Counted;
             loop {
                 let guard = ucp::lock();
-                ucp.state().sleeping[TX] = false;
+                ucp.state().awake(TX);
                 ucp.worker.progress_all();
                 let state = ucp.state();
                 if state.peer_saw_close || state.failed.is_some() {
@@ -690,18 +691,18 @@ fn linger(mut ucp: Ucp) {
                     ucp.linger = ucp.linger.min(EXIT_FLUSH);
                     break;
                 }
-                // The peer's confirmation may be received by another thread's progress, which
-                // then wakes this one through the sending half's descriptor.
-                ucp.state().sleeping[TX] = true;
+                // The peer's confirmation is received by another thread's progress (the wake
+                // thread's, or a busy end's), which then wakes this one through the sending
+                // half's descriptor.
                 let armed = ucp.worker.arm();
+                if let ucp::Armed::Yes = armed {
+                    ucp.state().sleep(TX);
+                }
                 drop(guard);
                 if let ucp::Armed::Yes = armed {
-                    // SAFETY: the shared worker's descriptor lives as long as the process.
-                    let efd = unsafe { BorrowedFd::borrow_raw(ucp::shared_efd()) };
                     // SAFETY: the sending half's eventfd, owned by `ucp`, which lives here.
                     let waker = unsafe { BorrowedFd::borrow_raw(ucp.wakers[TX].as_raw_fd()) };
                     let mut fds = [
-                        PollFd::new(efd, PollFlags::POLLIN),
                         PollFd::new(exit, PollFlags::POLLIN),
                         PollFd::new(waker, PollFlags::POLLIN),
                     ];
@@ -711,7 +712,7 @@ fn linger(mut ucp: Ucp) {
             }
             {
                 let _guard = ucp::lock();
-                ucp.state().sleeping[TX] = false;
+                ucp.state().awake(TX);
             }
             // The end is retired here, before `_counted` tells the exit handler.
             drop(ucp);
@@ -827,14 +828,12 @@ impl Link {
         use std::os::fd::AsRawFd;
         let mut guard = ucp::try_lock()?;
         let mut ucp = Ucp::new(config, &mut guard)?;
-        let efd = ucp::shared_efd();
         let wakers = [ucp.wakers[TX].as_raw_fd(), ucp.wakers[RX].as_raw_fd()];
         let rx_buf = ucp.state().rx.buf.at(0).cast_const();
         let max = ucp.state().max;
         drop(guard);
         Ok(Arc::new(Self {
             ucp: UnsafeCell::new(ManuallyDrop::new(ucp)),
-            efd,
             wakers,
             rx_buf,
             max,
@@ -885,7 +884,7 @@ impl Link {
             let left = {
                 let mut held = self.lock();
                 let ucp = held.ucp();
-                ucp.state().sleeping[half] = false;
+                ucp.state().awake(half);
                 ucp.worker.progress_all();
                 if check(ucp)? {
                     return Ok(true);
@@ -896,30 +895,26 @@ impl Link {
                     Some(end) => Some(end - now),
                     None => None,
                 };
-                ucp.state().sleeping[half] = true;
                 if let ucp::Armed::Busy = ucp.worker.arm() {
-                    ucp.state().sleeping[half] = false;
                     continue;
                 }
+                ucp.state().sleep(half);
                 left
             };
             self.sleep(half, left);
         }
     }
 
-    /// Sleeps until the worker has an event, `half` is woken, or `timeout` passes.
+    /// Sleeps until `half` is woken (a callback received something for it, run by the wake
+    /// thread's progress or another end's) or `timeout` passes. The caller marked it asleep
+    /// ([`State::sleep`](super::state::State::sleep)) with the worker armed.
     pub(super) fn sleep(&self, half: usize, timeout: Option<Duration>) {
-        // SAFETY: the shared worker's event descriptor stays open as long as the process.
-        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
         // SAFETY: the half's eventfd is owned by `ucp`, which lives as long as `self`.
         let waker = unsafe { BorrowedFd::borrow_raw(self.wakers[half]) };
-        let mut fds = [
-            PollFd::new(efd, PollFlags::POLLIN),
-            PollFd::new(waker, PollFlags::POLLIN),
-        ];
+        let mut fds = [PollFd::new(waker, PollFlags::POLLIN)];
         match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
             Ok(_) => {
-                if fds[1]
+                if fds[0]
                     .revents()
                     .is_some_and(|r| r.contains(PollFlags::POLLIN))
                 {
@@ -927,7 +922,7 @@ impl Link {
                 }
             }
             Err(Errno::EINTR) => {}
-            // Polling two valid descriptors does not fail otherwise; do not spin on it.
+            // Polling a valid descriptor does not fail otherwise; do not spin on it.
             Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
@@ -1270,12 +1265,12 @@ impl FrameReceiver for UcxReceiver {
         })
     }
 
-    /// Arms the shared worker (`ucp_worker_arm`) so that its event descriptor becomes readable
-    /// on the next event, after returning credits; [`Armed::Ready`] when a frame, the peer's
-    /// end, or an event the worker must progress first is already there. The second
-    /// descriptor is this half's own eventfd, which any thread's progress writes when it
-    /// receives something for this half (every end shares the worker). UCX's arming has no
-    /// window in which an event is missed, so the half is never `fresh`.
+    /// Arms the shared worker (`ucp_worker_arm`) and marks this half asleep, after returning
+    /// credits, so that the process's wake thread watches the worker and the progress that
+    /// receives something for this half writes its eventfd (the wake descriptor);
+    /// [`Armed::Ready`] when a frame, the peer's end, or an event the worker must progress
+    /// first is already there. UCX's arming has no window in which an event is missed, so the
+    /// half is never `fresh`.
     fn arm(&mut self) -> Result<Armed, FrameRecvError> {
         if self.closed {
             return Err(FrameRecvError::Closed);
@@ -1284,7 +1279,7 @@ impl FrameReceiver for UcxReceiver {
         let mut held = link.lock();
         let ucp = held.ucp();
         self.release_held(ucp);
-        ucp.state().sleeping[RX] = false;
+        ucp.state().awake(RX);
         ucp.worker.progress_all();
         if let Some(what) = ucp.state().protocol {
             return Err(FrameRecvError::Protocol(what));
@@ -1297,29 +1292,29 @@ impl FrameReceiver for UcxReceiver {
             Err(FrameRecvError::PeerGone(_)) => return Ok(Armed::Ready),
             Err(e) => return Err(e),
         }
-        ucp.state().sleeping[RX] = true;
         match ucp.worker.arm() {
-            ucp::Armed::Yes => Ok(Armed::Armed { fresh: false }),
-            ucp::Armed::Busy => {
-                ucp.state().sleeping[RX] = false;
-                Ok(Armed::Ready)
+            ucp::Armed::Yes => {
+                ucp.state().sleep(RX);
+                Ok(Armed::Armed { fresh: false })
             }
+            ucp::Armed::Busy => Ok(Armed::Ready),
         }
     }
 
+    /// This half's own eventfd, written by whichever thread's progress (the wake thread's
+    /// while the half sleeps) receives something for it; not the shared worker's descriptor,
+    /// which every connection's traffic in the process makes readable.
     fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
-        // SAFETY: the shared worker's event descriptor stays open as long as the process.
-        let efd = unsafe { BorrowedFd::borrow_raw(self.link.efd) };
         // SAFETY: the half's eventfd is owned by the link, which `&self` keeps alive.
         let waker = unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) };
-        [Some(efd), Some(waker)]
+        [Some(waker), None]
     }
 
     /// Stops other threads' wake-ups for this half and consumes the one that came, if any.
     /// The worker needs no disarming: the next progress or arm consumes its events.
     fn disarm(&mut self) {
         let mut held = self.link.lock();
-        held.ucp().state().sleeping[RX] = false;
+        held.ucp().state().awake(RX);
         drop(held);
         // SAFETY: the half's eventfd is owned by the link, which `self` keeps alive.
         crate::sys::drain(unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) });

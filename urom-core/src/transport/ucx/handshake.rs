@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -156,7 +156,7 @@ fn wait_message(link: &Link, until: Instant, by_ep: bool) -> Result<Vec<u8>, Wai
     loop {
         let mut held = link.lock();
         let ucp = held.ucp();
-        ucp.state().sleeping[RX] = false;
+        ucp.state().awake(RX);
         ucp.worker.progress_all();
         let ep = ucp.ep;
         let state = ucp.state();
@@ -173,8 +173,10 @@ fn wait_message(link: &Link, until: Instant, by_ep: bool) -> Result<Vec<u8>, Wai
         if now >= until {
             return Err(Waited::TimedOut);
         }
-        state.sleeping[RX] = true;
         let armed = ucp.worker.arm();
+        if let Armed::Yes = armed {
+            ucp.state().sleep(RX);
+        }
         drop(held);
         if let Armed::Yes = armed {
             // A socket hello wakes no end (another thread's progress may take it): look again
@@ -524,8 +526,8 @@ impl Drop for PendingBox {
 ///
 /// INVARIANTS: `listener` is a live listener of the shared worker; `pending` is registered with
 /// it and with the ids from `am_base`, and outlives both (fields drop in declaration order,
-/// after `drop` destroyed the listener and gave the ids back); `waker` is `pending`'s eventfd
-/// and `epoll` watches it and the shared worker's descriptor.
+/// after `drop` destroyed the listener and gave the ids back); `waker` is `pending`'s eventfd,
+/// and the listener counts as a sleeper for the wake thread while it lives.
 pub struct UcxListener {
     listener: sys::ucp_listener_h,
     config: ChannelConfig,
@@ -534,7 +536,6 @@ pub struct UcxListener {
     am_base: u32,
     pending: PendingBox,
     waker: OwnedFd,
-    epoll: OwnedFd,
 }
 
 // SAFETY: the listener is used only through `&mut self` or on drop, under the shared worker's
@@ -551,7 +552,6 @@ impl UcxListener {
             errno,
         })?;
         let mut guard = ucp::try_lock()?;
-        let epoll = epoll_of(&[ucp::shared_efd(), waker.as_raw_fd()])?;
         let worker = guard.worker();
         let am_base = guard.take_ids()?;
         let pending = PendingBox(Box::into_raw(Box::new(Pending {
@@ -609,12 +609,15 @@ impl UcxListener {
             am_base,
             pending,
             waker,
-            epoll,
         };
         // SAFETY: all-zero is a valid `ucp_listener_attr_t`.
         let mut attr: sys::ucp_listener_attr_t = unsafe { std::mem::zeroed() };
         attr.field_mask = sys::UCP_LISTENER_ATTR_FIELD_SOCKADDR;
         let guard = ucp::lock();
+        // Counted as a sleeper for good (until dropped): whenever nobody else progresses the
+        // worker, the wake thread does, and a request or hello for the listener writes its
+        // descriptor.
+        super::watch::sleeper_in();
         // SAFETY: the listener is live, the lock held; `attr` is a valid place for the answer.
         let status = unsafe { sys::ucp_listener_query(this.listener, &mut attr) };
         drop(guard);
@@ -684,7 +687,7 @@ impl UcxListener {
                 Some(end) => end - now,
                 None => Duration::from_secs(3600),
             };
-            poll_one(self.epoll.as_fd(), left);
+            poll_one(self.waker.as_fd(), left);
         }
     }
 
@@ -757,32 +760,6 @@ impl UcxListener {
         connect_to_worker(&link, address, "the connecting peer's UCX worker address")?;
         answer(link, hello, &self.config, true, until, &mut reply_over_ucx)
     }
-}
-
-/// An epoll instance watching `fds` for input: one descriptor that is readable when any is.
-fn epoll_of(fds: &[RawFd]) -> Result<OwnedFd, UcxConnectError> {
-    let sys_err = |op| UcxConnectError::Sys {
-        op,
-        errno: Errno::last(),
-    };
-    // SAFETY: no pointer arguments; the result is checked.
-    let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if raw < 0 {
-        return Err(sys_err("epoll_create1"));
-    }
-    // SAFETY: a descriptor just opened and owned by nothing else.
-    let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
-    for &fd in fds {
-        let mut event = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: both descriptors are open; `event` is a valid event for the call.
-        if unsafe { libc::epoll_ctl(raw, libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
-            return Err(sys_err("epoll_ctl"));
-        }
-    }
-    Ok(epoll)
 }
 
 /// How the accepting side's answer leaves: the bytes, the peer end's first id, and until when
@@ -982,17 +959,18 @@ impl Drop for UcxListener {
         unsafe { sys::ucp_listener_destroy(self.listener) };
         // Hellos that arrive later are dropped.
         guard.give_ids(self.am_base);
+        super::watch::sleeper_out();
     }
 }
 
 impl AsFd for UcxListener {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.epoll.as_fd()
+        self.waker.as_fd()
     }
 }
 
 impl AsRawFd for UcxListener {
     fn as_raw_fd(&self) -> RawFd {
-        self.epoll.as_raw_fd()
+        self.waker.as_raw_fd()
     }
 }

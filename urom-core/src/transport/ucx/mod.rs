@@ -174,6 +174,7 @@ mod handshake;
 mod peer;
 mod state;
 mod ucp;
+mod watch;
 
 pub use conn::{UcxConnection, UcxReceiver, UcxSender};
 pub use handshake::{Door, MAX_SLOT_BYTES, UcxConnectError, UcxListener};

@@ -183,8 +183,9 @@ pub(super) struct State {
     pub(super) handshake_in: Option<Vec<u8>>,
     /// The handshake messages this end sent (kept as long as the state: UCX reads them).
     pub(super) handshake_out: Vec<Vec<u8>>,
-    /// Which halves sleep and must be woken through their descriptor.
-    pub(super) sleeping: [bool; 2],
+    /// Which halves sleep and must be woken through their descriptor; changed only through
+    /// [`State::sleep`] and [`State::awake`], which count them for the wake thread.
+    sleeping: [bool; 2],
     pub(super) wakers: [RawFd; 2],
 }
 
@@ -325,11 +326,31 @@ impl State {
         self.tx.batch = RawBuf::new(BATCH_BYTES);
     }
 
+    /// Marks `half` asleep on its own descriptor, the shared worker armed: from now on a
+    /// callback that receives for it wakes it, and the wake thread watches the worker (see
+    /// `watch`). The caller holds the worker's lock.
+    pub(super) fn sleep(&mut self, half: usize) {
+        if !self.sleeping[half] {
+            self.sleeping[half] = true;
+            super::watch::sleeper_in();
+        }
+    }
+
+    /// Marks `half` awake (it progresses the worker itself, or is gone). The caller holds the
+    /// worker's lock.
+    #[inline]
+    pub(super) fn awake(&mut self, half: usize) {
+        if self.sleeping[half] {
+            self.sleeping[half] = false;
+            super::watch::sleeper_out();
+        }
+    }
+
     /// Wakes `half` if it sleeps.
     #[inline]
     pub(super) fn wake(&mut self, half: usize) {
         if self.sleeping[half] {
-            self.sleeping[half] = false;
+            self.awake(half);
             crate::sys::wake(
                 // SAFETY: the descriptor is owned by the connection, which outlives the state's
                 // use by UCX.

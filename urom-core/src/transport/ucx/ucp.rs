@@ -277,7 +277,8 @@ pub(super) enum Armed {
 pub(super) struct Worker {
     raw: sys::ucp_worker_h,
     efd: RawFd,
-    /// Destroyed on drop (the shared worker's handles are not: see [`Shared`]).
+    /// Destroyed on drop. The shared worker's handles are not (see [`Shared`]); their
+    /// progress and arming are counted for the wake thread (see `watch`).
     owned: bool,
 }
 
@@ -325,6 +326,10 @@ impl Worker {
     /// One round of progress: runs the callbacks of whatever arrived; how many events.
     #[inline]
     pub(super) fn progress(&self) -> u32 {
+        if !self.owned {
+            // The shared worker: the wake thread leaves it to threads that progress it.
+            super::watch::progressed();
+        }
         // SAFETY: `raw` is live; the caller is the only thread in this worker (see the type's
         // invariants).
         unsafe { sys::ucp_worker_progress(self.raw) }
@@ -345,7 +350,12 @@ impl Worker {
     pub(super) fn arm(&self) -> Armed {
         // SAFETY: `raw` is live; the caller is the only thread in this worker.
         match unsafe { sys::ucp_worker_arm(self.raw) } {
-            sys::UCS_OK => Armed::Yes,
+            sys::UCS_OK => {
+                if !self.owned {
+                    super::watch::armed();
+                }
+                Armed::Yes
+            }
             // Anything else (UCS_ERR_BUSY: events are waiting) means "progress first".
             _ => Armed::Busy,
         }
@@ -732,12 +742,11 @@ pub(super) struct Shared {
 /// The shared worker, its lock, and what may be read without the lock.
 struct SharedCell {
     lock: Mutex<Shared>,
-    efd: RawFd,
     address: Vec<u8>,
 }
 
 // SAFETY: everything UCX-side in `Shared` is used only under the mutex; the worker runs in
-// serialized mode (any thread, one at a time); `efd` and `address` are plain values.
+// serialized mode (any thread, one at a time); `address` is a plain value.
 unsafe impl Send for SharedCell {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for SharedCell {}
@@ -770,7 +779,7 @@ fn shared_cell() -> Result<&'static SharedCell, UcxConnectError> {
             // SAFETY: `destroy_shared` is an `extern "C" fn()` that does not unwind (it catches
             // panics); registering it has no other precondition.
             let _ = unsafe { libc::atexit(destroy_shared) };
-            let efd = worker.efd;
+            super::watch::start(worker.efd)?;
             Ok(SharedCell {
                 lock: Mutex::new(Shared {
                     worker,
@@ -779,7 +788,6 @@ fn shared_cell() -> Result<&'static SharedCell, UcxConnectError> {
                     peers: std::collections::HashMap::new(),
                     retired: Vec::new(),
                 }),
-                efd,
                 address,
             })
         })
@@ -801,12 +809,11 @@ pub(super) fn lock() -> Guard {
     }
 }
 
-/// The shared worker's event descriptor (see [`Worker::efd`]); it lives as long as the
-/// process.
-pub(super) fn shared_efd() -> RawFd {
+/// The shared worker's lock, or `None` while the worker is not made yet (or failed).
+pub(super) fn lock_if_made() -> Option<Guard> {
     match SHARED.get() {
-        Some(Ok(cell)) => cell.efd,
-        _ => -1,
+        Some(Ok(cell)) => Some(Guard::new(&cell.lock)),
+        _ => None,
     }
 }
 
