@@ -3,6 +3,7 @@
 //! RDMA, shared memory).
 //!
 //! * `ucp`: the process-wide UCP context and the workers, endpoints and requests;
+//! * `watch`: the wake thread that progresses the shared worker while ends sleep;
 //! * `state`: what UCX calls back into (receive slots, credits, closes, handshake messages);
 //! * `conn`: [`UcxConnection`] and its halves, [`UcxSender`] and [`UcxReceiver`];
 //! * `handshake`: [`UcxListener`], connecting, and [`UcxConnectError`];
@@ -97,9 +98,9 @@
 //! UCX moves frames from inside calls into the worker: a large frame leaves as the receiver
 //! pulls it (the sender's worker answers), and over TCP what the socket could not take at once
 //! leaves on later progress. So the sending end must keep calling into the connection (a
-//! `send`, `recv`, `wait_*` or `check_peer` on either half, or sleeping on the receiving half's
-//! wake descriptors, which wake for this too) until its frames are received, as every user of a
-//! connection does; an end that is dropped lingers until the peer has them (see below).
+//! `send`, `recv`, `wait_*` or `check_peer` on either half, or keeping a half asleep, armed, for
+//! which the wake thread progresses the worker) until its frames are received, as every user of
+//! a connection does; an end that is dropped lingers until the peer has them (see below).
 //!
 //! # Closing and failures
 //!
@@ -119,16 +120,29 @@
 //! # Waiting and threads
 //!
 //! Busy polling spins on `ucp_worker_progress`. Adaptive waiting spins for the configured time,
-//! then arms the shared worker (`ucp_worker_arm`) and sleeps in `poll` on its event descriptor
-//! and on an eventfd of the half's own; an idle connection uses no CPU. Any thread's progress
-//! may run any end's callbacks, so each half marks itself asleep first, and a callback that
-//! receives something for a sleeping half writes that half's eventfd.
+//! then arms the shared worker (`ucp_worker_arm`; "busy" means progress again first), marks the
+//! half asleep and sleeps in `poll` on an eventfd of the half's own: never on the worker's event
+//! descriptor, which every connection's traffic in the process makes readable. Any thread's
+//! progress may run any end's callbacks, and a callback that receives something for a sleeping
+//! half writes that half's eventfd; so an idle half uses no CPU however busy the process's
+//! other connections are.
+//!
+//! While any half or listener sleeps, the process's wake thread (`watch`) sleeps on the shared
+//! worker's descriptor, armed, and progresses the worker under the lock when it fires, so that
+//! the callbacks of sleeping halves run with nobody else progressing. It is kicked (an eventfd
+//! write) when a half goes to sleep while it does not watch, and sleeps on the kick alone when
+//! no half sleeps. Threads that busy-poll do not pay for it: when it finds that another thread
+//! progressed the worker since it was last armed, and still does, it leaves the worker and the
+//! lock to them and looks again a millisecond later, taking over once they stopped; counting
+//! progress calls costs a plain increment under the lock already held. Lock order: the shared
+//! worker's lock, then nothing (the thread holds no other lock).
 //!
 //! A receiving half can also be armed for a caller that sleeps on many descriptors (the host's
 //! progress engine): [`FrameReceiver::arm`](crate::transport::FrameReceiver::arm) returns
-//! credits, arms the shared worker and marks the half asleep; its wake descriptors are the
-//! worker's event descriptor and the half's eventfd. `ucp_worker_arm` answers "busy" when
-//! events are waiting, so an armed half never misses a wake-up and is never `fresh`.
+//! credits, arms the shared worker and marks the half asleep; its one wake descriptor is the
+//! half's eventfd. `ucp_worker_arm` answers "busy" when events are waiting, so an armed half
+//! never misses a wake-up and is never `fresh`. A listener counts as asleep as long as it
+//! lives (its descriptor is its own eventfd, written when a request or hello arrives).
 //!
 //! # UCX 1.13's queued events
 //!
@@ -151,8 +165,8 @@
 //! (while UCX's progress thread calls into it) can crash the exit. Ends lingering on their own
 //! threads therefore close at once when the process exits: an exit handler registered with the
 //! first lingering end wakes them and waits (at most two seconds) until they are retired; then
-//! the shared worker's exit handler takes its lock for good (a thread still using a connection
-//! waits until the process is gone) and destroys it. Connections and listeners the application
+//! the shared worker's exit handler takes its lock for good (a thread still using a connection,
+//! and the wake thread, wait until the process is gone) and destroys it. Connections and listeners the application
 //! still holds at exit are the application's to drop first.
 
 //! # Peer workers and host memory

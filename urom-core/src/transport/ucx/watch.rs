@@ -30,7 +30,8 @@ use super::ucp;
 static SLEEPERS: AtomicUsize = AtomicUsize::new(0);
 /// The thread sleeps on the worker's descriptor, the worker armed. Changed only under the lock.
 static WATCHING: AtomicBool = AtomicBool::new(false);
-/// Calls into the shared worker's progress so far. Changed only under the lock.
+/// Calls into the shared worker's progress so far. Changed only under the lock; the thread
+/// also reads it without.
 static PROGRESSED: AtomicU64 = AtomicU64::new(0);
 /// [`PROGRESSED`] when the shared worker was last armed. Changed only under the lock.
 static ARMED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -110,6 +111,16 @@ fn run(kick: BorrowedFd<'static>, efd: BorrowedFd<'static>) {
     loop {
         if idle {
             wait(&[kick], None);
+        } else {
+            // Another thread progressed the worker since it was armed, and still did since
+            // this one last looked: it receives what comes (and wakes the sleepers). Looked at
+            // without the lock, which that thread wants.
+            let now = PROGRESSED.load(Ordering::Relaxed);
+            if now != ARMED_AT.load(Ordering::Relaxed) && now != seen {
+                seen = now;
+                wait(&[kick], Some(BACKOFF));
+                continue;
+            }
         }
         let Some(guard) = ucp::lock_if_made() else {
             continue;
@@ -122,8 +133,7 @@ fn run(kick: BorrowedFd<'static>, efd: BorrowedFd<'static>) {
         let now = PROGRESSED.load(Ordering::Relaxed);
         let armed_at = ARMED_AT.load(Ordering::Relaxed);
         if now != armed_at && now != seen {
-            // Another thread progressed the worker since it was armed, and still did since
-            // this one last looked: it receives what comes (and wakes the sleepers).
+            // As above, now under the lock.
             seen = now;
             drop(guard);
             wait(&[kick], Some(BACKOFF));
