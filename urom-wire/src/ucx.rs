@@ -9,14 +9,19 @@
 //!
 //! ```text
 //! hello   0 [8] magic "UROMUCXH" | 8 u32 version (UCX_HANDSHAKE_VERSION) | 12 u32 max_msg_size
-//!         16 u32 slots | 20 u32 address_len | 24 u64 reserved (zero) | 32 address
+//!         16 u32 slots | 20 u32 address_len | 24 u32 am_base | 28 u32 reserved (zero)
+//!         32 address
 //! answer  0 [8] magic "UROMUCXA" | 8 u32 status (UcxAnswerStatus) | 12 u32 max_msg_size
-//!         16 u32 slots | 20 u32 address_len | 24 u64 reserved (zero) | 32 address
+//!         16 u32 slots | 20 u32 address_len | 24 u32 am_base | 28 u32 reserved (zero)
+//!         32 address
 //! ```
 //!
 //! `max_msg_size` is the sender's maximum message size, `slots` how many frames of that size
 //! the sender keeps room for (the peer's credits), `address` the UCX address of the sender's
-//! worker for this connection when the peer must connect to it, else empty.
+//! worker for this connection when the peer must connect to it, else empty. `am_base` is the
+//! first of the active-message ids the sender's end of the connection receives on (its UCP
+//! worker is shared by many connections, each with ids of its own): data at `am_base`, control
+//! at `am_base + 1`, handshake at `am_base + 2`, batch at `am_base + 3`.
 //!
 //! Active-message headers (the message's header; the data is the frame, or nothing):
 //!
@@ -33,7 +38,8 @@
 //!
 //! A control message's value: for [`UcxControlKind::Credit`], how many frames the receiver has
 //! released so far in all; for [`UcxControlKind::SenderClosed`], how many frames the sender sent
-//! in all; zero for [`UcxControlKind::ReceiverClosed`] and [`UcxControlKind::CloseSeen`].
+//! in all; zero for [`UcxControlKind::ReceiverClosed`], [`UcxControlKind::CloseSeen`] and
+//! [`UcxControlKind::Abort`].
 
 use static_assertions::assert_eq_size;
 use zerocopy::little_endian::{U32, U64};
@@ -49,8 +55,8 @@ pub const UCX_HELLO_MAGIC: [u8; 8] = *b"UROMUCXH";
 /// The first bytes of a handshake answer.
 pub const UCX_ANSWER_MAGIC: [u8; 8] = *b"UROMUCXA";
 /// The handshake version this build speaks: 2 since batch messages (a peer of version 1 would
-/// drop them).
-pub const UCX_HANDSHAKE_VERSION: u32 = 2;
+/// drop them), 3 since each end names its active-message ids (`am_base`).
+pub const UCX_HANDSHAKE_VERSION: u32 = 3;
 
 const HELLO: &str = "urom UCX hello";
 const ANSWER: &str = "urom UCX answer";
@@ -69,8 +75,10 @@ pub struct UcxHandshake {
     pub slots: U32,
     /// Bytes of worker address after the fixed part.
     pub address_len: U32,
+    /// The first active-message id the sender's end receives on.
+    pub am_base: U32,
     /// Must be zero.
-    pub reserved: U64,
+    pub reserved: U32,
 }
 assert_eq_size!(UcxHandshake, [u8; 32]);
 
@@ -102,6 +110,8 @@ pub struct UcxHelloRepr<'a> {
     pub slots: u32,
     /// The connecting side's worker address when the accepting side must connect to it.
     pub address: &'a [u8],
+    /// The first active-message id the connecting side's end receives on.
+    pub am_base: u32,
 }
 
 /// An answer: the accepting side's outcome and its own settings.
@@ -116,6 +126,8 @@ pub struct UcxAnswerRepr<'a> {
     pub slots: u32,
     /// The accepting side's worker address when the connecting side must connect to it.
     pub address: &'a [u8],
+    /// The first active-message id the accepting side's end receives on.
+    pub am_base: u32,
 }
 
 /// Splits a hello or answer into its fixed part and its address.
@@ -126,7 +138,7 @@ fn parse_handshake<'a>(
 ) -> Result<(&'a UcxHandshake, &'a [u8]), DecodeError> {
     let (wire, address) = prefix::<UcxHandshake>(bytes)?;
     magic(format, &wire.magic, expected_magic)?;
-    reserved_zero("ucx_handshake.reserved", wire.reserved.get())?;
+    reserved_zero("ucx_handshake.reserved", wire.reserved.get().into())?;
     check_exact_len(
         UCX_HANDSHAKE_LEN + wire.address_len.get() as usize,
         bytes.len(),
@@ -163,6 +175,7 @@ impl<'a> UcxHelloRepr<'a> {
             max_msg_size: wire.max_msg_size.get(),
             slots: wire.slots.get(),
             address,
+            am_base: wire.am_base.get(),
         })
     }
 
@@ -179,7 +192,8 @@ impl<'a> UcxHelloRepr<'a> {
             max_msg_size: U32::new(self.max_msg_size),
             slots: U32::new(self.slots),
             address_len: address_len(self.address)?,
-            reserved: U64::ZERO,
+            am_base: U32::new(self.am_base),
+            reserved: U32::ZERO,
         };
         emit_handshake(buf, &wire, self.address)
     }
@@ -195,6 +209,7 @@ impl<'a> UcxAnswerRepr<'a> {
             max_msg_size: wire.max_msg_size.get(),
             slots: wire.slots.get(),
             address,
+            am_base: wire.am_base.get(),
         })
     }
 
@@ -211,7 +226,8 @@ impl<'a> UcxAnswerRepr<'a> {
             max_msg_size: U32::new(self.max_msg_size),
             slots: U32::new(self.slots),
             address_len: address_len(self.address)?,
-            reserved: U64::ZERO,
+            am_base: U32::new(self.am_base),
+            reserved: U32::ZERO,
         };
         emit_handshake(buf, &wire, self.address)
     }
@@ -339,6 +355,9 @@ int_enum! {
         ReceiverClosed = 3,
         /// Both of the peer's closes arrived, and every frame before them: the peer may hang up.
         CloseSeen = 4,
+        /// The sender's end is gone without closing (as if its process died): the connection is
+        /// dead. Sent where the end cannot hang up its endpoint alone (shared by other ends).
+        Abort = 5,
     }
 }
 

@@ -14,13 +14,13 @@ use urom_wire::ucx::{
 };
 
 // max 4096, 256 slots, no address.
-const HELLO: &str = "55524f4d55435848 02000000 00100000 00010000 00000000 0000000000000000";
+const HELLO: &str = "55524f4d55435848 03000000 00100000 00010000 00000000 10000000 00000000";
 // max 1 MiB, 64 slots, a 3-byte address.
 const HELLO_ADDRESS: &str =
-    "55524f4d55435848 02000000 00001000 40000000 03000000 0000000000000000 aabbcc";
-const ANSWER_OK: &str = "55524f4d55435841 00000000 00100000 08000000 00000000 0000000000000000";
+    "55524f4d55435848 03000000 00001000 40000000 03000000 14010000 00000000 aabbcc";
+const ANSWER_OK: &str = "55524f4d55435841 00000000 00100000 08000000 00000000 18000000 00000000";
 const ANSWER_MAX: &str =
-    "55524f4d55435841 02000000 00200000 08000000 02000000 0000000000000000 0102";
+    "55524f4d55435841 02000000 00200000 08000000 02000000 00000000 00000000 0102";
 const DATA: &str = "0807060504030201";
 const CREDIT: &str = "01000000 00000000 2000000000000000";
 const SENDER_CLOSED: &str = "02000000 00000000 0300000000000000";
@@ -34,6 +34,7 @@ fn hellos() -> [(&'static str, &'static str, UcxHelloRepr<'static>); 2] {
                 max_msg_size: 4096,
                 slots: 256,
                 address: &[],
+                am_base: 16,
             },
         ),
         (
@@ -43,6 +44,7 @@ fn hellos() -> [(&'static str, &'static str, UcxHelloRepr<'static>); 2] {
                 max_msg_size: 1 << 20,
                 slots: 64,
                 address: &[0xaa, 0xbb, 0xcc],
+                am_base: 0x114,
             },
         ),
     ]
@@ -58,6 +60,7 @@ fn answers() -> [(&'static str, &'static str, UcxAnswerRepr<'static>); 2] {
                 max_msg_size: 4096,
                 slots: 8,
                 address: &[],
+                am_base: 24,
             },
         ),
         (
@@ -68,6 +71,7 @@ fn answers() -> [(&'static str, &'static str, UcxAnswerRepr<'static>); 2] {
                 max_msg_size: 8192,
                 slots: 8,
                 address: &[1, 2],
+                am_base: 0,
             },
         ),
     ]
@@ -96,7 +100,7 @@ fn controls() -> [(&'static str, &'static str, UcxControlRepr); 2] {
 
 #[test]
 fn handshake_messages_parse_and_emit_their_golden_bytes() {
-    assert_eq!(UCX_HANDSHAKE_VERSION, 2);
+    assert_eq!(UCX_HANDSHAKE_VERSION, 3);
     for (name, golden, repr) in hellos() {
         let golden = hex(golden);
         assert_eq!(

@@ -1,9 +1,11 @@
 //! A UCX connection and its two halves.
 
+use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -17,38 +19,58 @@ use urom_wire::ucx::{
 
 use super::UcxConnectError;
 use super::state::{
-    self, AM_BATCH, AM_CONTROL, AM_DATA, BATCH_BYTES, RX, Slot, State, StateBox, TX,
+    self, AM_BATCH, AM_CONTROL, AM_DATA, BATCH_BYTES, PeerEp, RX, Slot, State, StateBox, TX,
 };
-use super::ucp::{self, Worker};
+use super::ucp::{self, Remote, Shared, Worker};
 use crate::sync::spin_hint;
 use crate::{
     Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
     PeerGoneError, Transport, WaitMode, deadline,
 };
 
-/// One end's UCX objects: its own worker, the endpoint to the peer, and the state the worker
-/// calls back into. Dropped (endpoint closed, worker destroyed, state freed, in that order)
-/// once both halves are.
+/// Which kind of endpoint an end sends on.
+pub(super) enum EpKind {
+    /// None yet.
+    None,
+    /// A client-server endpoint of its own (a connection by socket address), closed when the
+    /// end goes.
+    Own,
+    /// The endpoint to the peer process's worker, shared with the other connections between
+    /// the two (see [`PeerEp`]).
+    Peer(*mut PeerEp),
+}
+
+/// One end's UCX objects: the endpoint to the peer, its active-message ids on the shared
+/// worker, and the state that worker calls back into for them. Retired on drop (see
+/// [`Ucp::drop`]), which must not happen while the dropping thread holds the shared worker's
+/// lock.
 ///
-/// INVARIANTS: `ep` and `side_ep` are NULL or live endpoints of `worker`; `state` is
-/// registered with `worker` and outlives it (fields drop in declaration order).
+/// INVARIANTS: every use of the fields below other than `linger` and `crashed` is made
+/// holding the shared worker's lock (`worker` is a handle on that worker); `ep` is NULL or a
+/// live endpoint of it (of `kind`); `state` is registered for the ids from `am_base` until the
+/// end is retired, and then lives on until nothing of UCX's reaches it, or is never freed.
 pub(super) struct Ucp {
     pub(super) ep: sys::ucp_ep_h,
-    /// An endpoint to a listener's worker, used only during the handshake.
-    pub(super) side_ep: sys::ucp_ep_h,
+    pub(super) kind: EpKind,
+    /// The peer end's first active-message id.
+    pub(super) peer_am: u32,
     /// How long dropping waits for what was sent to leave.
     linger: Duration,
     /// The end was crashed on purpose: close without flushing.
     crashed: bool,
+    /// The handshake finished: the end lingers when dropped.
+    connected: bool,
     pub(super) worker: Worker,
-    pub(super) state: StateBox,
+    pub(super) am_base: u32,
+    pub(super) state: ManuallyDrop<StateBox>,
     /// The descriptors that wake each half (the state holds their numbers).
-    wakers: [OwnedFd; 2],
+    wakers: ManuallyDrop<[OwnedFd; 2]>,
 }
 
 impl Ucp {
-    /// A fresh worker with its state, for a connection configured by `config`.
-    pub(super) fn new(config: &ChannelConfig) -> Result<Self, UcxConnectError> {
+    /// A fresh end on the shared worker, with its ids and state, for a connection configured
+    /// by `config`; the caller holds the worker's lock.
+    fn new(config: &ChannelConfig, shared: &mut Shared) -> Result<Self, UcxConnectError> {
         let waker = || {
             crate::sys::wake_event().map_err(|errno| UcxConnectError::Sys {
                 op: "eventfd",
@@ -56,40 +78,118 @@ impl Ucp {
             })
         };
         let wakers = [waker()?, waker()?];
-        let worker = Worker::new(c"urom connection")?;
+        let worker = shared.worker();
+        let am_base = shared.take_ids()?;
         let fds = [
             std::os::fd::AsRawFd::as_raw_fd(&wakers[TX]),
             std::os::fd::AsRawFd::as_raw_fd(&wakers[RX]),
         ];
-        let mut state = StateBox::new(
+        let state = match StateBox::new(
             &worker,
+            am_base,
             config.max_msg_size.get(),
             config.slots as usize,
             fds,
-        )?;
-        state.get().locked = true;
+        ) {
+            Ok(state) => state,
+            Err(e) => {
+                shared.give_ids(am_base);
+                return Err(e);
+            }
+        };
         Ok(Self {
             ep: std::ptr::null_mut(),
-            side_ep: std::ptr::null_mut(),
+            kind: EpKind::None,
+            peer_am: 0,
             linger: config.handshake_timeout,
             crashed: false,
+            connected: false,
             worker,
-            state,
-            wakers,
+            am_base,
+            state: ManuallyDrop::new(state),
+            wakers: ManuallyDrop::new(wakers),
         })
+    }
+
+    /// Makes this end's endpoint the shared one to the worker at `address` (creating it when
+    /// there is none, or only a failed one).
+    pub(super) fn attach_peer(
+        &mut self,
+        shared: &mut Shared,
+        address: &[u8],
+    ) -> Result<(), sys::ucs_status_t> {
+        self.detach_peer();
+        let existing = shared.peers.get(address).copied();
+        let peer = match existing {
+            // SAFETY: a `PeerEp` of the map, live for good, used under the lock.
+            Some(peer) if unsafe { (*peer).failed.is_none() } => peer,
+            _ => {
+                if let Some(failed) = existing {
+                    shared.peers.remove(address);
+                    // SAFETY: as above; its endpoint failed and is closed once, here.
+                    let failed_ref = unsafe { &mut *failed };
+                    let ep = failed_ref.ep;
+                    for &end in &failed_ref.ends {
+                        // SAFETY: a live state of an end on the endpoint (the `PeerEp`'s
+                        // invariants), under the lock; its handlers must not send on it.
+                        unsafe { (*end).ep = std::ptr::null_mut() };
+                    }
+                    // SAFETY: a live endpoint of the shared worker, under its lock, not used
+                    // again.
+                    unsafe { ucp::close_ep_now(ep) };
+                    shared.retire(failed);
+                }
+                let peer = Box::into_raw(Box::new(PeerEp {
+                    ep: std::ptr::null_mut(),
+                    ends: Vec::new(),
+                    failed: None,
+                }));
+                // SAFETY: the `PeerEp` is never freed (see its invariants).
+                let ep = unsafe {
+                    ucp::create_ep(
+                        &self.worker,
+                        Remote::Worker(address),
+                        state::on_peer_ep_error,
+                        peer.cast(),
+                    )
+                };
+                let ep = match ep {
+                    Ok(ep) => ep,
+                    Err(status) => {
+                        // SAFETY: from Box::into_raw just above, never shared.
+                        drop(unsafe { Box::from_raw(peer) });
+                        return Err(status);
+                    }
+                };
+                // SAFETY: just made, used under the lock.
+                unsafe { (*peer).ep = ep };
+                shared.peers.insert(address.to_vec(), peer);
+                peer
+            }
+        };
+        let state = self.state.as_ptr();
+        // SAFETY: a live `PeerEp`, used under the lock; no other reference to it is live.
+        let peer_ref = unsafe { &mut *peer };
+        peer_ref.ends.push(state);
+        self.ep = peer_ref.ep;
+        self.kind = EpKind::Peer(peer);
+        Ok(())
+    }
+
+    /// Leaves the shared endpoint, if this end is on one.
+    fn detach_peer(&mut self) {
+        if let EpKind::Peer(peer) = self.kind {
+            let state = self.state.as_ptr();
+            // SAFETY: a live `PeerEp`, used under the lock; no other reference to it is live.
+            let peer = unsafe { &mut *peer };
+            peer.ends.retain(|&end| end != state);
+            self.kind = EpKind::None;
+            self.ep = std::ptr::null_mut();
+        }
     }
 
     pub(super) fn state(&mut self) -> &mut State {
         self.state.get()
-    }
-
-    /// Closes the handshake's endpoint to a listener's worker, if there is one.
-    pub(super) fn close_side_ep(&mut self) {
-        if !self.side_ep.is_null() {
-            let ep = std::mem::replace(&mut self.side_ep, std::ptr::null_mut());
-            // SAFETY: a live endpoint of this worker (invariants), not used again.
-            unsafe { ucp::close_ep_now(ep) };
-        }
     }
 
     /// Sends a control message from `cell` (a header cell of the state that stays put).
@@ -98,15 +198,15 @@ impl Ucp {
             return;
         }
         let bytes = UcxControlRepr { kind, value }.to_bytes();
-        // SAFETY: `cell` is a field of the state, which lives until after the worker; nothing
-        // else writes or reads it now (each close is sent once, and not yet).
+        // SAFETY: `cell` is a field of the state, which lives until its sends completed;
+        // nothing else writes or reads it now (each close is sent once, and not yet).
         unsafe { cell.write(bytes) };
         // SAFETY: as above; from here on only UCX reads it.
         let header = unsafe { &*cell };
-        // SAFETY: `ep` is live (invariants); the header cell outlives the worker.
+        // SAFETY: `ep` is live (invariants); the header cell lives until its send completed.
         let sent = unsafe {
             self.worker
-                .send_detached(self.ep, AM_CONTROL, header, &[], None)
+                .send_detached(self.ep, self.peer_am + AM_CONTROL, header, &[], 0, None)
         };
         if let Err(status) = sent {
             self.state().failed.get_or_insert(status);
@@ -137,7 +237,7 @@ impl Ucp {
         let sent = unsafe {
             sys::ucp_am_send_nbx(
                 self.ep,
-                AM_CONTROL,
+                self.peer_am + AM_CONTROL,
                 bytes.as_ptr().cast(),
                 bytes.len(),
                 std::ptr::null(),
@@ -154,12 +254,12 @@ impl Ucp {
                 let header: *const [u8; 16] = &state.controls.credit;
                 let param = ucp::request_param(0, Some(state::on_credit_sent), ctx);
                 // SAFETY: `ep` is live; the header cell and the callback context are fields of
-                // the state, which outlives the worker; the cell is not written again until
-                // the callback clears `credit_busy`.
+                // the state, which lives until its sends completed; the cell is not written
+                // again until the callback clears `credit_busy`.
                 let sent = unsafe {
                     sys::ucp_am_send_nbx(
                         self.ep,
-                        AM_CONTROL,
+                        self.peer_am + AM_CONTROL,
                         header.cast(),
                         16,
                         std::ptr::null(),
@@ -207,7 +307,7 @@ impl Ucp {
         let sent = unsafe {
             sys::ucp_am_send_nbx(
                 self.ep,
-                AM_DATA,
+                self.peer_am + AM_DATA,
                 header.as_ptr().cast(),
                 header.len(),
                 frame.as_ptr().cast(),
@@ -285,7 +385,7 @@ impl Ucp {
             unsafe {
                 sys::ucp_am_send_nbx(
                     ucp.ep,
-                    AM_BATCH,
+                    ucp.peer_am + AM_BATCH,
                     header.as_ptr().cast(),
                     header.len(),
                     entries.cast(),
@@ -336,11 +436,11 @@ impl Ucp {
         let header: *const [u8; 8] = &state.tx.headers[index];
         let param = ucp::request_param(0, Some(state::on_sent), ctx);
         // SAFETY: `ep` is live; header cell, buffer and callback context belong to the state,
-        // which outlives the worker, and stay untouched while the slot is busy.
+        // which lives until its sends completed, and stay untouched while the slot is busy.
         let sent = unsafe {
             sys::ucp_am_send_nbx(
                 self.ep,
-                AM_DATA,
+                self.peer_am + AM_DATA,
                 header.cast(),
                 8,
                 dst.cast_const().cast(),
@@ -417,39 +517,112 @@ impl Ucp {
     }
 }
 
+impl Ucp {
+    /// Whether nothing of UCX's still uses the state: no send from a buffer of it, no
+    /// rendezvous receive into it.
+    fn quiet(&mut self) -> bool {
+        let state = self.state();
+        !state.controls.credit_busy
+            && !state.tx.busy.iter().any(|&busy| busy)
+            && !state.rx.slot.contains(&Slot::Filling)
+    }
+}
+
 impl Drop for Ucp {
+    /// Retires the end: lets what it sent leave (unless it crashed or failed), closes its own
+    /// endpoint (a shared one stays), waits until UCX no longer uses its state, and gives its
+    /// ids back. The state and the wake descriptors are freed only if UCX is done with them
+    /// in time; otherwise they are never freed (a few kilobytes, rather than memory UCX may
+    /// still write).
     fn drop(&mut self) {
-        self.state().locked = true;
-        self.close_side_ep();
-        if !self.ep.is_null() {
-            if !self.crashed && self.state().failed.is_none() {
-                // Lets the closes and any frame still queued leave before the endpoint goes.
-                let until = Some(Instant::now() + self.linger);
-                // SAFETY: a live endpoint of this worker.
-                let _ = unsafe { ucp::flush_ep(&self.worker, self.ep, until) };
+        let until = Instant::now() + self.linger;
+        let mut clean = true;
+        let flush = {
+            let _guard = ucp::lock();
+            let failed = self.state().failed.is_some();
+            if self.crashed && !failed && matches!(self.kind, EpKind::Peer(_)) {
+                // The shared endpoint stays: tell the peer that this end died.
+                let cell: *mut [u8; 16] = &mut self.state().controls.abort;
+                self.send_control(UcxControlKind::Abort, 0, cell);
             }
-            // The worker is not progressed again: destroying it (next) completes the close. A
-            // progress call after UCX closed the endpoint's descriptors may meet UCX 1.13's
-            // stale events for them (see the module documentation).
-            // SAFETY: a live endpoint of this worker, not used again.
-            unsafe { ucp::close_ep_now(self.ep) };
-            self.ep = std::ptr::null_mut();
+            let flush = match self.kind {
+                EpKind::None => false,
+                EpKind::Own => !self.crashed && !failed,
+                EpKind::Peer(_) => !failed,
+            };
+            // SAFETY: a live endpoint of the shared worker, under its lock.
+            flush.then(|| unsafe { ucp::start_flush(self.ep) })
+        };
+        if let Some(request) = flush {
+            // Lets the closes and any frame still queued leave before the endpoint goes.
+            if ucp::wait_unlocked(request, Some(until)) == Err(sys::UCS_ERR_TIMED_OUT) {
+                clean = false;
+            }
+        }
+        if let EpKind::Own = self.kind {
+            let close = {
+                let _guard = ucp::lock();
+                self.kind = EpKind::None;
+                let ep = std::mem::replace(&mut self.ep, std::ptr::null_mut());
+                // The handlers, which may still run for this end, must not send on it.
+                self.state().ep = std::ptr::null_mut();
+                state::forget_socket_hello(ep);
+                // SAFETY: a live endpoint of the shared worker, under its lock, not used again.
+                unsafe { ucp::start_close(ep) }
+            };
+            // Every operation on the endpoint completes or is cancelled with the close.
+            let closed = ucp::wait_unlocked(close, Some(Instant::now() + CLOSE_WAIT));
+            clean = closed != Err(sys::UCS_ERR_TIMED_OUT);
+        }
+        let quiet_until = Instant::now() + CLOSE_WAIT;
+        let mut guard = ucp::lock();
+        loop {
+            if self.quiet() {
+                break;
+            }
+            if Instant::now() >= quiet_until {
+                clean = false;
+                break;
+            }
+            guard.worker().progress_all();
+            drop(guard);
+            std::thread::yield_now();
+            guard = ucp::lock();
+        }
+        self.detach_peer();
+        guard.give_ids(self.am_base);
+        // A half armed by a caller that never disarmed it sleeps no more.
+        self.state().awake(TX);
+        self.state().awake(RX);
+        self.state().ep = std::ptr::null_mut();
+        drop(guard);
+        if clean {
+            // SAFETY: taken once, here; nothing of UCX's reaches the state or the descriptors
+            // any more (its ids have other handlers, it left the shared endpoint, its own
+            // endpoint is closed and its requests completed).
+            unsafe {
+                ManuallyDrop::drop(&mut self.state);
+            }
+            // SAFETY: as above, taken once.
+            unsafe { ManuallyDrop::drop(&mut self.wakers) };
         }
     }
 }
 
+/// How long retiring an end waits for its endpoint's close and its requests.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// What both halves of one end share.
 ///
-/// The worker is driven by whichever half calls, from whichever thread, one at a time: the
-/// mutex gives UCX the "one thread at a time" its serialized mode asks for. On one thread it is
-/// never contended and costs an uncontended atomic per call, far below what a call into UCX
-/// costs; with the halves on two threads it is what makes sharing one worker sound.
+/// The end's UCX objects are used by whichever half calls, from whichever thread, holding the
+/// shared worker's lock (see [`ucp::Shared`]): it gives UCX the "one thread at a time" its
+/// serialized mode asks for, and keeps a callback for this end, run by any thread's progress,
+/// from touching the state while another thread does. Uncontended it costs an atomic
+/// operation per call, far below what a call into UCX costs.
 pub(super) struct Link {
-    /// Taken out on drop, to linger (see [`linger`]).
-    ucp: ManuallyDrop<Mutex<Ucp>>,
-    /// The worker's event descriptor and the halves' wake-up descriptors (owned by `ucp`, which
-    /// lives as long as this).
-    efd: std::os::fd::RawFd,
+    /// Taken out on drop, to linger (see [`linger`]); used only under the shared lock.
+    ucp: UnsafeCell<ManuallyDrop<Ucp>>,
+    /// The halves' wake-up descriptors (owned by `ucp`, which lives as long as this).
     wakers: [std::os::fd::RawFd; 2],
     /// Where the receive slots are, for lending frames without the lock.
     rx_buf: *const u8,
@@ -459,14 +632,14 @@ pub(super) struct Link {
 impl Drop for Link {
     fn drop(&mut self) {
         // SAFETY: taken once, here; `self.ucp` is not used again.
-        let ucp = unsafe { ManuallyDrop::take(&mut self.ucp) };
-        linger(ucp.into_inner().unwrap_or_else(|e| e.into_inner()));
+        let ucp = unsafe { ManuallyDrop::take(self.ucp.get_mut()) };
+        linger(ucp);
     }
 }
 
-// SAFETY: the worker runs in serialized mode: any thread may drive it, one at a time, and a
-// `Ucp` is only ever used by its one owner (or through the link's mutex). The state and the
-// buffers it points to move with it.
+// SAFETY: the end's UCX objects are used under the shared worker's lock only (one thread at a
+// time, which the worker's serialized mode allows from any thread), or by their one owner once
+// the link is gone. The state and the buffers it points to move with it.
 unsafe impl Send for Ucp {}
 
 /// Closes an end both of whose halves are gone. Its closes are on their way; so that the peer
@@ -479,10 +652,12 @@ unsafe impl Send for Ucp {}
 /// its global state down after the process's exit handlers, and a worker still alive then
 /// (with UCX's progress thread calling into it) crashes the exit.
 fn linger(mut ucp: Ucp) {
-    if ucp.crashed || ucp.ep.is_null() || ucp.state().failed.is_some() {
-        return;
+    {
+        let _guard = ucp::lock();
+        if !ucp.connected || ucp.crashed || ucp.ep.is_null() || ucp.state().failed.is_some() {
+            return;
+        }
     }
-    ucp.state().locked = true;
     let Some(exit) = exit_waker() else {
         // No way to be woken at exit: close here, after a bounded flush.
         return;
@@ -500,8 +675,9 @@ fn linger(mut ucp: Ucp) {
         .name("urom-ucx-close".to_owned())
         .spawn(move || {
             let _counted = Counted;
-            ucp.state().locked = true;
             loop {
+                let guard = ucp::lock();
+                ucp.state().awake(TX);
                 ucp.worker.progress_all();
                 let state = ucp.state();
                 if state.peer_saw_close || state.failed.is_some() {
@@ -515,15 +691,30 @@ fn linger(mut ucp: Ucp) {
                     ucp.linger = ucp.linger.min(EXIT_FLUSH);
                     break;
                 }
-                if let ucp::Armed::Yes = ucp.worker.arm() {
+                // The peer's confirmation is received by another thread's progress (the wake
+                // thread's, or a busy end's), which then wakes this one through the sending
+                // half's descriptor.
+                let armed = ucp.worker.arm();
+                if let ucp::Armed::Yes = armed {
+                    ucp.state().sleep(TX);
+                }
+                drop(guard);
+                if let ucp::Armed::Yes = armed {
+                    // SAFETY: the sending half's eventfd, owned by `ucp`, which lives here.
+                    let waker = unsafe { BorrowedFd::borrow_raw(ucp.wakers[TX].as_raw_fd()) };
                     let mut fds = [
-                        PollFd::new(ucp.worker.efd(), PollFlags::POLLIN),
                         PollFd::new(exit, PollFlags::POLLIN),
+                        PollFd::new(waker, PollFlags::POLLIN),
                     ];
                     let _ = ppoll(&mut fds, Some(TimeSpec::from_duration(until - now)), None);
+                    crate::sys::drain(waker);
                 }
             }
-            // The worker is destroyed here, before `_counted` tells the exit handler.
+            {
+                let _guard = ucp::lock();
+                ucp.state().awake(TX);
+            }
+            // The end is retired here, before `_counted` tells the exit handler.
             drop(ucp);
         });
     if spawned.is_err() {
@@ -589,8 +780,8 @@ impl Drop for Counted {
 }
 
 /// The process exit handler: tells lingering ends to close now and waits (at most
-/// [`EXIT_WAIT`]) until their workers are destroyed, so that none is alive when UCX tears its
-/// global state down.
+/// [`EXIT_WAIT`]) until they are retired (the shared worker's own exit handler, registered
+/// earlier, runs after this one and destroys it).
 extern "C" fn finish_lingering() {
     let _ = std::panic::catch_unwind(|| {
         let count = LINGERING.count.lock().unwrap_or_else(|e| e.into_inner());
@@ -604,50 +795,58 @@ extern "C" fn finish_lingering() {
     });
 }
 
-// SAFETY: everything UCX-side is reached only through the mutex (one thread at a time, which
-// the worker's serialized mode allows from any thread); `rx_buf` is read only in the slot a
-// receiving half holds, which neither UCX nor the other half writes until it is released.
+// SAFETY: everything UCX-side is reached only under the shared worker's lock (one thread at a
+// time, which the worker's serialized mode allows from any thread); `rx_buf` is read only in
+// the slot a receiving half holds, which neither UCX nor the other half writes until it is
+// released.
 unsafe impl Send for Link {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Link {}
 
-/// The lock on one end's UCX objects; the state's handlers may run while it is held.
-struct Held<'a>(MutexGuard<'a, Ucp>);
-
-impl Held<'_> {
-    fn ucp(&mut self) -> &mut Ucp {
-        &mut self.0
-    }
+/// The shared worker's lock, and with it this end's UCX objects; any end's handlers may run
+/// while it is held.
+pub(super) struct Held<'a> {
+    guard: ucp::Guard,
+    ucp: &'a mut Ucp,
 }
 
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.state().locked = false;
+impl Held<'_> {
+    pub(super) fn ucp(&mut self) -> &mut Ucp {
+        self.ucp
+    }
+
+    /// The shared worker's bookkeeping and this end.
+    pub(super) fn parts(&mut self) -> (&mut Shared, &mut Ucp) {
+        (&mut self.guard, self.ucp)
     }
 }
 
 impl Link {
-    fn new(mut ucp: Ucp) -> Arc<Self> {
+    /// A fresh end on the shared worker (created on first use), for a connection configured by
+    /// `config`; its handshake is the caller's.
+    pub(super) fn new(config: &ChannelConfig) -> Result<Arc<Self>, UcxConnectError> {
         use std::os::fd::AsRawFd;
-        let efd = ucp.worker.efd().as_raw_fd();
+        let mut guard = ucp::try_lock()?;
+        let mut ucp = Ucp::new(config, &mut guard)?;
         let wakers = [ucp.wakers[TX].as_raw_fd(), ucp.wakers[RX].as_raw_fd()];
         let rx_buf = ucp.state().rx.buf.at(0).cast_const();
         let max = ucp.state().max;
-        ucp.state().locked = false;
-        Arc::new(Self {
-            ucp: ManuallyDrop::new(Mutex::new(ucp)),
-            efd,
+        drop(guard);
+        Ok(Arc::new(Self {
+            ucp: UnsafeCell::new(ManuallyDrop::new(ucp)),
             wakers,
             rx_buf,
             max,
-        })
+        }))
     }
 
     #[inline]
-    fn lock(&self) -> Held<'_> {
-        let mut guard = self.ucp.lock().unwrap_or_else(|e| e.into_inner());
-        guard.state().locked = true;
-        Held(guard)
+    pub(super) fn lock(&self) -> Held<'_> {
+        let guard = ucp::lock();
+        // SAFETY: the end's objects are used only under the shared lock, now held until `Held`
+        // is dropped, and `Held` is the only way to them: no other reference exists meanwhile.
+        let ucp = unsafe { &mut **self.ucp.get() };
+        Held { guard, ucp }
     }
 
     /// Waits, for `half`, until `check` says ready or fails, or the timeout passes.
@@ -685,7 +884,7 @@ impl Link {
             let left = {
                 let mut held = self.lock();
                 let ucp = held.ucp();
-                ucp.state().sleeping[half] = false;
+                ucp.state().awake(half);
                 ucp.worker.progress_all();
                 if check(ucp)? {
                     return Ok(true);
@@ -696,31 +895,26 @@ impl Link {
                     Some(end) => Some(end - now),
                     None => None,
                 };
-                ucp.state().sleeping[half] = true;
                 if let ucp::Armed::Busy = ucp.worker.arm() {
-                    ucp.state().sleeping[half] = false;
                     continue;
                 }
+                ucp.state().sleep(half);
                 left
             };
             self.sleep(half, left);
         }
     }
 
-    /// Sleeps until the worker has an event, `half` is woken, or `timeout` passes.
-    fn sleep(&self, half: usize, timeout: Option<Duration>) {
-        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
-        // worker is owned by `ucp`, which lives as long as `self`.
-        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
+    /// Sleeps until `half` is woken (a callback received something for it, run by the wake
+    /// thread's progress or another end's) or `timeout` passes. The caller marked it asleep
+    /// ([`State::sleep`](super::state::State::sleep)) with the worker armed.
+    pub(super) fn sleep(&self, half: usize, timeout: Option<Duration>) {
         // SAFETY: the half's eventfd is owned by `ucp`, which lives as long as `self`.
         let waker = unsafe { BorrowedFd::borrow_raw(self.wakers[half]) };
-        let mut fds = [
-            PollFd::new(efd, PollFlags::POLLIN),
-            PollFd::new(waker, PollFlags::POLLIN),
-        ];
+        let mut fds = [PollFd::new(waker, PollFlags::POLLIN)];
         match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
             Ok(_) => {
-                if fds[1]
+                if fds[0]
                     .revents()
                     .is_some_and(|r| r.contains(PollFlags::POLLIN))
                 {
@@ -728,7 +922,7 @@ impl Link {
                 }
             }
             Err(Errno::EINTR) => {}
-            // Polling two valid descriptors does not fail otherwise; do not spin on it.
+            // Polling a valid descriptor does not fail otherwise; do not spin on it.
             Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
@@ -740,8 +934,8 @@ impl Link {
 /// take them at once); `recv` lends the receive slot the frame arrived in (no copy) until the
 /// next `recv` or `wait_recv`. Nothing is allocated per frame after the handshake.
 ///
-/// Each end has a UCX worker of its own, so a connection and its halves can move to other
-/// threads; the two halves of one end share it (see the module documentation).
+/// Every end of the process lives on one shared UCX worker, used under one lock, so a
+/// connection and its halves can move to other threads (see the module documentation).
 pub struct UcxConnection {
     tx: UcxSender,
     rx: UcxReceiver,
@@ -769,10 +963,25 @@ pub struct UcxReceiver {
 }
 
 impl UcxConnection {
-    /// Wraps an end whose handshake is done.
-    pub(super) fn from_ucp(mut ucp: Ucp, config: &ChannelConfig) -> Self {
-        ucp.state().ep = ucp.ep;
-        let link = Link::new(ucp);
+    /// Wraps an end whose handshake is done: `peer_am` is the peer end's first id, `slots`
+    /// its slot count.
+    pub(super) fn from_link(
+        link: Arc<Link>,
+        peer_am: u32,
+        slots: usize,
+        config: &ChannelConfig,
+    ) -> Self {
+        {
+            let mut held = link.lock();
+            let ucp = held.ucp();
+            ucp.peer_am = peer_am;
+            ucp.connected = true;
+            let ep = ucp.ep;
+            let state = ucp.state();
+            state.ep = ep;
+            state.peer_am = peer_am;
+            state.set_peer_slots(slots);
+        }
         Self {
             tx: UcxSender {
                 link: Arc::clone(&link),
@@ -1056,12 +1265,12 @@ impl FrameReceiver for UcxReceiver {
         })
     }
 
-    /// Arms the end's worker (`ucp_worker_arm`) so that its event descriptor becomes readable
-    /// on the next event, after returning credits; [`Armed::Ready`] when a frame, the peer's
-    /// end, or an event the worker must progress first is already there. The second
-    /// descriptor is this half's own eventfd, which the sending half writes when its progress
-    /// receives a frame for this half (the two halves share the worker). UCX's arming has no
-    /// window in which an event is missed, so the half is never `fresh`.
+    /// Arms the shared worker (`ucp_worker_arm`) and marks this half asleep, after returning
+    /// credits, so that the process's wake thread watches the worker and the progress that
+    /// receives something for this half writes its eventfd (the wake descriptor);
+    /// [`Armed::Ready`] when a frame, the peer's end, or an event the worker must progress
+    /// first is already there. UCX's arming has no window in which an event is missed, so the
+    /// half is never `fresh`.
     fn arm(&mut self) -> Result<Armed, FrameRecvError> {
         if self.closed {
             return Err(FrameRecvError::Closed);
@@ -1070,7 +1279,7 @@ impl FrameReceiver for UcxReceiver {
         let mut held = link.lock();
         let ucp = held.ucp();
         self.release_held(ucp);
-        ucp.state().sleeping[RX] = false;
+        ucp.state().awake(RX);
         ucp.worker.progress_all();
         if let Some(what) = ucp.state().protocol {
             return Err(FrameRecvError::Protocol(what));
@@ -1083,30 +1292,29 @@ impl FrameReceiver for UcxReceiver {
             Err(FrameRecvError::PeerGone(_)) => return Ok(Armed::Ready),
             Err(e) => return Err(e),
         }
-        ucp.state().sleeping[RX] = true;
         match ucp.worker.arm() {
-            ucp::Armed::Yes => Ok(Armed::Armed { fresh: false }),
-            ucp::Armed::Busy => {
-                ucp.state().sleeping[RX] = false;
-                Ok(Armed::Ready)
+            ucp::Armed::Yes => {
+                ucp.state().sleep(RX);
+                Ok(Armed::Armed { fresh: false })
             }
+            ucp::Armed::Busy => Ok(Armed::Ready),
         }
     }
 
+    /// This half's own eventfd, written by whichever thread's progress (the wake thread's
+    /// while the half sleeps) receives something for it; not the shared worker's descriptor,
+    /// which every connection's traffic in the process makes readable.
     fn wake_fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
-        // SAFETY: the worker's event descriptor stays open while the worker lives, and the
-        // worker is owned by the link, which `&self` keeps alive for the borrow.
-        let efd = unsafe { BorrowedFd::borrow_raw(self.link.efd) };
         // SAFETY: the half's eventfd is owned by the link, which `&self` keeps alive.
         let waker = unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) };
-        [Some(efd), Some(waker)]
+        [Some(waker), None]
     }
 
-    /// Stops the sending half's wake-ups for this half and consumes the one that came, if any.
+    /// Stops other threads' wake-ups for this half and consumes the one that came, if any.
     /// The worker needs no disarming: the next progress or arm consumes its events.
     fn disarm(&mut self) {
         let mut held = self.link.lock();
-        held.ucp().state().sleeping[RX] = false;
+        held.ucp().state().awake(RX);
         drop(held);
         // SAFETY: the half's eventfd is owned by the link, which `self` keeps alive.
         crate::sys::drain(unsafe { BorrowedFd::borrow_raw(self.link.wakers[RX]) });

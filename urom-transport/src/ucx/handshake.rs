@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -16,9 +17,9 @@ use ucx_sys as sys;
 use urom_wire::DecodeError;
 use urom_wire::ucx::{UCX_HANDSHAKE_VERSION, UcxAnswerRepr, UcxAnswerStatus, UcxHelloRepr};
 
-use super::conn::{Ucp, UcxConnection};
-use super::state::{self, AM_HANDSHAKE, MAX_HANDSHAKE_LEN};
-use super::ucp::{self, Armed, Remote, Worker};
+use super::conn::{EpKind, Link, UcxConnection};
+use super::state::{self, AM_HANDSHAKE, MAX_HANDSHAKE_LEN, RX};
+use super::ucp::{self, AM_SOCKET_HELLO, Armed, Remote};
 use crate::ChannelConfig;
 use crate::shm::{MAX_SLOTS, MIN_SLOTS};
 use crate::stream::{StreamReader, StreamWriter};
@@ -149,30 +150,52 @@ enum Waited {
     TimedOut,
 }
 
-/// Waits on `ucp`'s worker until a handshake message arrives; `side` also watches the
-/// endpoint to a listener's worker.
-fn wait_message(ucp: &mut Ucp, until: Instant, side: bool) -> Result<Vec<u8>, Waited> {
+/// Waits, progressing the shared worker, until a handshake message for `link`'s end arrives;
+/// `by_ep`: a hello sent to the process's socket-hello id over the end's endpoint.
+fn wait_message(link: &Link, until: Instant, by_ep: bool) -> Result<Vec<u8>, Waited> {
     loop {
+        let mut held = link.lock();
+        let ucp = held.ucp();
+        ucp.state().awake(RX);
         ucp.worker.progress_all();
+        let ep = ucp.ep;
         let state = ucp.state();
         if let Some(bytes) = state.handshake_in.take() {
             return Ok(bytes);
         }
-        if let Some(status) = state.failed {
-            return Err(Waited::Failed(status));
+        if by_ep && let Some(bytes) = state::take_socket_hello(ep) {
+            return Ok(bytes);
         }
-        if let (true, Some(status)) = (side, state.handshake_failed) {
+        if let Some(status) = state.failed {
             return Err(Waited::Failed(status));
         }
         let now = Instant::now();
         if now >= until {
             return Err(Waited::TimedOut);
         }
-        if let Armed::Yes = ucp.worker.arm() {
-            poll_one(ucp.worker.efd(), until - now);
+        let armed = ucp.worker.arm();
+        if let Armed::Yes = armed {
+            ucp.state().sleep(RX);
+        }
+        drop(held);
+        if let Armed::Yes = armed {
+            // A socket hello wakes no end (another thread's progress may take it): look again
+            // soon.
+            let left = until - now;
+            link.sleep(
+                RX,
+                Some(if by_ep {
+                    left.min(SOCKET_HELLO_POLL)
+                } else {
+                    left
+                }),
+            );
         }
     }
 }
+
+/// How often an accepting end waiting for a hello by socket looks whether it came.
+const SOCKET_HELLO_POLL: Duration = Duration::from_millis(5);
 
 /// Sleeps until `fd` is readable or `timeout` passes.
 fn poll_one(fd: BorrowedFd<'_>, timeout: Duration) {
@@ -185,26 +208,40 @@ fn poll_one(fd: BorrowedFd<'_>, timeout: Duration) {
     }
 }
 
-/// Sends a handshake message on `ep`, keeping its bytes in the state until the worker is gone.
-/// With `until`, waits until then for the message to leave.
+/// Sends a handshake message to the active message `id` on `link`'s endpoint, keeping its bytes
+/// in the end's state until the end is retired. With `until`, waits until then for the message
+/// to leave.
 fn send_message(
-    ucp: &mut Ucp,
-    ep: sys::ucp_ep_h,
+    link: &Link,
+    id: u32,
     bytes: Vec<u8>,
+    flags: u32,
     until: Option<Instant>,
 ) -> Result<(), i8> {
+    let mut held = link.lock();
+    let ucp = held.ucp();
+    let ep = ucp.ep;
     let state = ucp.state();
     let (at, len) = (bytes.as_ptr(), bytes.len());
     // The Vec's heap buffer does not move with it: the bytes stay where they are, unchanged,
-    // until the worker is destroyed.
+    // until the state is freed.
     state.handshake_out.push(bytes);
     // SAFETY: `len` bytes at `at`, kept in the state as said above; UCX's callbacks, which run
     // inside the send, reach only the state's own fields, never that buffer.
     let data = unsafe { std::slice::from_raw_parts(at, len) };
-    // SAFETY: `ep` is a live endpoint of this worker; `data` outlives the worker.
-    unsafe {
-        ucp.worker
-            .send_detached(ep, AM_HANDSHAKE, &[], data, until.map(Some))
+    // SAFETY: `ep` is a live endpoint of the shared worker, whose lock is held; `data` lives
+    // until the state is freed, after every send of the end completed.
+    let request = unsafe { ucp.worker.send_request(ep, id, &[], data, flags) };
+    match until {
+        None => {
+            let sent = ucp::detach_request(request);
+            drop(held);
+            sent
+        }
+        Some(until) => {
+            drop(held);
+            ucp::wait_unlocked(request, Some(until))
+        }
     }
 }
 
@@ -215,26 +252,39 @@ impl UcxConnection {
         check_config(config)?;
         let address = addr.to_string();
         let until = Instant::now() + config.handshake_timeout;
-        let mut ucp = Ucp::new(config)?;
-        let arg = ucp.state.as_ptr().cast();
-        // SAFETY: the state outlives the endpoint (it is freed after the worker).
-        ucp.ep =
-            unsafe { ucp::create_ep(&ucp.worker, Remote::Socket(addr), state::on_ep_error, arg) }
-                .map_err(|status| UcxConnectError::Unreachable {
+        let link = Link::new(config)?;
+        let am_base = {
+            let mut held = link.lock();
+            let ucp = held.ucp();
+            let arg = ucp.state.as_ptr().cast();
+            // SAFETY: the state outlives the endpoint (the end is retired after closing it).
+            ucp.ep = unsafe {
+                ucp::create_ep(&ucp.worker, Remote::Socket(addr), state::on_ep_error, arg)
+            }
+            .map_err(|status| UcxConnectError::Unreachable {
                 address: address.clone(),
                 status,
             })?;
-        let hello = hello_bytes(config, &[]);
-        let ep = ucp.ep;
-        send_message(&mut ucp, ep, hello, None).map_err(|status| UcxConnectError::Unreachable {
+            ucp.kind = EpKind::Own;
+            ucp.am_base
+        };
+        let hello = hello_bytes(config, &[], am_base);
+        send_message(
+            &link,
+            AM_SOCKET_HELLO,
+            hello,
+            sys::UCP_AM_SEND_FLAG_REPLY,
+            None,
+        )
+        .map_err(|status| UcxConnectError::Unreachable {
             address: address.clone(),
             status,
         })?;
-        let answer = wait_message(&mut ucp, until, false).map_err(|w| match w {
+        let answer = wait_message(&link, until, false).map_err(|w| match w {
             Waited::Failed(status) => UcxConnectError::Unreachable { address, status },
             Waited::TimedOut => UcxConnectError::Handshake("the listener did not answer in time"),
         })?;
-        finish(ucp, &answer, config, false)
+        finish(link, &answer, config, false)
     }
 
     /// Connects to a [`UcxListener`] by the UCX address of its worker
@@ -242,37 +292,38 @@ impl UcxConnection {
     pub fn connect_worker(address: &[u8], config: &ChannelConfig) -> Result<Self, UcxConnectError> {
         check_config(config)?;
         const WHERE: &str = "the listener's UCX worker address";
+        let Some((address, id)) = address.split_last_chunk::<4>() else {
+            return Err(UcxConnectError::Handshake(
+                "a listener's worker address is longer",
+            ));
+        };
+        let id = u32::from_le_bytes(*id);
         let until = Instant::now() + config.handshake_timeout;
-        let mut ucp = Ucp::new(config)?;
-        let arg = ucp.state.as_ptr().cast();
-        // SAFETY: the state outlives the endpoint (it is freed after the worker).
-        ucp.side_ep = unsafe {
-            ucp::create_ep(
-                &ucp.worker,
-                Remote::Worker(address),
-                state::on_handshake_ep_error,
-                arg,
-            )
-        }
-        .map_err(|status| UcxConnectError::Unreachable {
+        let link = Link::new(config)?;
+        let own = ucp::shared_address()?;
+        let am_base = {
+            let mut held = link.lock();
+            let (shared, ucp) = held.parts();
+            ucp.attach_peer(shared, address)
+                .map_err(|status| UcxConnectError::Unreachable {
+                    address: WHERE.to_owned(),
+                    status,
+                })?;
+            ucp.am_base
+        };
+        let hello = hello_bytes(config, own, am_base);
+        send_message(&link, id, hello, 0, None).map_err(|status| UcxConnectError::Unreachable {
             address: WHERE.to_owned(),
             status,
         })?;
-        let own = ucp.worker.address()?;
-        let hello = hello_bytes(config, &own);
-        let ep = ucp.side_ep;
-        send_message(&mut ucp, ep, hello, None).map_err(|status| UcxConnectError::Unreachable {
-            address: WHERE.to_owned(),
-            status,
-        })?;
-        let answer = wait_message(&mut ucp, until, true).map_err(|w| match w {
+        let answer = wait_message(&link, until, false).map_err(|w| match w {
             Waited::Failed(status) => UcxConnectError::Unreachable {
                 address: WHERE.to_owned(),
                 status,
             },
             Waited::TimedOut => UcxConnectError::Handshake("the listener did not answer in time"),
         })?;
-        finish(ucp, &answer, config, true)
+        finish(link, &answer, config, true)
     }
 
     /// Both ends of a connection in this process, through a listener on `127.0.0.1:0` (so
@@ -295,11 +346,12 @@ impl UcxConnection {
     }
 }
 
-fn hello_bytes(config: &ChannelConfig, address: &[u8]) -> Vec<u8> {
+fn hello_bytes(config: &ChannelConfig, address: &[u8], am_base: u32) -> Vec<u8> {
     let hello = UcxHelloRepr {
         max_msg_size: config.max_msg_size.as_u32(),
         slots: config.slots,
         address,
+        am_base,
     };
     let mut bytes = vec![0; hello.buffer_len()];
     // The buffer has the hello's length; a worker address fits a u32 length.
@@ -307,10 +359,10 @@ fn hello_bytes(config: &ChannelConfig, address: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The connecting side's last step: reads the answer; with `reconnect`, connects to the
-/// worker address it carries.
+/// The connecting side's last step: reads the answer; with `reconnect`, moves the end to the
+/// endpoint to the worker address it carries.
 fn finish(
-    mut ucp: Ucp,
+    link: Arc<Link>,
     answer: &[u8],
     config: &ChannelConfig,
     reconnect: bool,
@@ -351,34 +403,26 @@ fn finish(
         });
     }
     if reconnect {
-        connect_to_worker(
-            &mut ucp,
-            answer.address,
-            "the connection's UCX worker address",
-        )?;
-        ucp.close_side_ep();
+        connect_to_worker(&link, answer.address, "the connection's UCX worker address")?;
     }
-    ucp.state().set_peer_slots(answer.slots as usize);
-    Ok(UcxConnection::from_ucp(ucp, config))
+    Ok(UcxConnection::from_link(
+        link,
+        answer.am_base,
+        answer.slots as usize,
+        config,
+    ))
 }
 
-/// Makes `ucp`'s endpoint, to the peer's UCX worker `address` (`what` names it in an error).
-fn connect_to_worker(ucp: &mut Ucp, address: &[u8], what: &str) -> Result<(), UcxConnectError> {
-    let arg = ucp.state.as_ptr().cast();
-    // SAFETY: the state outlives the endpoint (it is freed after the worker).
-    ucp.ep = unsafe {
-        ucp::create_ep(
-            &ucp.worker,
-            Remote::Worker(address),
-            state::on_ep_error,
-            arg,
-        )
-    }
-    .map_err(|status| UcxConnectError::Unreachable {
-        address: what.to_owned(),
-        status,
-    })?;
-    Ok(())
+/// Puts `link`'s end on the endpoint to the peer's UCX worker `address` (`what` names it in an
+/// error).
+fn connect_to_worker(link: &Link, address: &[u8], what: &str) -> Result<(), UcxConnectError> {
+    let mut held = link.lock();
+    let (shared, ucp) = held.parts();
+    ucp.attach_peer(shared, address)
+        .map_err(|status| UcxConnectError::Unreachable {
+            address: what.to_owned(),
+            status,
+        })
 }
 
 /// What arrived at a listener and waits for `accept`.
@@ -388,17 +432,19 @@ struct Pending {
     requests: VecDeque<sys::ucp_conn_request_h>,
     /// Hellos sent to the listener's worker address.
     hellos: VecDeque<Vec<u8>>,
+    /// Written when something arrives (another thread's progress may have received it).
+    waker: RawFd,
 }
 
 /// A connection request arrived on the listener's socket.
 ///
 /// # Safety
 ///
-/// Called by UCX only, from the listener worker's progress; `arg` is the listener's
-/// [`Pending`].
+/// Called by UCX only, from the shared worker's progress; `arg` is the listener's [`Pending`].
 unsafe extern "C" fn on_conn_request(request: sys::ucp_conn_request_h, arg: *mut c_void) {
-    // SAFETY: the listener's `Pending`, which outlives its worker; UCX calls back only inside
-    // the listener's own calls into the worker, which hold `&mut` to it.
+    // SAFETY: the listener's `Pending`, which outlives its UCX listener and its ids; UCX calls
+    // back only inside calls into the shared worker, under its lock, and the listener touches
+    // its `Pending` only under that lock too.
     let pending = unsafe { &mut *arg.cast::<Pending>() };
     if pending.requests.len() >= MAX_PENDING {
         // SAFETY: a request of this listener, handed back once.
@@ -411,7 +457,10 @@ unsafe extern "C" fn on_conn_request(request: sys::ucp_conn_request_h, arg: *mut
     if pushed.is_err() {
         // SAFETY: as above.
         let _ = unsafe { sys::ucp_listener_reject(pending.listener, request) };
+        return;
     }
+    // SAFETY: the listener's eventfd, open while its `Pending` is registered.
+    crate::sys::wake(unsafe { BorrowedFd::borrow_raw(pending.waker) });
 }
 
 /// A hello arrived at the listener's worker address.
@@ -442,48 +491,55 @@ unsafe extern "C" fn on_listener_hello(
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         pending.hellos.push_back(bytes.to_vec())
     }));
+    // SAFETY: the listener's eventfd, open while its `Pending` is registered.
+    crate::sys::wake(unsafe { BorrowedFd::borrow_raw(pending.waker) });
     sys::UCS_OK
 }
 
-/// A [`Pending`] at a fixed heap address, freed on drop (after the worker that calls back
-/// into it).
+/// A [`Pending`] at a fixed heap address, freed on drop (after the listener and its ids are
+/// gone from the shared worker).
 struct PendingBox(*mut Pending);
 
 impl PendingBox {
-    fn get(&mut self) -> &mut Pending {
-        // SAFETY: from Box::into_raw, live until drop; `&mut self` excludes other users, and
-        // UCX calls back into it only inside calls the listener makes through `&mut self`.
+    /// The pending queue; `_held` proves the shared worker's lock is held, under which alone
+    /// UCX calls back into it.
+    fn get<'a>(&'a mut self, _held: &'a mut ucp::Guard) -> &'a mut Pending {
+        // SAFETY: from Box::into_raw, live until drop; `&mut self` excludes other users of the
+        // box, and the lock (borrowed for as long) keeps UCX's callbacks out.
         unsafe { &mut *self.0 }
     }
 }
 
 impl Drop for PendingBox {
     fn drop(&mut self) {
-        // SAFETY: from Box::into_raw, freed once; the worker that called back into it is gone.
+        // SAFETY: from Box::into_raw, freed once; nothing of UCX's calls back into it any more.
         drop(unsafe { Box::from_raw(self.0) });
     }
 }
 
 /// Accepts UCX connections on a socket address (and on its worker's UCX address).
 ///
-/// `accept` sets up each connection on a worker of its own. The listener's descriptor
-/// ([`AsFd`]) becomes readable when a connection request may be waiting, once `accept` returned
-/// `None`: poll it together with other descriptors, then call `accept(Duration::ZERO)`.
+/// The listener, like every connection end of the process, lives on the process's shared UCX
+/// worker. Its descriptor ([`AsFd`]) becomes readable when a connection request may be
+/// waiting, once `accept` returned `None`: poll it together with other descriptors, then call
+/// `accept(Duration::ZERO)`.
 ///
-/// INVARIANTS: `listener` is a live listener of `worker`; `pending` is registered with both and
-/// outlives the worker (fields drop in declaration order, after `drop` destroyed the listener).
+/// INVARIANTS: `listener` is a live listener of the shared worker; `pending` is registered with
+/// it and with the ids from `am_base`, and outlives both (fields drop in declaration order,
+/// after `drop` destroyed the listener and gave the ids back); `waker` is `pending`'s eventfd,
+/// and the listener counts as a sleeper for the wake thread while it lives.
 pub struct UcxListener {
     listener: sys::ucp_listener_h,
     config: ChannelConfig,
     local_addr: SocketAddr,
     address: Vec<u8>,
-    worker: Worker,
+    am_base: u32,
     pending: PendingBox,
+    waker: OwnedFd,
 }
 
-// SAFETY: the listener and its worker (serialized mode) are used only through `&mut self` or
-// on drop, so one thread at a time; `Pending` is touched only there and in UCX's callbacks,
-// which run inside those calls.
+// SAFETY: the listener is used only through `&mut self` or on drop, under the shared worker's
+// lock; `Pending` is touched only then and in UCX's callbacks, which run under that lock too.
 unsafe impl Send for UcxListener {}
 
 impl UcxListener {
@@ -491,15 +547,27 @@ impl UcxListener {
     /// connections with the settings of `config`.
     pub fn bind(addr: SocketAddr, config: &ChannelConfig) -> Result<Self, UcxConnectError> {
         check_config(config)?;
-        let worker = Worker::new(c"urom listener")?;
-        let mut pending = PendingBox(Box::into_raw(Box::new(Pending {
+        let waker = crate::sys::wake_event().map_err(|errno| UcxConnectError::Sys {
+            op: "eventfd",
+            errno,
+        })?;
+        let mut guard = ucp::try_lock()?;
+        let worker = guard.worker();
+        let am_base = guard.take_ids()?;
+        let pending = PendingBox(Box::into_raw(Box::new(Pending {
             listener: std::ptr::null_mut(),
             requests: VecDeque::new(),
             hellos: VecDeque::new(),
+            waker: waker.as_raw_fd(),
         })));
         let arg = pending.0.cast::<c_void>();
-        // SAFETY: `pending` outlives the worker (dropped after it).
-        unsafe { worker.set_handler(AM_HANDSHAKE, on_listener_hello, arg)? };
+        // SAFETY: `pending` outlives the handler (given back on drop, before it is freed).
+        let registered =
+            unsafe { worker.set_handler(am_base + AM_HANDSHAKE, on_listener_hello, arg) };
+        if let Err(e) = registered {
+            guard.give_ids(am_base);
+            return Err(e);
+        }
         let sockaddr = ucp::raw_sockaddr(addr);
         let params = sys::ucp_listener_params_t {
             field_mask: sys::UCP_LISTENER_PARAM_FIELD_SOCK_ADDR
@@ -518,27 +586,41 @@ impl UcxListener {
             },
         };
         let mut listener: sys::ucp_listener_h = std::ptr::null_mut();
-        // SAFETY: the worker is live; `params` and the socket address it points to live for
-        // the call; `pending` outlives the listener; `listener` is a valid place.
+        // SAFETY: the worker is live, its lock held; `params` and the socket address it points
+        // to live for the call; `pending` outlives the listener; `listener` is a valid place.
         let status = unsafe { sys::ucp_listener_create(worker.raw(), &params, &mut listener) };
-        ucp::check(status).map_err(|status| UcxConnectError::Listen {
-            address: addr.to_string(),
-            status,
-        })?;
-        pending.get().listener = listener;
+        if let Err(status) = ucp::check(status) {
+            guard.give_ids(am_base);
+            return Err(UcxConnectError::Listen {
+                address: addr.to_string(),
+                status,
+            });
+        }
+        let mut pending = pending;
+        pending.get(&mut guard).listener = listener;
+        drop(guard);
+        let mut address = ucp::shared_address()?.to_vec();
+        address.extend_from_slice(&(am_base + AM_HANDSHAKE).to_le_bytes());
         let mut this = Self {
             listener,
             config: *config,
             local_addr: addr,
-            address: Vec::new(),
-            worker,
+            address,
+            am_base,
             pending,
+            waker,
         };
         // SAFETY: all-zero is a valid `ucp_listener_attr_t`.
         let mut attr: sys::ucp_listener_attr_t = unsafe { std::mem::zeroed() };
         attr.field_mask = sys::UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-        // SAFETY: the listener is live; `attr` is a valid place for the answer.
+        let guard = ucp::lock();
+        // Counted as a sleeper for good (until dropped): whenever nobody else progresses the
+        // worker, the wake thread does, and a request or hello for the listener writes its
+        // descriptor.
+        super::watch::sleeper_in();
+        // SAFETY: the listener is live, the lock held; `attr` is a valid place for the answer.
         let status = unsafe { sys::ucp_listener_query(this.listener, &mut attr) };
+        drop(guard);
         ucp::check(status).map_err(|status| UcxConnectError::Ucx {
             op: "ucp_listener_query",
             status,
@@ -546,9 +628,9 @@ impl UcxListener {
         if let Some(bound) = ucp::socket_addr(&attr.sockaddr) {
             this.local_addr = bound;
         }
-        this.address = this.worker.address()?;
         // Leave the worker armed, so the descriptor means something before the first accept.
-        this.progress_and_arm();
+        let mut guard = ucp::lock();
+        this.progress_and_arm(&mut guard);
         Ok(this)
     }
 
@@ -557,18 +639,23 @@ impl UcxListener {
         self.local_addr
     }
 
-    /// The UCX address of the listener's worker, for [`UcxConnection::connect_worker`].
+    /// The UCX address of the listener's worker, for [`UcxConnection::connect_worker`] (the
+    /// shared worker's, with the listener's active-message id after it).
     pub fn worker_address(&self) -> &[u8] {
         &self.address
     }
 
-    fn progress_and_arm(&mut self) {
+    /// Progresses the shared worker until something waits for `accept` or the worker is armed.
+    fn progress_and_arm(&mut self, guard: &mut ucp::Guard) {
+        crate::sys::drain(self.waker.as_fd());
+        let worker = guard.worker();
         loop {
-            self.worker.progress_all();
-            if !self.pending.get().requests.is_empty() || !self.pending.get().hellos.is_empty() {
+            worker.progress_all();
+            let pending = self.pending.get(guard);
+            if !pending.requests.is_empty() || !pending.hellos.is_empty() {
                 return;
             }
-            if let Armed::Yes = self.worker.arm() {
+            if let Armed::Yes = worker.arm() {
                 return;
             }
         }
@@ -582,69 +669,83 @@ impl UcxListener {
     pub fn accept(&mut self, timeout: Duration) -> Result<Option<UcxConnection>, UcxConnectError> {
         let end = Instant::now().checked_add(timeout);
         loop {
-            self.progress_and_arm();
-            if let Some(request) = self.pending.get().requests.pop_front() {
+            let mut guard = ucp::lock();
+            self.progress_and_arm(&mut guard);
+            let pending = self.pending.get(&mut guard);
+            if let Some(request) = pending.requests.pop_front() {
+                drop(guard);
                 return self.accept_request(request).map(Some);
             }
-            if let Some(hello) = self.pending.get().hellos.pop_front() {
+            if let Some(hello) = pending.hellos.pop_front() {
+                drop(guard);
                 return self.accept_hello(&hello).map(Some);
             }
+            drop(guard);
             let now = Instant::now();
             let left = match end {
                 Some(end) if now >= end => return Ok(None),
                 Some(end) => end - now,
                 None => Duration::from_secs(3600),
             };
-            poll_one(self.worker.efd(), left);
+            poll_one(self.waker.as_fd(), left);
         }
     }
 
-    /// Sets up a connection from a request on the socket address: an endpoint on a new
-    /// worker, then the hello and the answer.
+    /// Sets up a connection from a request on the socket address: an endpoint from the
+    /// request, then the hello and the answer.
     fn accept_request(
         &mut self,
         request: sys::ucp_conn_request_h,
     ) -> Result<UcxConnection, UcxConnectError> {
         let until = Instant::now() + self.config.handshake_timeout;
-        let mut ucp = match Ucp::new(&self.config) {
-            Ok(ucp) => ucp,
+        let link = match Link::new(&self.config) {
+            Ok(link) => link,
             Err(e) => {
+                let _guard = ucp::lock();
                 // SAFETY: a request of this listener, not used before, handed back once.
                 let _ = unsafe { sys::ucp_listener_reject(self.listener, request) };
                 return Err(e);
             }
         };
-        // UCX 1.13 moves the request's descriptor from this worker's event handling to the new
-        // worker's; an event for it that this worker's progress thread queued earlier (while
-        // this thread was inside the worker) would, if handled after the move, abort UCX. Handle
-        // what is queued now, while the descriptor is still this worker's.
-        self.worker.progress_all();
-        let arg = ucp.state.as_ptr().cast();
-        // SAFETY: the state outlives the endpoint; the request is used once, here.
-        ucp.ep = unsafe {
-            ucp::create_ep(
-                &ucp.worker,
-                Remote::Request(request),
-                state::on_ep_error,
-                arg,
-            )
+        {
+            let mut held = link.lock();
+            let ucp = held.ucp();
+            let arg = ucp.state.as_ptr().cast();
+            // SAFETY: the state outlives the endpoint (the end is retired after closing it);
+            // the request is used once, here.
+            ucp.ep = unsafe {
+                ucp::create_ep(
+                    &ucp.worker,
+                    Remote::Request(request),
+                    state::on_ep_error,
+                    arg,
+                )
+            }
+            .map_err(|status| UcxConnectError::Ucx {
+                op: "ucp_ep_create",
+                status,
+            })?;
+            ucp.kind = EpKind::Own;
         }
-        .map_err(|status| UcxConnectError::Ucx {
-            op: "ucp_ep_create",
-            status,
-        })?;
-        let hello = wait_message(&mut ucp, until, false).map_err(|w| match w {
+        let hello = wait_message(&link, until, true).map_err(|w| match w {
             Waited::Failed(status) => UcxConnectError::Unreachable {
                 address: "the connecting peer".to_owned(),
                 status,
             },
             Waited::TimedOut => UcxConnectError::Handshake("no hello arrived in time"),
         })?;
-        answer(ucp, &hello, &self.config, false, until, &mut reply_over_ucx)
+        answer(
+            link,
+            &hello,
+            &self.config,
+            false,
+            until,
+            &mut reply_over_ucx,
+        )
     }
 
-    /// Sets up a connection from a hello sent to the worker address: an endpoint on a new
-    /// worker to the address the hello carries, then the answer.
+    /// Sets up a connection from a hello sent to the worker address: the end on the endpoint
+    /// to the address the hello carries, then the answer.
     fn accept_hello(&mut self, hello: &[u8]) -> Result<UcxConnection, UcxConnectError> {
         let address = match UcxHelloRepr::parse(hello) {
             Ok(parsed) => parsed.address,
@@ -655,38 +756,48 @@ impl UcxListener {
             }
         };
         let until = Instant::now() + self.config.handshake_timeout;
-        let mut ucp = Ucp::new(&self.config)?;
-        connect_to_worker(
-            &mut ucp,
-            address,
-            "the connecting peer's UCX worker address",
-        )?;
-        answer(ucp, hello, &self.config, true, until, &mut reply_over_ucx)
+        let link = Link::new(&self.config)?;
+        connect_to_worker(&link, address, "the connecting peer's UCX worker address")?;
+        answer(link, hello, &self.config, true, until, &mut reply_over_ucx)
     }
 }
 
-/// How the accepting side's answer leaves: the bytes, and until when to wait for them to leave
-/// (`None`: do not wait).
-type Reply<'a> = dyn FnMut(&mut Ucp, Vec<u8>, Option<Instant>) -> Result<(), UcxConnectError> + 'a;
+/// How the accepting side's answer leaves: the bytes, the peer end's first id, and until when
+/// to wait for them to leave (`None`: do not wait).
+type Reply<'a> =
+    dyn FnMut(&Link, Vec<u8>, u32, Option<Instant>) -> Result<(), UcxConnectError> + 'a;
 
-/// Sends an answer on the connection's own endpoint.
+/// Sends an answer on the connection's own endpoint, to the peer end's handshake id.
 fn reply_over_ucx(
-    ucp: &mut Ucp,
+    link: &Link,
     bytes: Vec<u8>,
+    peer_am: u32,
     until: Option<Instant>,
 ) -> Result<(), UcxConnectError> {
-    let ep = ucp.ep;
-    send_message(ucp, ep, bytes, until).map_err(|status| UcxConnectError::Unreachable {
-        address: "the connecting peer".to_owned(),
-        status,
+    send_message(link, peer_am + AM_HANDSHAKE, bytes, 0, until).map_err(|status| {
+        UcxConnectError::Unreachable {
+            address: "the connecting peer".to_owned(),
+            status,
+        }
     })
 }
 
+/// The handshake id of a peer whose hello could not be read: from where a hello keeps its
+/// `am_base`, or the one fixed id of version 2 (each end on a worker of its own).
+fn legacy_handshake_base(hello: &[u8]) -> u32 {
+    const V2_HANDSHAKE_ID: u32 = 3;
+    match hello.get(24..28) {
+        Some(&[a, b, c, d]) if u32::from_le_bytes([a, b, c, d]) >= 16 => {
+            u32::from_le_bytes([a, b, c, d])
+        }
+        _ => V2_HANDSHAKE_ID - AM_HANDSHAKE,
+    }
+}
+
 /// The accepting side's last step: checks the hello and answers it through `reply`, waiting
-/// until `until` for the answer to leave (nothing else drives this end's worker before the
-/// caller uses the connection, and the peer waits for it).
+/// until `until` for the answer to leave (the peer waits for it).
 fn answer(
-    mut ucp: Ucp,
+    link: Arc<Link>,
     hello: &[u8],
     config: &ChannelConfig,
     with_address: bool,
@@ -694,26 +805,28 @@ fn answer(
     reply: &mut Reply<'_>,
 ) -> Result<UcxConnection, UcxConnectError> {
     let ours = config.max_msg_size.as_u32();
-    let mut reply = |ucp: &mut Ucp, status, max_msg_size, address: &[u8], wait| {
+    let am_base = link.lock().ucp().am_base;
+    let mut reply = |status, max_msg_size, address: &[u8], peer_am, wait| {
         let answer = UcxAnswerRepr {
             status,
             max_msg_size,
             slots: config.slots,
             address,
+            am_base,
         };
         let mut bytes = vec![0; answer.buffer_len()];
         // The buffer has the answer's length; a worker address fits a u32 length.
         let _ = answer.emit(&mut bytes);
-        reply(ucp, bytes, wait)
+        reply(&link, bytes, peer_am, wait)
     };
-    let hello = match UcxHelloRepr::parse(hello) {
+    let parsed = match UcxHelloRepr::parse(hello) {
         Ok(hello) => hello,
         Err(DecodeError::UnsupportedFormatVersion { found, .. }) => {
             let _ = reply(
-                &mut ucp,
                 UcxAnswerStatus::Version,
                 UCX_HANDSHAKE_VERSION,
                 &[],
+                legacy_handshake_base(hello),
                 None,
             );
             return Err(UcxConnectError::Version { found });
@@ -724,25 +837,32 @@ fn answer(
             ));
         }
     };
-    if hello.max_msg_size != ours {
-        let _ = reply(&mut ucp, UcxAnswerStatus::MaxMsgSize, ours, &[], None);
+    let peer_am = parsed.am_base;
+    if parsed.max_msg_size != ours {
+        let _ = reply(UcxAnswerStatus::MaxMsgSize, ours, &[], peer_am, None);
         return Err(UcxConnectError::MaxMsgSizeMismatch {
             ours,
-            theirs: hello.max_msg_size,
+            theirs: parsed.max_msg_size,
         });
     }
-    if !slots_ok(hello.slots, config.max_msg_size.get()) {
-        let _ = reply(&mut ucp, UcxAnswerStatus::Slots, ours, &[], None);
-        return Err(UcxConnectError::Slots { found: hello.slots });
+    if !slots_ok(parsed.slots, config.max_msg_size.get()) {
+        let _ = reply(UcxAnswerStatus::Slots, ours, &[], peer_am, None);
+        return Err(UcxConnectError::Slots {
+            found: parsed.slots,
+        });
     }
-    let address = if with_address {
-        ucp.worker.address()?
+    let address: &[u8] = if with_address {
+        ucp::shared_address()?
     } else {
-        Vec::new()
+        &[]
     };
-    reply(&mut ucp, UcxAnswerStatus::Ok, ours, &address, Some(until))?;
-    ucp.state().set_peer_slots(hello.slots as usize);
-    Ok(UcxConnection::from_ucp(ucp, config))
+    reply(UcxAnswerStatus::Ok, ours, address, peer_am, Some(until))?;
+    Ok(UcxConnection::from_link(
+        link,
+        peer_am,
+        parsed.slots as usize,
+        config,
+    ))
 }
 
 /// The two halves of an authenticated stream (a worker's front door) that a connection is set
@@ -761,16 +881,17 @@ impl UcxConnection {
     ) -> Result<Self, UcxConnectError> {
         check_config(config)?;
         let until = Instant::now() + config.handshake_timeout;
-        let ucp = Ucp::new(config)?;
-        let own = ucp.worker.address()?;
-        send_through(&mut door.1, &hello_bytes(config, &own))?;
+        let link = Link::new(config)?;
+        let own = ucp::shared_address()?;
+        let am_base = link.lock().ucp().am_base;
+        send_through(&mut door.1, &hello_bytes(config, own, am_base))?;
         let answer = receive_through(&mut door.0, until)?;
-        finish(ucp, &answer, config, true)
+        finish(link, &answer, config, true)
     }
 
     /// The accepting side of [`UcxConnection::connect_through`]: reads the peer's settings and
-    /// UCX worker address from `door`, connects to it from a new worker and answers with that
-    /// worker's address.
+    /// UCX worker address from `door`, puts a new end on the endpoint to it and answers with
+    /// this process's worker address.
     pub fn accept_through(
         door: &mut Door,
         config: &ChannelConfig,
@@ -781,14 +902,10 @@ impl UcxConnection {
         let address = UcxHelloRepr::parse(&hello)
             .map_err(|_| UcxConnectError::Handshake("the peer's hello is not a urom UCX hello"))?
             .address;
-        let mut ucp = Ucp::new(config)?;
-        connect_to_worker(
-            &mut ucp,
-            address,
-            "the connecting peer's UCX worker address",
-        )?;
+        let link = Link::new(config)?;
+        connect_to_worker(&link, address, "the connecting peer's UCX worker address")?;
         let writer = &mut door.1;
-        answer(ucp, &hello, config, true, until, &mut |_, bytes, _| {
+        answer(link, &hello, config, true, until, &mut |_, bytes, _, _| {
             send_through(writer, &bytes)
         })
     }
@@ -831,25 +948,29 @@ fn receive_through(reader: &mut StreamReader, until: Instant) -> Result<Vec<u8>,
 
 impl Drop for UcxListener {
     fn drop(&mut self) {
+        let mut guard = ucp::lock();
         // Requests never accepted are refused, so their peers learn at once.
-        while let Some(request) = self.pending.get().requests.pop_front() {
+        while let Some(request) = self.pending.get(&mut guard).requests.pop_front() {
             // SAFETY: a request of this listener, not used before, handed back once.
             let _ = unsafe { sys::ucp_listener_reject(self.listener, request) };
         }
-        // SAFETY: the listener is live (invariants) and destroyed once; the worker and the
-        // pending queue it calls back into are dropped after this.
+        // SAFETY: the listener is live (invariants) and destroyed once, under the lock; the
+        // pending queue it calls back into is freed after this.
         unsafe { sys::ucp_listener_destroy(self.listener) };
+        // Hellos that arrive later are dropped.
+        guard.give_ids(self.am_base);
+        super::watch::sleeper_out();
     }
 }
 
 impl AsFd for UcxListener {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.worker.efd()
+        self.waker.as_fd()
     }
 }
 
 impl AsRawFd for UcxListener {
     fn as_raw_fd(&self) -> RawFd {
-        self.worker.efd().as_raw_fd()
+        self.waker.as_raw_fd()
     }
 }

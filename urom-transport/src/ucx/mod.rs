@@ -3,6 +3,7 @@
 //! RDMA, shared memory).
 //!
 //! * `ucp`: the process-wide UCP context and the workers, endpoints and requests;
+//! * `watch`: the wake thread that progresses the shared worker while ends sleep;
 //! * `state`: what UCX calls back into (receive slots, credits, closes, handshake messages);
 //! * `conn`: [`UcxConnection`] and its halves, [`UcxSender`] and [`UcxReceiver`];
 //! * `handshake`: [`UcxListener`], connecting, and [`UcxConnectError`];
@@ -19,34 +20,58 @@
 //! handling and sleeping need a transport besides `sm,self` alone: include `tcp` in `UCX_TLS`.
 //! `UCX_WARN_UNUSED_ENV_VARS=n` silences UCX's warnings about unknown `UCX_*` variables.
 //!
-//! # Handshake
+//! # Workers, endpoints and active-message ids
 //!
-//! Every connection end has a UCP worker of its own (serialized mode), so a connection, or
-//! each of its halves, can move to another thread. A [`UcxListener`] has a worker too, on
-//! which it listens on a socket address; its worker's own UCX address can be published as
-//! well ([`UcxListener::worker_address`]).
+//! Every connection end and listener of a process lives on one shared UCP worker (serialized
+//! mode), progressed under one process-wide lock: a thread calls into the worker, or touches any
+//! end's state, only while it holds that lock. So a connection, or each of its halves, can move
+//! to another thread, and every socket UCX opens for the process's connections belongs to one
+//! UCX async context (see "UCX 1.13's queued events" below). The worker is destroyed when the
+//! process exits.
+//!
+//! Each end receives on active-message ids of its own: a block of four (data, control,
+//! handshake, batch) from `am_base`, handed out when the end is made, registered with the end's
+//! state as the handlers' argument, and given back (to a handler that drops what arrives) when
+//! the end is gone; fresh ids are handed out first, then those given back longest ago. The
+//! peer learns an end's `am_base` in the handshake and sends to those ids.
+//!
+//! Endpoints: a connection by socket address has a client-server endpoint of its own on each
+//! side, closed when its end goes. Connections by worker address (to a listener's worker
+//! address, or through a door) share one endpoint per pair of workers, kept while both live:
+//! UCX pairs the endpoints that two workers create to each other by counting them, so one each
+//! way pairs right however many connections come and go between the two processes. When that
+//! endpoint fails (the other process died or cannot be reached), every end on it fails; the
+//! next connection makes a new one. An end on a shared endpoint that is crashed on purpose
+//! (for tests) cannot hang it up: it tells its peer with an abort message instead.
+//!
+//! # Handshake
 //!
 //! By socket address ([`UcxConnection::connect`]):
 //!
-//! 1. the connecting side makes its worker and a client-server endpoint to the listener's
-//!    address, and sends a hello (`urom_wire::ucx`): its maximum message size and its slot
-//!    count;
-//! 2. the listener's worker receives the connection request; `accept` makes a new worker and
-//!    creates the server endpoint from the request on that worker, so the connection is
-//!    between the two per-connection workers from the start;
+//! 1. the connecting side makes its end and a client-server endpoint to the listener's
+//!    address, and sends a hello (`urom_wire::ucx`): its maximum message size, its slot count
+//!    and its `am_base`. It goes to the one id every process keeps for such hellos, with UCX's
+//!    reply flag, since the accepting end does not exist yet;
+//! 2. the listener receives the connection request; `accept` makes a new end and creates the
+//!    server endpoint from the request, and takes the hello that arrives over that endpoint;
 //! 3. the accepting side checks the hello (version, maximum message size, slot count) and
-//!    answers with a status, its own maximum message size and slot count. On a mismatch it
-//!    answers with the reason and both sides fail with the same error
-//!    ([`UcxConnectError::MaxMsgSizeMismatch`]).
+//!    answers to the connecting end's handshake id with a status, its own maximum message
+//!    size, slot count and `am_base`. On a mismatch it answers with the reason and both sides
+//!    fail with the same error ([`UcxConnectError::MaxMsgSizeMismatch`]).
 //!
-//! By worker address ([`UcxConnection::connect_worker`]):
+//! By worker address ([`UcxConnection::connect_worker`]; a listener's worker address is the
+//! shared worker's, with the listener's own hello id after it):
 //!
-//! 1. the connecting side makes its worker and an endpoint to the listener's worker address,
-//!    and sends a hello that also carries its own worker's address;
-//! 2. `accept` makes a new worker, an endpoint from it to the address in the hello, and
-//!    answers on it with its settings and the new worker's address;
-//! 3. the connecting side creates its endpoint to that address (UCX pairs it with the
-//!    accepting side's endpoint) and closes the one to the listener.
+//! 1. the connecting side makes its end on the endpoint to the listener's worker and sends a
+//!    hello, which also carries its own worker's address, to the listener's id;
+//! 2. `accept` makes a new end on the endpoint to the address in the hello and answers on it
+//!    with its settings and its worker's address;
+//! 3. the connecting side moves its end to the endpoint to that address (the same one, when
+//!    the listener's worker answers).
+//!
+//! Through a door ([`UcxConnection::connect_through`]) the hello and the answer travel on the
+//! authenticated stream instead, and each side puts its end on the endpoint to the other's
+//! worker address.
 //!
 //! Each side waits for the other's message at most `handshake_timeout`. A listener that is not
 //! there fails the connecting endpoint at once ([`UcxConnectError::Unreachable`]).
@@ -73,17 +98,20 @@
 //! UCX moves frames from inside calls into the worker: a large frame leaves as the receiver
 //! pulls it (the sender's worker answers), and over TCP what the socket could not take at once
 //! leaves on later progress. So the sending end must keep calling into the connection (a
-//! `send`, `recv`, `wait_*` or `check_peer` on either half, or sleeping on the receiving half's
-//! wake descriptors, which wake for this too) until its frames are received, as every user of a
-//! connection does; an end that is dropped lingers until the peer has them (see below).
+//! `send`, `recv`, `wait_*` or `check_peer` on either half, or keeping a half asleep, armed, for
+//! which the wake thread progresses the worker) until its frames are received, as every user of
+//! a connection does; an end that is dropped lingers until the peer has them (see below).
 //!
 //! # Closing and failures
 //!
 //! Closing a half sends a control message: the sending half's carries how many frames it sent,
 //! so the peer reports [`PeerGoneError::Closed`](crate::PeerGoneError::Closed) only
 //! after receiving every one of them; the receiving half's tells the peer's sender to stop.
-//! Dropping the last half flushes the endpoint (at most `handshake_timeout`), closes it and
-//! destroys the worker. Endpoints use UCX's peer error handling: a peer that dies, hangs up
+//! Dropping the last half lingers until the peer confirmed (see below), then flushes the
+//! endpoint (at most `handshake_timeout`), closes it if it is the end's own, waits until UCX is
+//! done with the end's buffers and gives its ids back; an end whose buffers UCX still holds
+//! then (a peer that never let a send complete) is never freed rather than freed under UCX.
+//! Endpoints use UCX's peer error handling: a peer that dies, hangs up
 //! or becomes unreachable fails the endpoint, reported as
 //! [`PeerGoneError::Died`](crate::PeerGoneError::Died) (for a receiver, once the
 //! frames that arrived are received). How fast a silent network failure is noticed follows
@@ -92,42 +120,54 @@
 //! # Waiting and threads
 //!
 //! Busy polling spins on `ucp_worker_progress`. Adaptive waiting spins for the configured time,
-//! then arms the worker (`ucp_worker_arm`) and sleeps in `poll` on the worker's event
-//! descriptor; an idle connection uses no CPU. Both halves of one end share the worker: every
-//! call into it is made under the end's lock (one atomic operation when uncontended). Since
-//! either half's progress may run the other's callbacks, each half also sleeps on an eventfd of
-//! its own, which the other half writes (only when the sleeping half asked for it) when it
-//! received something for it.
+//! then arms the shared worker (`ucp_worker_arm`; "busy" means progress again first), marks the
+//! half asleep and sleeps in `poll` on an eventfd of the half's own: never on the worker's event
+//! descriptor, which every connection's traffic in the process makes readable. Any thread's
+//! progress may run any end's callbacks, and a callback that receives something for a sleeping
+//! half writes that half's eventfd; so an idle half uses no CPU however busy the process's
+//! other connections are.
+//!
+//! While any half or listener sleeps, the process's wake thread (`watch`) sleeps on the shared
+//! worker's descriptor, armed, and progresses the worker under the lock when it fires, so that
+//! the callbacks of sleeping halves run with nobody else progressing. It is kicked (an eventfd
+//! write) when a half goes to sleep while it does not watch, and sleeps on the kick alone when
+//! no half sleeps. Threads that busy-poll do not pay for it: when it finds that another thread
+//! progressed the worker since it was last armed, and still does, it leaves the worker and the
+//! lock to them and looks again a millisecond later, taking over once they stopped; counting
+//! progress calls costs a plain increment under the lock already held. Lock order: the shared
+//! worker's lock, then nothing (the thread holds no other lock).
 //!
 //! A receiving half can also be armed for a caller that sleeps on many descriptors (the host's
 //! progress engine): [`FrameReceiver::arm`](crate::FrameReceiver::arm) returns
-//! credits, arms the worker and marks the half asleep; its wake descriptors are the worker's
-//! event descriptor and the half's eventfd. `ucp_worker_arm` answers "busy" when events are
-//! waiting, so an armed half never misses a wake-up and is never `fresh`.
+//! credits, arms the shared worker and marks the half asleep; its one wake descriptor is the
+//! half's eventfd. `ucp_worker_arm` answers "busy" when events are waiting, so an armed half
+//! never misses a wake-up and is never `fresh`. A listener counts as asleep as long as it
+//! lives (its descriptor is its own eventfd, written when a request or hello arrives).
 //!
 //! # UCX 1.13's queued events
 //!
 //! UCX before 1.18 keeps an event that its progress thread could not hand to a worker at once
-//! (the worker was inside a UCX call) in a queue of that worker, by descriptor number, and
-//! delivers it on the worker's next progress call, even if meanwhile the descriptor was closed
-//! and its number reused by another worker's socket, or moved to another worker. With UCX's
-//! assertions on (Debian's build) that aborts the process (`Assertion 'handler->async ==
-//! async' failed`); upstream dropped queued events with their handler in 1.18. The transport
-//! stays out of the windows it controls: the listener handles its worker's queued events just
-//! before a connection request's socket moves to the new connection's worker, and an end's
-//! worker is destroyed without being progressed again once its endpoint is closed. An end whose
-//! progress handles the peer's hang-up (a peer that died or closed first) while other threads
-//! open connections can still meet it; that has been seen only under stress (threads opening
-//! and closing hundreds of connections a second). Where that matters, use UCX 1.18 or later.
+//! (the worker was inside a UCX call) in a queue of that worker's async context, by descriptor
+//! number, and delivers it on the worker's next progress call to whichever handler then holds
+//! that number. With UCX's assertions on (Debian's build) it aborts the process when that
+//! handler belongs to another worker (`Assertion 'handler->async == async' failed`): a
+//! descriptor closed by one worker and reused by another's socket, as happened when every
+//! connection had a worker of its own and a process opened and closed many. Upstream dropped
+//! queued events with their handler in 1.18. With every connection and listener on the one
+//! shared worker, a reused number meets a handler of the same context, which UCX allows (the
+//! handler finds nothing to do). UCX 1.13 also caps a worker's async handlers at 1,024
+//! (`UCX_ASYNC_MAX_EVENTS`): connections by worker address share one endpoint (a socket or
+//! two) per peer process; each connection by socket address holds two or three sockets a side.
 //!
 //! # Exit
 //!
 //! UCX tears its global state down after the process's exit handlers; a worker still alive then
 //! (while UCX's progress thread calls into it) can crash the exit. Ends lingering on their own
 //! threads therefore close at once when the process exits: an exit handler registered with the
-//! first lingering end wakes them and waits (at most two seconds) until their workers are gone.
-//! Connections and listeners the application still holds at exit are the application's to
-//! drop first.
+//! first lingering end wakes them and waits (at most two seconds) until they are retired; then
+//! the shared worker's exit handler takes its lock for good (a thread still using a connection,
+//! and the wake thread, wait until the process is gone) and destroys it. Connections and listeners the application
+//! still holds at exit are the application's to drop first.
 
 //! # Peer workers and host memory
 //!
@@ -148,6 +188,7 @@ mod handshake;
 mod peer;
 mod state;
 mod ucp;
+mod watch;
 
 pub use conn::{UcxConnection, UcxReceiver, UcxSender};
 pub use handshake::{Door, MAX_SLOT_BYTES, UcxConnectError, UcxListener};

@@ -1,11 +1,12 @@
 //! What UCX calls back into, for one end of a connection: the receive slots, the send credits,
 //! the peer's closes and failure, and the handshake's messages.
 //!
-//! A [`State`] lives at a fixed heap address (see [`StateBox`]) registered with the worker as
-//! the handlers' argument. UCX runs the handlers only inside calls into the worker
-//! (`ucp_worker_progress` and the like), and a thread calls into the worker only while it holds
-//! the connection's lock; so a handler and the code that holds the lock never touch the state at
-//! the same time, and no Rust reference to the state is held across a call into the worker.
+//! A [`State`] lives at a fixed heap address (see [`StateBox`]) registered with the shared
+//! worker as the argument of the handlers of the end's own active-message ids. UCX runs the
+//! handlers only inside calls into the worker (`ucp_worker_progress` and the like), and a thread
+//! calls into the worker, or touches any end's state, only while it holds the shared worker's
+//! lock; so a handler and the code that holds the lock never touch the state at the same time,
+//! and no Rust reference to the state is held across a call into the worker.
 
 use std::ffi::c_void;
 use std::os::fd::RawFd;
@@ -19,12 +20,13 @@ use super::UcxConnectError;
 use super::ucp::{self, Worker};
 use crate::PeerGoneError;
 
-/// Active-message ids, per worker.
-pub(super) const AM_DATA: u32 = 1;
-pub(super) const AM_CONTROL: u32 = 2;
-pub(super) const AM_HANDSHAKE: u32 = 3;
+/// Active-message ids, as offsets from an end's first id (`am_base`, exchanged in the
+/// handshake).
+pub(super) const AM_DATA: u32 = 0;
+pub(super) const AM_CONTROL: u32 = 1;
+pub(super) const AM_HANDSHAKE: u32 = 2;
 /// Several frames in one message (a corked sender's burst).
-pub(super) const AM_BATCH: u32 = 4;
+pub(super) const AM_BATCH: u32 = 3;
 
 /// Largest batch message: a corked sender's frames go out together in messages of at most
 /// this many bytes, which UCX sends eagerly in one fragment over its usual transports (their
@@ -154,6 +156,8 @@ pub(super) struct Controls {
     pub(super) sender_closed: [u8; 16],
     pub(super) receiver_closed: [u8; 16],
     close_seen: [u8; 16],
+    /// This end died on purpose (see `UcxControlKind::Abort`).
+    pub(super) abort: [u8; 16],
     /// This end told the peer that its closes arrived.
     close_seen_sent: bool,
 }
@@ -163,6 +167,8 @@ pub(super) struct State {
     pub(super) worker: sys::ucp_worker_h,
     /// The data endpoint, once the handshake made it.
     pub(super) ep: sys::ucp_ep_h,
+    /// The peer end's first active-message id.
+    pub(super) peer_am: u32,
     /// The peer received both of this end's closes and every frame before them.
     pub(super) peer_saw_close: bool,
     pub(super) max: usize,
@@ -171,19 +177,16 @@ pub(super) struct State {
     pub(super) controls: Controls,
     /// The data endpoint failed: the peer died or cannot be reached (UCX's status).
     pub(super) failed: Option<sys::ucs_status_t>,
-    /// The endpoint used only for the handshake failed.
-    pub(super) handshake_failed: Option<sys::ucs_status_t>,
     /// The peer broke the protocol.
     pub(super) protocol: Option<&'static str>,
     /// The last handshake message that arrived.
     pub(super) handshake_in: Option<Vec<u8>>,
-    /// The handshake messages this end sent (kept until the worker is gone).
+    /// The handshake messages this end sent (kept as long as the state: UCX reads them).
     pub(super) handshake_out: Vec<Vec<u8>>,
-    /// Which halves sleep and must be woken through their descriptor.
-    pub(super) sleeping: [bool; 2],
+    /// Which halves sleep and must be woken through their descriptor; changed only through
+    /// [`State::sleep`] and [`State::awake`], which count them for the wake thread.
+    sleeping: [bool; 2],
     pub(super) wakers: [RawFd; 2],
-    /// Set while a thread holds the connection's lock; the handlers check it in debug builds.
-    pub(super) locked: bool,
 }
 
 /// A [`State`] at a fixed heap address, freed on drop.
@@ -196,10 +199,11 @@ pub(super) struct StateBox {
 
 impl StateBox {
     /// The state of a connection carrying frames of at most `max` bytes, with `slots` receive
-    /// slots, registered with `worker`'s active-message handlers. `wakers` are the descriptors
-    /// that wake each half.
+    /// slots, registered with `worker`'s active-message handlers for the ids from `am_base`.
+    /// `wakers` are the descriptors that wake each half. The caller holds the worker's lock.
     pub(super) fn new(
         worker: &Worker,
+        am_base: u32,
         max: usize,
         slots: usize,
         wakers: [RawFd; 2],
@@ -207,6 +211,7 @@ impl StateBox {
         let state = Box::new(State {
             worker: worker.raw(),
             ep: std::ptr::null_mut(),
+            peer_am: 0,
             peer_saw_close: false,
             max,
             rx: Rx {
@@ -247,16 +252,15 @@ impl StateBox {
                 sender_closed: [0; 16],
                 receiver_closed: [0; 16],
                 close_seen: [0; 16],
+                abort: [0; 16],
                 close_seen_sent: false,
             },
             failed: None,
-            handshake_failed: None,
             protocol: None,
             handshake_in: None,
             handshake_out: Vec::new(),
             sleeping: [false; 2],
             wakers,
-            locked: false,
         });
         let ptr = Box::into_raw(state);
         let this = Self { ptr };
@@ -275,8 +279,9 @@ impl StateBox {
             (AM_HANDSHAKE, on_handshake),
             (AM_BATCH, on_batch),
         ] {
-            // SAFETY: the state outlives the worker: its owner destroys the worker first.
-            unsafe { worker.set_handler(id, handler, arg)? };
+            // SAFETY: the state lives until its owner registered other handlers for these ids
+            // (`Shared::give_ids`).
+            unsafe { worker.set_handler(am_base + id, handler, arg)? };
         }
         Ok(this)
     }
@@ -287,9 +292,9 @@ impl StateBox {
     }
 
     /// The state. Borrowing the box mutably is what makes this sound: the owner (a connection
-    /// end, under its lock) holds the box beside its worker, so the compiler keeps the
-    /// reference from living across a call into the worker, where UCX's callbacks reach the
-    /// state through the raw pointer.
+    /// end, under the shared worker's lock) holds the box beside its worker handle, so the
+    /// compiler keeps the reference from living across a call into the worker, where UCX's
+    /// callbacks reach the state through the raw pointer.
     pub(super) fn get(&mut self) -> &mut State {
         // SAFETY: see the type's invariants; `&mut self` excludes every other reference made
         // through the box, and callbacks run only inside calls into the worker, which need the
@@ -300,7 +305,9 @@ impl StateBox {
 
 impl Drop for StateBox {
     fn drop(&mut self) {
-        // SAFETY: from Box::into_raw, freed once; the worker that called back into it is gone.
+        // SAFETY: from Box::into_raw, freed once; its owner made sure nothing of UCX's still
+        // calls back into it (its ids have other handlers, its requests completed), or forgot
+        // the box instead.
         drop(unsafe { Box::from_raw(self.ptr) });
     }
 }
@@ -319,11 +326,31 @@ impl State {
         self.tx.batch = RawBuf::new(BATCH_BYTES);
     }
 
+    /// Marks `half` asleep on its own descriptor, the shared worker armed: from now on a
+    /// callback that receives for it wakes it, and the wake thread watches the worker (see
+    /// `watch`). The caller holds the worker's lock.
+    pub(super) fn sleep(&mut self, half: usize) {
+        if !self.sleeping[half] {
+            self.sleeping[half] = true;
+            super::watch::sleeper_in();
+        }
+    }
+
+    /// Marks `half` awake (it progresses the worker itself, or is gone). The caller holds the
+    /// worker's lock.
+    #[inline]
+    pub(super) fn awake(&mut self, half: usize) {
+        if self.sleeping[half] {
+            self.sleeping[half] = false;
+            super::watch::sleeper_out();
+        }
+    }
+
     /// Wakes `half` if it sleeps.
     #[inline]
     pub(super) fn wake(&mut self, half: usize) {
         if self.sleeping[half] {
-            self.sleeping[half] = false;
+            self.awake(half);
             crate::sys::wake(
                 // SAFETY: the descriptor is owned by the connection, which outlives the state's
                 // use by UCX.
@@ -344,6 +371,7 @@ impl State {
         let all_arrived = rx.closed || rx.peer_total.is_some_and(|total| rx.arrived >= total);
         if self.controls.close_seen_sent
             || self.ep.is_null()
+            || self.failed.is_some()
             || !self.tx.peer_closed
             || !all_arrived
         {
@@ -357,12 +385,12 @@ impl State {
         .to_bytes();
         let param = ucp::request_param(0, None, std::ptr::null_mut());
         // SAFETY: `ep` is the live data endpoint; the header cell belongs to the state, which
-        // outlives the worker, and is written only once (above). Sending from inside a
-        // callback is allowed (only progressing the worker is not).
+        // lives until its sends completed, and is written only once (above). Sending from
+        // inside a callback is allowed (only progressing the worker is not).
         let sent = unsafe {
             sys::ucp_am_send_nbx(
                 self.ep,
-                AM_CONTROL,
+                self.peer_am + AM_CONTROL,
                 self.controls.close_seen.as_ptr().cast(),
                 UCX_CONTROL_LEN,
                 std::ptr::null(),
@@ -452,8 +480,8 @@ unsafe fn with_state<R>(arg: *mut c_void, fallback: R, f: impl FnOnce(&mut State
     // SAFETY: the caller's obligation.
     let state = unsafe { &mut *arg.cast::<State>() };
     debug_assert!(
-        state.locked,
-        "UCX called back without the connection's lock held"
+        ucp::held(),
+        "UCX called back without the shared worker's lock held"
     );
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(state))).unwrap_or(fallback)
 }
@@ -523,7 +551,7 @@ fn receive(
         };
         // SAFETY: `data` is the rendezvous descriptor UCX just passed; `dst` has `length <=
         // max` bytes of the free slot, which nothing else touches until the slot is Ready;
-        // `ctx` lives as long as the state, which outlives the worker's callbacks.
+        // `ctx` lives as long as the state, which outlives the receive (see `Ucp::drop`).
         let started =
             unsafe { sys::ucp_am_recv_data_nbx(state.worker, data, dst.cast(), length, &param) };
         match sys::status_ptr(started) {
@@ -817,7 +845,14 @@ fn control(state: &mut State, header: &[u8]) {
             state.maybe_confirm_close();
             state.wake(TX);
         }
-        UcxControlKind::CloseSeen => state.peer_saw_close = true,
+        UcxControlKind::CloseSeen => {
+            state.peer_saw_close = true;
+            state.wake(TX);
+        }
+        UcxControlKind::Abort => {
+            state.failed.get_or_insert(sys::UCS_ERR_CONNECTION_RESET);
+            state.wake_both();
+        }
         UcxControlKind::Unknown(_) => state.broken("a control message of an unknown kind"),
     }
 }
@@ -851,6 +886,7 @@ unsafe extern "C" fn on_handshake(
     unsafe {
         with_state(arg, sys::UCS_OK, |state| {
             state.handshake_in = Some(bytes.to_vec());
+            state.wake(RX);
             sys::UCS_OK
         })
     }
@@ -875,20 +911,126 @@ pub(super) unsafe extern "C" fn on_ep_error(
     }
 }
 
-/// The endpoint used only to reach a listener's worker failed.
+/// Hellos of connections by socket address, by the endpoint they came over, until the
+/// accepting end that made that endpoint takes its own.
+pub(super) static SOCKET_HELLOS: std::sync::Mutex<Vec<(usize, Vec<u8>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// A hello sent to [`ucp::AM_SOCKET_HELLO`]: kept with the endpoint it came over.
 ///
 /// # Safety
 ///
-/// Called by UCX only; `arg` is the registered state.
-pub(super) unsafe extern "C" fn on_handshake_ep_error(
+/// Called by UCX only, with the arguments it documents.
+pub(super) unsafe extern "C" fn on_socket_hello(
+    _arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: UCX passes valid receive parameters.
+    let param = unsafe { &*param };
+    if param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV != 0 {
+        return sys::UCS_ERR_REJECTED;
+    }
+    if param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP == 0
+        || param.reply_ep.is_null()
+        || length > MAX_HANDSHAKE_LEN
+    {
+        return sys::UCS_OK;
+    }
+    // SAFETY: UCX passes `length` readable bytes at `data` (a message without the DATA or
+    // RNDV flag), valid during this call, which the slice does not outlive.
+    let bytes = unsafe { callback_bytes(data, length) };
+    let ep = param.reply_ep as usize;
+    let _ = std::panic::catch_unwind(|| {
+        let mut hellos = SOCKET_HELLOS.lock().unwrap_or_else(|e| e.into_inner());
+        hellos.retain(|(at, _)| *at != ep);
+        hellos.push((ep, bytes.to_vec()));
+    });
+    sys::UCS_OK
+}
+
+/// The hello that came over `ep`, if one did.
+pub(super) fn take_socket_hello(ep: sys::ucp_ep_h) -> Option<Vec<u8>> {
+    let mut hellos = SOCKET_HELLOS.lock().unwrap_or_else(|e| e.into_inner());
+    let at = hellos.iter().position(|(at, _)| *at == ep as usize)?;
+    Some(hellos.swap_remove(at).1)
+}
+
+/// Forgets a hello that came over `ep` and was never taken.
+pub(super) fn forget_socket_hello(ep: sys::ucp_ep_h) {
+    let mut hellos = SOCKET_HELLOS.lock().unwrap_or_else(|e| e.into_inner());
+    hellos.retain(|(at, _)| *at != ep as usize);
+}
+
+/// The handler of ids no end holds (given back by one that is gone): drops what arrives.
+///
+/// # Safety
+///
+/// Called by UCX only, with the arguments it documents.
+pub(super) unsafe extern "C" fn on_dead(
+    _arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: usize,
+    _data: *mut c_void,
+    _length: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: UCX passes valid receive parameters.
+    let attr = unsafe { (*param).recv_attr };
+    if attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV != 0 {
+        sys::UCS_ERR_REJECTED
+    } else {
+        sys::UCS_OK
+    }
+}
+
+/// An endpoint from the shared worker to another process's worker, by worker address, shared
+/// by every connection between the two (connections made through a door or to a listener's
+/// worker address). One endpoint per pair of workers, kept while both live: UCX pairs the
+/// endpoints two workers create to each other by counting them, so one each way, never
+/// closed, always pairs right. A connection's frames reach its end by the end's own
+/// active-message ids. When the endpoint fails (the other process died or cannot be reached),
+/// every end on it fails; the next connection makes a new one.
+///
+/// INVARIANTS: lives at a fixed heap address for the rest of the process (the error
+/// callback's argument); touched only under the shared worker's lock; `ends` are the live
+/// states of the ends that use `ep`.
+pub(super) struct PeerEp {
+    pub(super) ep: sys::ucp_ep_h,
+    pub(super) ends: Vec<*mut State>,
+    pub(super) failed: Option<sys::ucs_status_t>,
+}
+
+/// An endpoint to another process's worker failed: so did every end on it.
+///
+/// # Safety
+///
+/// Called by UCX only; `arg` is the endpoint's [`PeerEp`].
+pub(super) unsafe extern "C" fn on_peer_ep_error(
     arg: *mut c_void,
     _ep: sys::ucp_ep_h,
     status: sys::ucs_status_t,
 ) {
-    // SAFETY: the registered state, called back while its lock is held.
-    unsafe {
-        with_state(arg, (), |state| {
-            state.handshake_failed.get_or_insert(status);
-        });
+    debug_assert!(
+        ucp::held(),
+        "UCX called back without the shared worker's lock"
+    );
+    let peer = arg.cast::<PeerEp>();
+    // SAFETY: the registered `PeerEp`, live for the rest of the process, touched only under
+    // the lock that this callback runs under; no other reference to it is live now.
+    let peer = unsafe { &mut *peer };
+    peer.failed.get_or_insert(status);
+    for &end in &peer.ends {
+        // SAFETY: a live state of an end on this endpoint (the `PeerEp`'s invariants), called
+        // back under the lock.
+        unsafe {
+            with_state(end.cast(), (), |state| {
+                state.failed.get_or_insert(status);
+                state.wake_both();
+            });
+        }
     }
 }

@@ -277,15 +277,12 @@ pub(super) enum Armed {
 pub(super) struct Worker {
     raw: sys::ucp_worker_h,
     efd: RawFd,
+    /// Destroyed on drop. The shared worker's handles are not (see [`Shared`]); their
+    /// progress and arming are counted for the wake thread (see `watch`).
+    owned: bool,
 }
 
 impl Worker {
-    /// A worker of the process-wide context, named `name` in UCX's logs.
-    pub(super) fn new(name: &CStr) -> Result<Self, UcxConnectError> {
-        let context = context()?;
-        Self::in_context(context, name).map_err(|(op, status)| UcxConnectError::Ucx { op, status })
-    }
-
     /// A worker of `context` (a live process-wide context), named `name`; the failed call and
     /// its status on failure.
     pub(super) fn in_context(
@@ -307,7 +304,11 @@ impl Worker {
         let mut efd: RawFd = -1;
         // SAFETY: `raw` is the live worker just created; `efd` is a valid place for the result.
         let status = unsafe { sys::ucp_worker_get_efd(raw, &mut efd) };
-        let worker = Self { raw, efd };
+        let worker = Self {
+            raw,
+            efd,
+            owned: true,
+        };
         check(status).map_err(|status| ("ucp_worker_get_efd", status))?;
         Ok(worker)
     }
@@ -325,6 +326,10 @@ impl Worker {
     /// One round of progress: runs the callbacks of whatever arrived; how many events.
     #[inline]
     pub(super) fn progress(&self) -> u32 {
+        if !self.owned {
+            // The shared worker: the wake thread leaves it to threads that progress it.
+            super::watch::progressed();
+        }
         // SAFETY: `raw` is live; the caller is the only thread in this worker (see the type's
         // invariants).
         unsafe { sys::ucp_worker_progress(self.raw) }
@@ -345,7 +350,12 @@ impl Worker {
     pub(super) fn arm(&self) -> Armed {
         // SAFETY: `raw` is live; the caller is the only thread in this worker.
         match unsafe { sys::ucp_worker_arm(self.raw) } {
-            sys::UCS_OK => Armed::Yes,
+            sys::UCS_OK => {
+                if !self.owned {
+                    super::watch::armed();
+                }
+                Armed::Yes
+            }
             // Anything else (UCS_ERR_BUSY: events are waiting) means "progress first".
             _ => Armed::Busy,
         }
@@ -379,7 +389,8 @@ impl Worker {
     ///
     /// # Safety
     ///
-    /// `arg` must stay valid, for what `cb` does with it, until the worker is destroyed.
+    /// `arg` must stay valid, for what `cb` does with it, until the worker is destroyed or
+    /// another handler is registered for `id`.
     pub(super) unsafe fn set_handler(
         &self,
         id: u32,
@@ -434,6 +445,40 @@ impl Worker {
         check(status)
     }
 
+    /// Starts sending one active message; the request (or status) for [`wait_unlocked`] or
+    /// [`detach_request`].
+    ///
+    /// # Safety
+    ///
+    /// `ep` must be a live endpoint of this worker, and the caller the only thread in it;
+    /// `header` and `data` must stay valid and unchanged until the send completed.
+    pub(super) unsafe fn send_request(
+        &self,
+        ep: sys::ucp_ep_h,
+        id: u32,
+        header: &[u8],
+        data: &[u8],
+        flags: u32,
+    ) -> sys::ucs_status_ptr_t {
+        let mut param = request_param(0, None, std::ptr::null_mut());
+        if flags != 0 {
+            param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+            param.flags = flags;
+        }
+        // SAFETY: the caller guarantees `ep` and the buffers' lifetime; `param` is initialised.
+        unsafe {
+            sys::ucp_am_send_nbx(
+                ep,
+                id,
+                header.as_ptr().cast(),
+                header.len(),
+                data.as_ptr().cast(),
+                data.len(),
+                &param,
+            )
+        }
+    }
+
     /// Sends one active message whose buffers stay valid until the worker is destroyed. With
     /// `wait`, waits until `wait`'s deadline for the send to complete; otherwise releases the
     /// request at once (UCX frees it when done).
@@ -448,9 +493,14 @@ impl Worker {
         id: u32,
         header: &[u8],
         data: &[u8],
+        flags: u32,
         wait: Option<Option<Instant>>,
     ) -> Result<(), sys::ucs_status_t> {
-        let param = request_param(0, None, std::ptr::null_mut());
+        let mut param = request_param(0, None, std::ptr::null_mut());
+        if flags != 0 {
+            param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+            param.flags = flags;
+        }
         // SAFETY: the caller guarantees `ep` and the buffers' lifetime; `param` is initialised.
         let sent = unsafe {
             sys::ucp_am_send_nbx(
@@ -480,9 +530,11 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // SAFETY: `raw` is live and destroyed once; its endpoints were closed by their owners
-        // (any left are released by UCX with the worker).
-        unsafe { sys::ucp_worker_destroy(self.raw) };
+        if self.owned {
+            // SAFETY: `raw` is live and destroyed once; its endpoints were closed by their
+            // owners (any left are released by UCX with the worker).
+            unsafe { sys::ucp_worker_destroy(self.raw) };
+        }
     }
 }
 
@@ -649,18 +701,285 @@ pub(super) unsafe fn close_ep_now(ep: sys::ucp_ep_h) {
     }
 }
 
-/// Flushes `ep`: waits until everything sent on it left this side, until `until`.
+/// The first active-message id handed to connection ends and listeners; ids below it are the
+/// process's own ([`AM_SOCKET_HELLO`]).
+const AM_FIRST: u32 = 16;
+/// Active-message ids per connection end (data, control, handshake, batch; see `state`).
+pub(super) const AM_BLOCK: u32 = 4;
+/// Ids are handed out fresh up to here, then reused, longest free first.
+const AM_FRESH_END: u32 = 8192;
+/// The id every process receives the hellos of connections by socket address on: the
+/// connecting side cannot know the accepting end's ids yet; UCX tells which endpoint a hello
+/// came over (`reply_ep`), and the accepting end looks for its own.
+pub(super) const AM_SOCKET_HELLO: u32 = 1;
+
+/// The process-wide UCP worker that every connection end and listener shares, with what goes
+/// with it: the active-message ids handed out, and the endpoints to other processes' workers.
+///
+/// One worker, so that every socket UCX opens for a connection belongs to one UCX async
+/// context: UCX before 1.18 hands an event it queued for a descriptor (by number) to whichever
+/// handler holds that number when the worker is next progressed, and aborts when that handler
+/// belongs to another worker (see the module documentation). Within one worker a reused
+/// number meets a handler of the same context, which UCX allows.
+///
+/// INVARIANTS: `worker` is the live shared worker (serialized mode): every call into it, and
+/// every use of a connection end's UCX objects or state, is made holding [`SHARED`]'s lock,
+/// whose guard is a [`Guard`]. At exit the lock is taken for good and the worker destroyed.
+pub(super) struct Shared {
+    worker: Worker,
+    /// Fresh ids start here.
+    next: u32,
+    /// Ids given back, in the order they were.
+    free: std::collections::VecDeque<u32>,
+    /// Endpoints to other processes' workers, by their address, shared by every connection
+    /// between the two workers (see [`PeerEp`](super::state::PeerEp)).
+    pub(super) peers: std::collections::HashMap<Vec<u8>, *mut super::state::PeerEp>,
+    /// Endpoints that failed, kept (closed) so that their error callback's argument stays
+    /// valid.
+    retired: Vec<*mut super::state::PeerEp>,
+}
+
+/// The shared worker, its lock, and what may be read without the lock.
+struct SharedCell {
+    lock: Mutex<Shared>,
+    address: Vec<u8>,
+}
+
+// SAFETY: everything UCX-side in `Shared` is used only under the mutex; the worker runs in
+// serialized mode (any thread, one at a time); `address` is a plain value.
+unsafe impl Send for SharedCell {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SharedCell {}
+
+static SHARED: OnceLock<Result<SharedCell, UcxConnectError>> = OnceLock::new();
+
+/// Whether a thread holds the shared worker's lock (the handlers check it in debug builds).
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a thread holds the shared worker's lock now.
+pub(super) fn held() -> bool {
+    HELD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn shared_cell() -> Result<&'static SharedCell, UcxConnectError> {
+    SHARED
+        .get_or_init(|| {
+            let context = context()?;
+            let worker = Worker::in_context(context, c"urom")
+                .map_err(|(op, status)| UcxConnectError::Ucx { op, status })?;
+            let address = worker.address()?;
+            // SAFETY: the handler ignores its argument; the worker lives as long as the process.
+            unsafe {
+                worker.set_handler(
+                    AM_SOCKET_HELLO,
+                    super::state::on_socket_hello,
+                    std::ptr::null_mut(),
+                )?
+            };
+            // SAFETY: `destroy_shared` is an `extern "C" fn()` that does not unwind (it catches
+            // panics); registering it has no other precondition.
+            let _ = unsafe { libc::atexit(destroy_shared) };
+            super::watch::start(worker.efd)?;
+            Ok(SharedCell {
+                lock: Mutex::new(Shared {
+                    worker,
+                    next: AM_FIRST,
+                    free: std::collections::VecDeque::new(),
+                    peers: std::collections::HashMap::new(),
+                    retired: Vec::new(),
+                }),
+                address,
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The shared worker's lock, creating the worker on first use.
+pub(super) fn try_lock() -> Result<Guard, UcxConnectError> {
+    Ok(Guard::new(&shared_cell()?.lock))
+}
+
+/// The shared worker's lock, once the worker exists (every connection end and listener made
+/// it, or failed).
+pub(super) fn lock() -> Guard {
+    match SHARED.get() {
+        Some(Ok(cell)) => Guard::new(&cell.lock),
+        _ => unreachable!("the shared UCX worker is made before anything that locks it"),
+    }
+}
+
+/// The shared worker's lock, or `None` while the worker is not made yet (or failed).
+pub(super) fn lock_if_made() -> Option<Guard> {
+    match SHARED.get() {
+        Some(Ok(cell)) => Some(Guard::new(&cell.lock)),
+        _ => None,
+    }
+}
+
+/// The shared worker's UCX address.
+pub(super) fn shared_address() -> Result<&'static [u8], UcxConnectError> {
+    Ok(&shared_cell()?.address)
+}
+
+/// Holding the shared worker's lock.
+pub(super) struct Guard(std::sync::MutexGuard<'static, Shared>);
+
+impl Guard {
+    #[inline]
+    fn new(lock: &'static Mutex<Shared>) -> Self {
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        HELD.store(true, std::sync::atomic::Ordering::Relaxed);
+        Self(guard)
+    }
+}
+
+impl Drop for Guard {
+    #[inline]
+    fn drop(&mut self) {
+        HELD.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Deref for Guard {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guard {
+    fn deref_mut(&mut self) -> &mut Shared {
+        &mut self.0
+    }
+}
+
+/// At exit: takes the shared worker's lock for good (a thread still using a connection then
+/// waits until the process is gone) and destroys the worker, before UCX tears its global state
+/// down (see the module documentation).
+extern "C" fn destroy_shared() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(Ok(cell)) = SHARED.get() {
+            let guard = Guard::new(&cell.lock);
+            // SAFETY: the worker is live; no thread can call into it again (the lock is never
+            // released), so it is destroyed once, with what it still holds.
+            unsafe { sys::ucp_worker_destroy(guard.worker.raw) };
+            std::mem::forget(guard);
+        }
+    });
+}
+
+impl Shared {
+    /// A handle on the shared worker, for an owner that uses it only under the lock.
+    pub(super) fn worker(&self) -> Worker {
+        Worker {
+            raw: self.worker.raw,
+            efd: self.worker.efd,
+            owned: false,
+        }
+    }
+
+    /// A block of [`AM_BLOCK`] active-message ids for a connection end or a listener.
+    pub(super) fn take_ids(&mut self) -> Result<u32, UcxConnectError> {
+        if self.next + AM_BLOCK <= AM_FRESH_END {
+            let base = self.next;
+            self.next += AM_BLOCK;
+            return Ok(base);
+        }
+        self.free.pop_front().ok_or(UcxConnectError::Ucx {
+            op: "ucp_worker_set_am_recv_handler (no active-message ids left)",
+            status: sys::UCS_ERR_NO_RESOURCE,
+        })
+    }
+
+    /// Gives back the ids from `base`: messages for them are dropped from now on.
+    pub(super) fn give_ids(&mut self, base: u32) {
+        for id in base..base + AM_BLOCK {
+            // SAFETY: the handler ignores its argument.
+            let _ = unsafe {
+                self.worker
+                    .set_handler(id, super::state::on_dead, std::ptr::null_mut())
+            };
+        }
+        self.free.push_back(base);
+    }
+
+    /// Keeps a failed endpoint to another process's worker (closed) for good.
+    pub(super) fn retire(&mut self, peer: *mut super::state::PeerEp) {
+        self.retired.push(peer);
+    }
+}
+
+/// Lets a request (as returned by a `_nbx` call) run on without waiting for it: UCX frees it
+/// when done. The caller holds the lock of the worker it belongs to.
+pub(super) fn detach_request(request: sys::ucs_status_ptr_t) -> Result<(), sys::ucs_status_t> {
+    match sys::status_ptr(request) {
+        sys::StatusPtr::Done => Ok(()),
+        sys::StatusPtr::Failed(status) => Err(status),
+        sys::StatusPtr::Request(request) => {
+            // SAFETY: a live request, freed once; UCX releases it when it completes.
+            unsafe { sys::ucp_request_free(request) };
+            Ok(())
+        }
+    }
+}
+
+/// Waits, taking the shared worker's lock only to progress it, for `request` (as returned by a
+/// `_nbx` call made under the lock) to complete, until `until`. Frees the request either way.
+pub(super) fn wait_unlocked(
+    request: sys::ucs_status_ptr_t,
+    until: Option<Instant>,
+) -> Result<(), sys::ucs_status_t> {
+    let request = match sys::status_ptr(request) {
+        sys::StatusPtr::Done => return Ok(()),
+        sys::StatusPtr::Failed(status) => return Err(status),
+        sys::StatusPtr::Request(request) => request,
+    };
+    loop {
+        let guard = lock();
+        guard.worker.progress_all();
+        // SAFETY: `request` is a live request of the shared worker, not yet freed.
+        let status = unsafe { sys::ucp_request_check_status(request) };
+        let timed_out = until.is_some_and(|u| Instant::now() >= u);
+        if status != sys::UCS_INPROGRESS || timed_out {
+            // SAFETY: freed once; a request still running is released by UCX when it
+            // completes.
+            unsafe { sys::ucp_request_free(request) };
+            drop(guard);
+            return if status == sys::UCS_INPROGRESS {
+                Err(sys::UCS_ERR_TIMED_OUT)
+            } else {
+                check(status)
+            };
+        }
+        drop(guard);
+        std::thread::yield_now();
+    }
+}
+
+/// Starts flushing `ep` (everything sent on it leaves this side); the request for
+/// [`wait_unlocked`].
 ///
 /// # Safety
 ///
-/// `ep` must be a live endpoint of `worker`.
-pub(super) unsafe fn flush_ep(
-    worker: &Worker,
-    ep: sys::ucp_ep_h,
-    until: Option<Instant>,
-) -> Result<(), sys::ucs_status_t> {
+/// `ep` must be a live endpoint of the shared worker, and the caller must hold its lock.
+pub(super) unsafe fn start_flush(ep: sys::ucp_ep_h) -> sys::ucs_status_ptr_t {
     let param = request_param(0, None, std::ptr::null_mut());
+    // SAFETY: the caller guarantees `ep` and the lock; `param` is initialised.
+    unsafe { sys::ucp_ep_flush_nbx(ep, &param) }
+}
+
+/// Starts closing `ep` at once without telling the peer; the request for [`wait_unlocked`]
+/// (it completes once every operation on the endpoint is done or cancelled).
+///
+/// # Safety
+///
+/// `ep` must be a live endpoint, not used again, and the caller must hold the lock of its
+/// worker.
+pub(super) unsafe fn start_close(ep: sys::ucp_ep_h) -> sys::ucs_status_ptr_t {
+    let mut param = request_param(0, None, std::ptr::null_mut());
+    param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = sys::UCP_EP_CLOSE_FLAG_FORCE;
     // SAFETY: the caller guarantees `ep`; `param` is initialised.
-    let flushing = unsafe { sys::ucp_ep_flush_nbx(ep, &param) };
-    worker.wait(flushing, until)
+    unsafe { sys::ucp_ep_close_nbx(ep, &param) }
 }
