@@ -50,7 +50,13 @@ fn compile_with(name: &str, flags: &[String]) -> PathBuf {
     let dir = profile_dir().join("c-objects");
     std::fs::create_dir_all(&dir).expect("creating the C object directory");
     let out = dir.join(format!("capi-{name}"));
-    let partial = dir.join(format!("capi-{name}.{}.partial", std::process::id()));
+    // Tests of one process may compile the same program at once.
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let partial = dir.join(format!(
+        "capi-{name}.{}-{build}.partial",
+        std::process::id()
+    ));
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
