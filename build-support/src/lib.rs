@@ -38,3 +38,38 @@ pub fn ucx_version_cfgs(minors: &[u32]) {
         }
     }
 }
+
+/// The SONAME of urom's shared library `lib<name>.so` at the workspace's major version:
+/// `lib<name>.so.<major>` (all of urom's C libraries share the workspace's version).
+pub fn soname_of(name: &str) -> String {
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_else(|_| "0".to_owned());
+    format!("lib{name}.so.{major}")
+}
+
+/// Names the calling package's shared library `lib<name>.so` by its SONAME,
+/// `lib<name>.so.<major>` ([`soname_of`]), and puts the link `lib<name>.so.<major>` ->
+/// `lib<name>.so` in the profile directory Cargo writes the library to, so that programs
+/// linked against it there (which record the SONAME) load it from there too. An installed
+/// prefix holds the same names (`scripts/install.sh`).
+pub fn soname(name: &str) {
+    let soname = soname_of(name);
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    // OUT_DIR is <profile>/build/<package>-<hash>/out.
+    let Some(profile) = std::env::var_os("OUT_DIR").and_then(|out| {
+        std::path::Path::new(&out)
+            .ancestors()
+            .nth(3)
+            .map(std::path::Path::to_owned)
+    }) else {
+        return;
+    };
+    let link = profile.join(&soname);
+    // Dangling until the library is linked, a moment later.
+    let _ = std::fs::remove_file(&link);
+    if let Err(e) = std::os::unix::fs::symlink(format!("lib{name}.so"), &link) {
+        println!(
+            "cargo:warning=cannot link {} to lib{name}.so: {e}",
+            link.display()
+        );
+    }
+}

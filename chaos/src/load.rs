@@ -245,7 +245,7 @@ pub fn loopback_once(
     let before = marks();
     let deadline = Instant::now() + PATIENCE;
     while let Err(e) = submit(graph, worker) {
-        if !matches!(e, CommandError::Full | CommandError::Exhausted) || Instant::now() > deadline {
+        if !matches!(e, CommandError::Exhausted) || Instant::now() > deadline {
             return Err(format!("cannot submit a loopback: {e}"));
         }
         engine.progress();

@@ -414,7 +414,7 @@ fn submit_tagged(
             payload.len()
         });
         match submitted {
-            Err(CommandError::Full | CommandError::Exhausted) if Instant::now() < deadline => {
+            Err(CommandError::Exhausted) if Instant::now() < deadline => {
                 engine.progress();
             }
             other => return other.map(|_| ()),

@@ -1,6 +1,6 @@
-//! Names the shared library `liburom_coll.so` (its SONAME).
+//! Names the shared library `liburom_coll.so.0` (its SONAME; `urom_build_support::soname`).
 
 fn main() {
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,liburom_coll.so");
     println!("cargo:rerun-if-changed=build.rs");
+    urom_build_support::soname("urom_coll");
 }

@@ -210,7 +210,15 @@ doca_error_t doca_urom_worker_set_cpuset(struct doca_urom_worker *worker_ctx, do
 DOCA_EXPERIMENTAL
 doca_error_t doca_urom_worker_set_gid(struct doca_urom_worker *worker_ctx, uint32_t gid);
 
-/* A power of two (default 64): the number of command tasks. */
+/* A power of two (default 64): the number of command tasks, and how many may be in flight.
+ *
+ * Submission rule: doca_task_submit() of a command task does not fail for want of room. A
+ * command the channel to the worker cannot take at once (the worker has not drained earlier
+ * ones yet) waits in the library, in room allocated with the tasks, and is sent in submission
+ * order as the worker frees room, while doca_pe_progress() runs; it is in flight meanwhile
+ * (DOCA_ERROR_AGAIN is never returned). The limit is max_tasks: a task beyond it is refused when
+ * allocated (doca_urom_worker_cmd_task_allocate*(): DOCA_ERROR_NO_MEMORY), as DOCA refuses a
+ * task beyond its pool. */
 DOCA_EXPERIMENTAL
 doca_error_t doca_urom_worker_set_max_inflight_tasks(struct doca_urom_worker *worker_ctx, uint32_t max_tasks);
 

@@ -6,7 +6,7 @@
 //! * The C objects are linked whole (`+whole-archive`: nothing in Rust calls them), and a
 //!   version script exports their `MPI_*` symbols beside the ones rustc exports (GNU ld merges
 //!   the two scripts).
-//! * `liburom_coll.so` (package `urom-capi-coll`) is recorded as needed, linked against a
+//! * `liburom_coll.so.0` (package `urom-capi-coll`) is recorded as needed, linked against a
 //!   stand-in with its SONAME, as libdoca_urom links libdoca_common: Cargo cannot build another
 //!   package's cdylib first. The real one is found at load time through RUNPATH `$ORIGIN`.
 
@@ -92,7 +92,12 @@ fn main() {
     .expect("writing the stub source");
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
-        .args(["-shared", "-fPIC", "-Wl,-soname,liburom_coll.so", "-o"])
+        .args(["-shared", "-fPIC"])
+        .arg(format!(
+            "-Wl,-soname,{}",
+            urom_build_support::soname_of("urom_coll")
+        ))
+        .arg("-o")
         .arg(stub.join("liburom_coll.so"))
         .arg(&source)
         .status()
@@ -112,6 +117,6 @@ fn main() {
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
         manifest.join("exports.map").display()
     );
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,liburom_mpi.so");
+    urom_build_support::soname("urom_mpi");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
 }

@@ -1,12 +1,13 @@
 //! Links libdoca_urom to libdoca_common by name.
 //!
 //! libdoca_urom calls the `urom_capi_*` functions libdoca_common defines, and records
-//! `libdoca_common.so` as a library it needs, so that loading it loads its core too. Cargo cannot
-//! build the other library first, so the link uses a stand-in: an empty shared object with the
-//! real library's SONAME, built here with the C compiler. The symbols stay undefined in
-//! libdoca_urom and are found in the real libdoca_common.so when the program is loaded (programs
-//! link both: `-ldoca_urom -ldoca_common`). The library's RUNPATH is `$ORIGIN`, so the two are
-//! found together when they sit in one directory.
+//! `libdoca_common.so.0` as a library it needs, so that loading it loads its core too. Cargo
+//! cannot build the other library first, so the link uses a stand-in: an empty shared object
+//! with the real library's SONAME, built here with the C compiler. The symbols stay undefined
+//! in libdoca_urom and are found in the real libdoca_common when the program is loaded
+//! (programs link both: `-ldoca_urom -ldoca_common`). The library's RUNPATH is `$ORIGIN`, so
+//! the two are found together when they sit in one directory. Its own SONAME is
+//! `libdoca_urom.so.0` (`urom_build_support::soname`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -23,7 +24,12 @@ fn main() {
     .expect("writing the stub source");
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
-        .args(["-shared", "-fPIC", "-Wl,-soname,libdoca_common.so", "-o"])
+        .args(["-shared", "-fPIC"])
+        .arg(format!(
+            "-Wl,-soname,{}",
+            urom_build_support::soname_of("doca_common")
+        ))
+        .arg("-o")
         .arg(dir.join("libdoca_common.so"))
         .arg(&source)
         .status()
@@ -37,7 +43,7 @@ fn main() {
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-ldoca_common,--pop-state"
     );
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libdoca_urom.so");
+    urom_build_support::soname("doca_urom");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");

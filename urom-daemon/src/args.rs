@@ -10,8 +10,8 @@ use urom_transport::shm::HugePages;
 use urom_wire::{CpuSet, MaxMsgSize};
 
 /// The DOCA UROM service: discovers plugins in `UROM_PLUGIN_PATH` (directories separated by
-/// `;`), authenticates hosts on a Unix socket, and spawns, attaches and tears down
-/// `urom-worker` processes for them.
+/// `;`; unset: `lib/urom/plugins` of the prefix it is installed in), authenticates hosts on a
+/// Unix socket, and spawns, attaches and tears down `urom-worker` processes for them.
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "urom-daemon",

@@ -170,9 +170,24 @@ impl Service {
 
     /// The plugins `UROM_PLUGIN_PATH` offers now.
     fn discover(&self) -> Vec<PluginEntry> {
-        self.discovery
-            .scan(std::env::var_os(PLUGIN_PATH_VAR).as_deref())
+        self.discovery.scan(plugin_path().as_deref())
     }
+}
+
+/// The plugin directories: `UROM_PLUGIN_PATH`, or, when it is not set, `lib/urom/plugins` of
+/// the prefix the daemon is installed in (`<prefix>/bin/urom-daemon`, as `scripts/install.sh`
+/// lays it out) when that directory exists.
+fn plugin_path() -> Option<std::ffi::OsString> {
+    static INSTALLED: std::sync::OnceLock<Option<std::ffi::OsString>> = std::sync::OnceLock::new();
+    std::env::var_os(PLUGIN_PATH_VAR).or_else(|| {
+        INSTALLED
+            .get_or_init(|| {
+                let exe = std::env::current_exe().ok()?;
+                let dir = exe.parent()?.parent()?.join("lib/urom/plugins");
+                dir.is_dir().then(|| dir.into_os_string())
+            })
+            .clone()
+    })
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -270,9 +285,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         max_workers: args.max_workers,
     });
     // Probe in the background from now on, so that the first hosts find the plugins known.
-    service
-        .discovery
-        .prefetch(std::env::var_os(PLUGIN_PATH_VAR).as_deref());
+    service.discovery.prefetch(plugin_path().as_deref());
     info!(
         socket = %socket.display(),
         log_dir = %log_dir.display(),

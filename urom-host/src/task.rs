@@ -28,14 +28,19 @@
 //! assert_eq!(slots.in_flight(), 0);
 //! ```
 //!
-//! Dropping a loan without submitting returns its slot; submitting into a full connection hands
-//! the loan back ([`TaskSubmitError::Full`]). Handles are `Copy` indices with a generation, so a
-//! late or duplicate completion is refused instead of completing the wrong task. Nothing here
-//! allocates after [`TaskSlots::new`].
+//! Dropping a loan without submitting returns its slot; [`TaskLoan::submit`] into a full
+//! connection hands the loan back ([`TaskSubmitError::Full`]). [`TaskLoan::submit_or_queue`]
+//! never does: a task the connection cannot take now waits in its slot's room in a queue (every
+//! slot has room for one frame, so the queue holds every task the slots allow), and
+//! [`TaskSlots::flush_queued`] sends the queue, in order, as the connection takes it. A queued
+//! task counts as in flight. Handles are `Copy` indices with a generation, so a late or duplicate
+//! completion is refused instead of completing the wrong task. Nothing here allocates after
+//! [`TaskSlots::new`], which allocates the queue's room zeroed (the system maps its pages only
+//! once a queued frame touches them).
 
 use core::fmt;
 
-use urom_transport::{FrameSendError, Transport};
+use urom_transport::{FrameSendError, FrameSender, Transport};
 use urom_wire::Status;
 
 /// Bytes of user data carried by every task.
@@ -43,6 +48,11 @@ pub const USER_DATA_LEN: usize = 32;
 
 /// Called once when a task completes.
 pub type TaskCallback = fn(&CompletedTask<'_>);
+
+/// Writes the connection's number for a frame (`seq`) into a frame
+/// leaving the queue, just before it is sent ([`FrameSender::next_seq`]): the caller's frame
+/// format knows where it goes.
+pub type Stamp = fn(&mut [u8], u64);
 
 /// A submitted task, as its completion callback sees it.
 #[derive(Debug)]
@@ -95,6 +105,8 @@ impl fmt::Display for TaskHandle {
 enum State {
     Free,
     Loaned,
+    /// Submitted, waiting in the queue for room on the connection.
+    Queued,
     InFlight,
 }
 
@@ -110,7 +122,9 @@ struct Meta {
 /// A fixed set of task slots, allocated once.
 pub struct TaskSlots {
     // INVARIANTS: `free[..free_len]` lists exactly the slots in state `Free`; `payload` holds
-    // `payload_size` bytes, written by the one loan that can exist at a time.
+    // `payload_size` bytes, written by the one loan that can exist at a time; the `queue_len`
+    // entries of `queue` from `queue_head` (modulo the capacity) list exactly the slots in state
+    // `Queued`, in submission order, slot `i`'s frame at `queued[i * payload_size..]`.
     meta: Box<[Meta]>,
     payload: Box<[u8]>,
     payload_size: usize,
@@ -118,12 +132,17 @@ pub struct TaskSlots {
     free: Box<[u32]>,
     free_len: usize,
     in_flight: usize,
+    queued: Box<[u8]>,
+    queue: Box<[u32]>,
+    queue_head: usize,
+    queue_len: usize,
 }
 
 /// Why task slots could not be built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskSlotsNewError {
-    /// The capacity is zero, not a power of two, or above 2^31.
+    /// The capacity is zero, not a power of two, or above 2^31, or room for a frame per slot
+    /// would not fit the address space.
     Capacity(usize),
 }
 
@@ -245,13 +264,17 @@ impl core::error::Error for TaskCompleteError {}
 
 impl TaskSlots {
     /// `capacity` task slots (a power of two) for payloads of up to `payload_size` bytes and
-    /// responses of up to `response_size` bytes. The only allocation they ever make.
+    /// responses of up to `response_size` bytes, with room to queue a frame per slot. The only
+    /// allocation they ever make.
     pub fn new(
         capacity: usize,
         payload_size: usize,
         response_size: usize,
     ) -> Result<Self, TaskSlotsNewError> {
-        if !capacity.is_power_of_two() || capacity > 1 << 31 {
+        let room = capacity
+            .checked_mul(payload_size)
+            .filter(|room| *room <= isize::MAX as usize);
+        if !capacity.is_power_of_two() || capacity > 1 << 31 || room.is_none() {
             return Err(TaskSlotsNewError::Capacity(capacity));
         }
         let meta = Meta {
@@ -270,6 +293,11 @@ impl TaskSlots {
             free: (0..capacity as u32).rev().collect(),
             free_len: capacity,
             in_flight: 0,
+            // Zeroed, so that the system maps the pages only once a queued frame touches them.
+            queued: vec![0; room.unwrap_or(0)].into_boxed_slice(),
+            queue: vec![0; capacity].into_boxed_slice(),
+            queue_head: 0,
+            queue_len: 0,
         })
     }
 
@@ -278,9 +306,47 @@ impl TaskSlots {
         self.meta.len()
     }
 
-    /// Tasks submitted and not yet completed.
+    /// Tasks submitted and not yet completed (queued ones included).
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Tasks submitted that wait in the queue for room on the connection.
+    pub fn queued(&self) -> usize {
+        self.queue_len
+    }
+
+    /// Sends queued tasks, oldest first, as long as `conn` takes them, each stamped with
+    /// `stamp` and the connection's number for it; returns how many went. A connection that
+    /// fails stops the flush (the tasks still queued complete with the failure, through
+    /// [`TaskSlots::fail_in_flight`]).
+    #[inline]
+    pub fn flush_queued(
+        &mut self,
+        conn: &mut (impl Transport + ?Sized),
+        stamp: Stamp,
+    ) -> Result<usize, FrameSendError> {
+        let mask = self.capacity() - 1;
+        let mut sent = 0;
+        let (tx, _) = conn.split();
+        while self.queue_len > 0 {
+            let index = self.queue[self.queue_head] as usize;
+            let len = self.meta[index].len;
+            let start = index * self.payload_size;
+            let frame = &mut self.queued[start..start + len];
+            stamp(frame, tx.next_seq());
+            match tx.send(frame) {
+                Ok(()) => {
+                    self.meta[index].state = State::InFlight;
+                    self.queue_head = (self.queue_head + 1) & mask;
+                    self.queue_len -= 1;
+                    sent += 1;
+                }
+                Err(FrameSendError::Full) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sent)
     }
 
     /// Takes a free slot to fill in.
@@ -338,11 +404,15 @@ impl TaskSlots {
         Ok(())
     }
 
-    /// Completes every in-flight task with `status` and an empty response (the worker is
-    /// gone); returns how many there were. Each callback runs once.
+    /// Completes every in-flight task, queued ones included, with `status` and an empty
+    /// response (the worker is gone); returns how many there were. Each callback runs once.
     pub fn fail_in_flight(&mut self, status: Status) -> usize {
         let mut failed = 0;
+        self.queue_len = 0;
         for index in 0..self.meta.len() {
+            if self.meta[index].state == State::Queued {
+                self.meta[index].state = State::InFlight;
+            }
             if self.meta[index].state == State::InFlight {
                 let handle = TaskHandle {
                     index: index as u32,
@@ -431,6 +501,49 @@ impl<'r> TaskLoan<'r> {
             Err(FrameSendError::Full) => Err(TaskSubmitError::Full(loan)),
             Err(e) => Err(TaskSubmitError::Send(e)),
         }
+    }
+}
+
+impl<'r> TaskLoan<'r> {
+    /// Sends the payload on `conn`, or queues it when the connection cannot take it now or
+    /// tasks queued before it still wait (sent first, in order: [`TaskSlots::flush_queued`]
+    /// with `stamp`). Either way the task is in flight; only a failed connection refuses it
+    /// (its slot is free again). The payload is copied into the slot's room only when queued.
+    #[inline]
+    pub fn submit_or_queue(
+        self,
+        conn: &mut (impl Transport + ?Sized),
+        stamp: Stamp,
+    ) -> Result<TaskHandle, FrameSendError> {
+        if self.slots.queue_len > 0 {
+            self.slots.flush_queued(conn, stamp)?;
+        }
+        let index = self.index;
+        let len = self.slots.meta[index].len;
+        if self.slots.queue_len == 0 {
+            match conn.send(&self.slots.payload[..len]) {
+                Ok(()) => {
+                    let handle = self.handle();
+                    self.slots.meta[index].state = State::InFlight;
+                    self.slots.in_flight += 1;
+                    core::mem::forget(self);
+                    return Ok(handle);
+                }
+                Err(FrameSendError::Full) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let handle = self.handle();
+        let slots = &mut *self.slots;
+        let start = index * slots.payload_size;
+        slots.queued[start..start + len].copy_from_slice(&slots.payload[..len]);
+        let mask = slots.meta.len() - 1;
+        slots.queue[(slots.queue_head + slots.queue_len) & mask] = index as u32;
+        slots.queue_len += 1;
+        slots.meta[index].state = State::Queued;
+        slots.in_flight += 1;
+        core::mem::forget(self);
+        Ok(handle)
     }
 }
 
@@ -523,6 +636,85 @@ mod tests {
         loan.submit(&mut host).unwrap();
         assert_eq!(worker.recv().unwrap(), Some(&b"second"[..]));
         assert_eq!(slots.in_flight(), 2);
+    }
+
+    /// Stamps a queued frame's first byte with its number on the connection.
+    fn stamp_first(frame: &mut [u8], seq: u64) {
+        frame[0] = seq as u8;
+    }
+
+    #[test]
+    fn a_full_connection_queues_tasks_and_sends_them_in_order() {
+        let (mut host, mut worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 2);
+        let mut slots = TaskSlots::new(8, 8, 8).unwrap();
+        let mut handles = Vec::new();
+        for i in 0..6u8 {
+            let mut loan = slots.loan().unwrap();
+            loan.write(&[0, i]).unwrap();
+            handles.push(loan.submit_or_queue(&mut host, stamp_first).unwrap());
+        }
+        assert_eq!((slots.in_flight(), slots.queued()), (6, 4));
+        // A queued task cannot be completed: it was never sent.
+        assert!(slots.complete(handles[2], Status::Success, b"").is_err());
+        let mut seen = Vec::new();
+        while seen.len() < 6 {
+            while let Some(frame) = worker.recv().unwrap() {
+                seen.push(frame[1]);
+            }
+            slots.flush_queued(&mut host, stamp_first).unwrap();
+        }
+        assert_eq!(seen, [0, 1, 2, 3, 4, 5], "sent in submission order");
+        assert_eq!(slots.queued(), 0);
+        for handle in handles {
+            slots.complete(handle, Status::Success, b"").unwrap();
+        }
+        assert_eq!(slots.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_task_submitted_behind_queued_ones_waits_its_turn() {
+        let (mut host, mut worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 1);
+        let mut slots = TaskSlots::new(4, 8, 8).unwrap();
+        for i in 0..2u8 {
+            let mut loan = slots.loan().unwrap();
+            loan.write(&[0, i]).unwrap();
+            loan.submit_or_queue(&mut host, stamp_first).unwrap();
+        }
+        // Room for one: the queued task goes first, the new one queues behind it.
+        assert_eq!(worker.recv().unwrap().map(|f| f[1]), Some(0));
+        let mut loan = slots.loan().unwrap();
+        loan.write(&[0, 2]).unwrap();
+        loan.submit_or_queue(&mut host, stamp_first).unwrap();
+        assert_eq!(slots.queued(), 1);
+        let frame = worker.recv().unwrap().unwrap().to_vec();
+        assert_eq!(frame[1], 1);
+        slots.flush_queued(&mut host, stamp_first).unwrap();
+        assert_eq!(worker.recv().unwrap().map(|f| f[1]), Some(2));
+    }
+
+    static FAILED: AtomicU64 = AtomicU64::new(0);
+
+    fn count_failure(task: &CompletedTask<'_>) {
+        assert_eq!(task.status, Status::NotConnected);
+        FAILED.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn failing_completes_queued_tasks_once() {
+        let (mut host, _worker) = LoopbackConnection::pair(MaxMsgSize::DEFAULT, 1);
+        let mut slots = TaskSlots::new(4, 8, 8).unwrap();
+        for _ in 0..4 {
+            let mut loan = slots.loan().unwrap();
+            loan.write(b"x").unwrap();
+            loan.set_callback(count_failure);
+            loan.submit_or_queue(&mut host, stamp_first).unwrap();
+        }
+        assert_eq!(slots.queued(), 3);
+        assert!(slots.loan().is_err(), "queued tasks hold their slots");
+        assert_eq!(slots.fail_in_flight(Status::NotConnected), 4);
+        assert_eq!(FAILED.load(Ordering::Relaxed), 4);
+        assert_eq!((slots.in_flight(), slots.queued()), (0, 0));
+        assert!(slots.loan().is_ok());
     }
 
     #[test]

@@ -13,8 +13,7 @@ use super::control::{ControlError, Reply};
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
 use super::task::{
-    TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskSlots, TaskSubmitError,
-    USER_DATA_LEN,
+    TaskCallback, TaskCompleteError, TaskHandle, TaskLoan, TaskSlots, USER_DATA_LEN,
 };
 use super::{Idle, ProgressEngine, Running, Service, Starting, State};
 use urom_transport::auth;
@@ -190,10 +189,10 @@ pub enum WorkerState {
 pub enum CommandError {
     /// The worker is not running (it failed, or stopped).
     NotRunning,
-    /// Every task slot is in flight: progress first.
+    /// Every task slot is in flight (the worker's max in-flight tasks): progress first. The
+    /// only refusal of a well-formed command to a running worker: a command the channel cannot
+    /// take now waits in the task's slot and goes, in order, as the worker frees room.
     Exhausted,
-    /// The channel to the worker is full: progress, then submit again.
-    Full,
     /// The payload does not fit a message.
     TooBig {
         /// Its length.
@@ -211,9 +210,6 @@ impl fmt::Display for CommandError {
             Self::NotRunning => f.write_str("the worker is not running"),
             Self::Exhausted => {
                 f.write_str("every task slot is in flight; progress to complete some")
-            }
-            Self::Full => {
-                f.write_str("the channel to the worker is full; progress, then submit again")
             }
             Self::TooBig { len, capacity } => {
                 write!(
@@ -345,6 +341,9 @@ impl Link {
     /// how many tasks completed, or that and why the link must be failed.
     fn poll(&mut self) -> Result<usize, (usize, WorkerFailure)> {
         let completed = receive(&mut self.conn, &mut self.tasks, &mut self.domain)?;
+        // Commands queued while the channel was full go as the worker frees room.
+        self.flush()
+            .map_err(|e| (completed, WorkerFailure::Lost(send_failure(e))))?;
         // A worker that answers still runs: its exit is looked for when it is quiet, now and
         // then (its death also hangs up the channel, which `receive` reports at once).
         if completed > 0 {
@@ -456,11 +455,41 @@ impl Link {
         )
         .map_err(|_| too_big)?;
         loan.set_len(len).map_err(|_| too_big)?;
-        match loan.submit(conn) {
-            Ok(handle) => Ok(handle),
-            Err(TaskSubmitError::Full(_)) => Err(CommandError::Full),
-            Err(TaskSubmitError::Send(e)) => Err(CommandError::Send(e)),
+        loan.submit_or_queue(conn, stamp_seq)
+            .map_err(CommandError::Send)
+    }
+
+    /// Sends the commands queued while the channel was full, as far as it takes them now.
+    #[inline]
+    fn flush(&mut self) -> Result<usize, FrameSendError> {
+        if self.tasks.queued() == 0 {
+            return Ok(0);
         }
+        let Link { conn, tasks, .. } = self;
+        conn.split().0.cork();
+        let sent = tasks.flush_queued(conn, stamp_seq);
+        let uncorked = conn.split().0.uncork();
+        let sent = sent?;
+        uncorked.map(|()| sent)
+    }
+}
+
+/// A channel that failed while sending, as a receiving end reports it.
+fn send_failure(e: FrameSendError) -> FrameRecvError {
+    match e {
+        FrameSendError::Closed => FrameRecvError::Closed,
+        FrameSendError::PeerGone(gone) => FrameRecvError::PeerGone(gone),
+        FrameSendError::Protocol(what) => FrameRecvError::Protocol(what),
+        FrameSendError::Full | FrameSendError::TooLarge { .. } => {
+            FrameRecvError::Protocol("a queued command did not fit the channel")
+        }
+    }
+}
+
+/// Writes a command frame's sequence number as it leaves the queue.
+fn stamp_seq(frame: &mut [u8], seq: u64) {
+    if frame.len() >= urom_wire::FRAME_HEADER_LEN {
+        urom_wire::Frame::new_unchecked(frame).set_seq(seq);
     }
 }
 
@@ -850,6 +879,12 @@ impl Worker<Running> {
 
     /// Submits a command for `plugin`: `fill` writes the payload (returning its length), the
     /// user data and the callback. Allocates nothing.
+    ///
+    /// Within the worker's max in-flight tasks, submission does not fail for want of room: a
+    /// command the channel to the worker cannot take now (its ring is full) waits, copied into
+    /// its task's slot, and is sent in submission order as the worker frees room (at the next
+    /// [`ProgressEngine::progress`] or submission); it counts as in flight meanwhile. Only a
+    /// command beyond that limit is refused ([`CommandError::Exhausted`]).
     pub fn submit<F>(&self, plugin: u64, fill: F) -> Result<TaskHandle, CommandError>
     where
         F: FnOnce(&mut CommandTask<'_, '_>) -> usize,
@@ -863,9 +898,10 @@ impl Worker<Running> {
     /// as for [`Worker::submit`]. A burst costs one look at the worker's state, and its
     /// commands reach the worker in order, each in as few cache lines as its size allows over
     /// shared memory, and together in as few messages as fit over UCX
-    /// ([`FrameSender::cork`]). Stops at the first command that cannot go now (every task
-    /// slot in flight, the channel full, a payload too big): returns how many went, or that
-    /// command's error when none did. Allocates nothing.
+    /// ([`FrameSender::cork`]). Commands the channel cannot take now wait as with
+    /// [`Worker::submit`]. Stops at the first command that cannot be submitted (every task
+    /// slot in flight, a payload too big): returns how many were, or that command's error when
+    /// none was. Allocates nothing.
     pub fn submit_batch<F>(
         &self,
         plugin: u64,

@@ -118,7 +118,7 @@ pub fn coll_status(e: &CollError) -> UromStatus {
         CollError::Failed { .. } => UromStatus::Failed,
         CollError::Malformed | CollError::Layout | CollError::Foreign => UromStatus::InvalidParam,
         CollError::Worker(_) => UromStatus::Worker,
-        CollError::Submit(CommandError::Exhausted | CommandError::Full) => UromStatus::Busy,
+        CollError::Submit(CommandError::Exhausted) => UromStatus::Busy,
         CollError::Submit(CommandError::TooBig { .. }) => UromStatus::InvalidParam,
         CollError::Submit(_) => UromStatus::Worker,
         CollError::Busy | CollError::BufferBusy => UromStatus::Busy,

@@ -95,7 +95,6 @@ fn command_status(error: &CommandError) -> Status {
     match error {
         CommandError::NotRunning | CommandError::Send(_) => Status::NotConnected,
         CommandError::Exhausted => Status::NoMemory,
-        CommandError::Full => Status::Again,
         CommandError::TooBig { .. } => Status::TooBig,
     }
 }
@@ -652,9 +651,7 @@ impl CmdTask {
             }
             Ok(_) => Err(Status::InvalidValue),
             Err(error) => {
-                if !matches!(error, CommandError::Full) {
-                    log::error("worker", &format!("command not submitted: {error}"));
-                }
+                log::error("worker", &format!("command not submitted: {error}"));
                 Err(command_status(&error))
             }
         }

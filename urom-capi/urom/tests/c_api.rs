@@ -9,6 +9,9 @@
 //! * `bootstrap.c`: the multi-worker bootstrap (service, plugin list, four workers on their own
 //!   threads and progress engines, graph loopbacks, the faulty plugin's answers, groups queried
 //!   with tasks, everything stopped and destroyed);
+//! * `flood.c`: 1, 64 and 4,096 command tasks kept in flight through 1,000,000 loopbacks
+//!   (100,000 in a debug build), each submitted again from its callback: no submission within
+//!   the limit fails (DOCA_ERROR_AGAIN is never returned), one beyond it is refused;
 //! * `misuse.c`: every call with NULL arguments, in the wrong state or with bad values returns its
 //!   documented error;
 //! * `domain.c`: a domain of two ranks (two processes, an out-of-band allgather of the program's
@@ -47,7 +50,13 @@ fn compile_with(name: &str, flags: &[String]) -> PathBuf {
     let dir = profile_dir().join("c-objects");
     std::fs::create_dir_all(&dir).expect("creating the C object directory");
     let out = dir.join(format!("capi-{name}"));
-    let partial = dir.join(format!("capi-{name}.{}.partial", std::process::id()));
+    // Tests of one process may compile the same program at once.
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let partial = dir.join(format!(
+        "capi-{name}.{}-{build}.partial",
+        std::process::id()
+    ));
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&compiler)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
@@ -83,7 +92,13 @@ fn service_file(dir: &TempDir) -> PathBuf {
 
 /// Runs `program` against `daemon`.
 fn run(program: &PathBuf, daemon: &Daemon, dir: &TempDir) -> Output {
+    run_with(program, &[], daemon, dir)
+}
+
+/// Runs `program` with `args` against `daemon`.
+fn run_with(program: &PathBuf, args: &[&str], daemon: &Daemon, dir: &TempDir) -> Output {
     Command::new(program)
+        .args(args)
         .current_dir(dir.path())
         .env("DOCA_UROM_SERVICE_FILE", service_file(dir))
         .env("UROM_SERVICE_SOCKET", &daemon.socket)
@@ -119,6 +134,46 @@ fn the_multi_worker_bootstrap_runs_through_the_c_api() {
         stdout.contains("[DOCA][INFO][bootstrap.c:") && stdout.contains("group 1: 2 workers"),
         "{stdout}"
     );
+}
+
+/// `flood.c`: `in_flight` command tasks kept in flight through 1,000,000 graph loopbacks
+/// (100,000 in a debug build, whose unoptimised libraries and worker take about ten times as
+/// long), every `doca_task_submit()` succeeding without a retry, each loopback completing once.
+fn flood(in_flight: u32) {
+    let total: u64 = if cfg!(debug_assertions) {
+        100_000
+    } else {
+        1_000_000
+    };
+    let program = compile("flood");
+    let (_plugins, daemon) = graph_and_faulty(&[]);
+    let dir = TempDir::new("urom-capi-flood");
+    let output = run_with(
+        &program,
+        &[&in_flight.to_string(), &total.to_string()],
+        &daemon,
+        &dir,
+    );
+    assert_ran(
+        &output,
+        &daemon,
+        &format!("flood ok: {total} loopbacks, {in_flight} in flight"),
+    );
+}
+
+#[test]
+fn submission_never_fails_with_one_task_in_flight() {
+    flood(1);
+}
+
+#[test]
+fn submission_never_fails_with_64_tasks_in_flight() {
+    flood(64);
+}
+
+#[test]
+fn submission_never_fails_with_4096_tasks_in_flight_beyond_the_channel() {
+    flood(4096);
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod error;
 mod internal;
 mod log;
 mod pe;
+mod version;
 
 use std::ffi::{CStr, c_char, c_void};
 
