@@ -1474,10 +1474,7 @@ impl Team {
             budget -= piece as u64;
             let (a, b) = (&mut a[..piece], &mut b[..piece]);
             match step {
-                Move::Copy(src, dst) => {
-                    self.read(src.at(off), a)?;
-                    self.write(dst.at(off), a)?;
-                }
+                Move::Copy(src, dst) => self.copy(src.at(off), dst.at(off), a)?,
                 Move::Swap(x, y) => {
                     self.read(x.at(off), a)?;
                     self.read(y.at(off), b)?;
@@ -1487,6 +1484,41 @@ impl Team {
             }
             *cursor = (k, off + piece as u64);
         }
+    }
+
+    /// Copies `tmp.len()` bytes from `src` to `dst` in one copy where one side is shared
+    /// memory: mapping to mapping, `process_vm_readv` into a mapping, or `process_vm_writev`
+    /// from one; through `tmp` only between two cross-memory buffers. Every range is checked
+    /// against the rank's registered buffer first, as [`Team::read`] and [`Team::write`] do.
+    fn copy(&self, src: Loc, dst: Loc, tmp: &mut [u8]) -> Result<(), Fault> {
+        let len = tmp.len();
+        let (from, pid_from) = self.buffer(src, len)?;
+        let (to, pid_to) = self.buffer(dst, len)?;
+        match (&from.access, &to.access) {
+            (Access::Shared(a), Access::Shared(b)) => a
+                .copy_to(src.off, b, dst.off, len)
+                .then_some(())
+                .ok_or(Fault::new(Reason::OutOfBounds, dst.rank as u32)),
+            (Access::Cross { addr }, Access::Shared(b)) => b
+                .cma_read_into(pid_from, addr + src.off, dst.off, len)
+                .map_err(|e| cma_fault(e, src.rank)),
+            (Access::Shared(a), Access::Cross { addr }) => a
+                .cma_write_from(pid_to, addr + dst.off, src.off, len)
+                .map_err(|e| cma_fault(e, dst.rank)),
+            (Access::Cross { .. }, Access::Cross { .. }) => {
+                self.read(src, tmp)?;
+                self.write(dst, tmp)
+            }
+        }
+    }
+
+    /// Whether `loc`'s buffer is shared memory.
+    fn shared(&self, loc: Loc) -> bool {
+        self.members[loc.rank]
+            .as_ref()
+            .and_then(|m| m.buffers.get(loc.buf as usize))
+            .and_then(Option::as_ref)
+            .is_some_and(|b| matches!(b.access, Access::Shared(_)))
     }
 
     fn read(&self, loc: Loc, out: &mut [u8]) -> Result<(), Fault> {
@@ -1567,9 +1599,21 @@ impl Team {
             match mode {
                 Mode::Skip => {}
                 Mode::Copy(src) => {
-                    self.read(src.at(off), a)?;
-                    for q in 0..self.size() {
-                        if let Some(dst) = plan.dst(active.block, q) {
+                    let block = active.block;
+                    let mut dsts = (0..self.size()).filter_map(|q| plan.dst(block, q));
+                    // One copy per destination straight from a shared source, or from a user
+                    // buffer to its only destination; else read once, write to each.
+                    let direct = self.shared(src) || {
+                        let mut probe = dsts.clone();
+                        probe.next().is_some() && probe.next().is_none()
+                    };
+                    if direct {
+                        for dst in dsts {
+                            self.copy(src.at(off), dst.at(off), a)?;
+                        }
+                    } else {
+                        self.read(src.at(off), a)?;
+                        for dst in &mut dsts {
                             self.write(dst.at(off), a)?;
                         }
                     }
