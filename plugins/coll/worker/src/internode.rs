@@ -23,14 +23,27 @@
 //!   left where it comes from a lower node, on the right where the ring wraps past the last
 //!   node (for two nodes again exactly `P0 op P1`);
 //! * broadcast: the root's node sends each window to every other node;
-//! * barrier: dissemination, `ceil(log2 n)` rounds of empty messages.
+//! * barrier: dissemination, `ceil(log2 n)` rounds of empty messages;
+//! * copy collectives ([`Exchange::Streams`]): one stream of blocks per ordered pair of nodes
+//!   (the engine decides what each carries); in every window each node sends every other node
+//!   up to one chunk of its stream to it and receives up to one chunk of each stream to it.
 //!
-//! Message tags (64 bits): `[63:62]` kind (0 data, 1 ping, 2 pong), `[61:42]` the team (a
-//! 20-bit hash of its key), `[41:34]` the collective's sequence number on the team, `[33:22]`
-//! the block, `[21:8]` the window, `[7:0]` the round. In every round a node expects exactly one
-//! message, from one node, so the tag alone matches it; UCX keeps messages that arrive before
-//! their receive is posted (a node ahead of another), and messages with one tag from one peer
-//! arrive in order, so the wrap-around of the short fields is harmless.
+//! Every collective also begins with a digest round ([`Span::start_digests`]): each node sends
+//! every other node the digest of the collective's arguments it computed for that node, and
+//! compares the one it gets with its own; results reach the ranks only once all matched.
+//!
+//! Message tags (64 bits): `[63:62]` kind (0 data, 1 ping, 2 pong, 3 abort), `[61:42]` the team
+//! (a 20-bit hash of its key), `[41:34]` the collective's sequence number on the team, `[33:22]`
+//! the block (for streams the sending node; `0xfff` for digests), `[21:8]` the window, `[7:0]`
+//! the round. In every round a node expects exactly one message per tag from one node (digests,
+//! which share a tag, carry their sender), so the tag alone matches it; UCX keeps messages that
+//! arrive before their receive is posted (a node ahead of another), and messages with one tag
+//! from one peer arrive in order, so the wrap-around of the short fields is harmless.
+//!
+//! Aborts: a node where a team spanning nodes fails for a reason of its own sends every other
+//! node's worker an abort ([`ABORT_TAG`], [`ABORT_LEN`] bytes: the team's key, the reason, the
+//! rank or node it names, the sender), and the receivers fail the team the same way, so no node
+//! waits for a node that has given up.
 //!
 //! Liveness: a node waiting for a peer's message longer than [`PING_AFTER`] sends that peer's
 //! worker a ping, which its worker answers from its own progress whatever its ranks do; a peer
@@ -1131,5 +1144,92 @@ mod tests {
         span.next_collective(Datatype::U8, ReduceOp::Sum);
         span.begin(Exchange::Barrier, 0, 0, 0);
         assert_eq!(span.pump(&mut net), Err(Fault::new(Reason::PeerWorker, 1)));
+    }
+
+    /// Node `me`'s loopback network and span on a fabric of `n` nodes, connected to all.
+    fn node(n: usize, me: usize, fabric: &Rc<RefCell<Fabric>>) -> (Span, Loop) {
+        let mut net = Loop {
+            me,
+            fabric: Rc::clone(fabric),
+            peers: Vec::new(),
+            recvs: Vec::new(),
+            done: VecDeque::new(),
+            dead: vec![false; n],
+        };
+        let mut span = Span::new(7, 1, me, (0..n as u32).collect(), (0..n as u64).collect());
+        for node in 0..n {
+            span.peers[node] = Some(net.connect(&[node as u8]).unwrap());
+        }
+        (span, net)
+    }
+
+    #[test]
+    fn streams_carry_each_pair_of_nodes_its_own_bytes() {
+        let n = 3;
+        let fabric = Rc::new(RefCell::new(Fabric::default()));
+        let byte = |from: usize, to: usize, i: usize| (from * 50 + to * 7 + i) as u8;
+        let len = |from: usize, to: usize| {
+            if from == 2 && to == 0 {
+                0
+            } else {
+                5 + from * 3 + to
+            }
+        };
+        let mut nodes: Vec<(Span, Loop)> = (0..n).map(|me| node(n, me, &fabric)).collect();
+        for (me, (span, net)) in nodes.iter_mut().enumerate() {
+            span.next_collective(Datatype::U8, ReduceOp::Sum);
+            span.start_digests(net, &[9; 3]).unwrap();
+            let acc = span.acc_mut(n * CHUNK);
+            for to in (0..n).filter(|&to| to != me) {
+                for i in 0..len(me, to) {
+                    acc[to * CHUNK + i] = byte(me, to, i);
+                }
+            }
+            for p in (0..n).filter(|&p| p != me) {
+                span.out_len[p] = len(me, p);
+                span.in_len[p] = len(p, me);
+            }
+            span.begin(Exchange::Streams, 0, 0, CHUNK);
+        }
+        let mut done = [false; 3];
+        for _ in 0..1000 {
+            for (i, (span, net)) in nodes.iter_mut().enumerate() {
+                net.poll(&mut |token, result| span.on_net(token as u32, result));
+                if !done[i] {
+                    done[i] = span.pump(net).unwrap() && span.digests_ready(net).unwrap();
+                }
+            }
+        }
+        assert!(done.iter().all(|&d| d));
+        for (me, (span, _)) in nodes.iter().enumerate() {
+            for from in (0..n).filter(|&from| from != me) {
+                let want: Vec<u8> = (0..len(from, me)).map(|i| byte(from, me, i)).collect();
+                assert_eq!(span.inbox(from, len(from, me)), &want[..], "{from} to {me}");
+            }
+        }
+    }
+
+    #[test]
+    fn differing_digests_fail_both_nodes_naming_the_other() {
+        let fabric = Rc::new(RefCell::new(Fabric::default()));
+        let mut nodes: Vec<(Span, Loop)> = (0..2).map(|me| node(2, me, &fabric)).collect();
+        for (me, (span, net)) in nodes.iter_mut().enumerate() {
+            span.next_collective(Datatype::U8, ReduceOp::Sum);
+            span.start_digests(net, &[me as u64; 2]).unwrap();
+        }
+        let mut results = [None, None];
+        for _ in 0..100 {
+            for (i, (span, net)) in nodes.iter_mut().enumerate() {
+                net.poll(&mut |token, result| span.on_net(token as u32, result));
+                if results[i].is_none() {
+                    match span.digests_ready(net) {
+                        Ok(false) => assert!(span.waiting()),
+                        other => results[i] = Some(other),
+                    }
+                }
+            }
+        }
+        assert_eq!(results[0], Some(Err(Fault::new(Reason::NodesDisagree, 1))));
+        assert_eq!(results[1], Some(Err(Fault::new(Reason::NodesDisagree, 0))));
     }
 }
