@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 use urom_coll::{
-    Buffer, CollError, CollHost, CollKind, CollSpec, Datatype, Reason, ReduceOp, SetupError, Team,
-    node_worker,
+    Buffer, CollError, CollHost, CollKind, CollSpec, Datatype, Reason, ReduceOp, Team, node_worker,
 };
 use urom_host::oob::{OobCollective, RendezvousAddr, SocketOob};
 use urom_host::{Domain, DomainStartProgress, Idle, ProgressEngine, Running, Service, Worker};
@@ -50,9 +49,15 @@ fn free_port(network: &Network) -> u16 {
     })
 }
 
+/// One scenario at a time: the namespaces of a test process are named after it.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `scenario` on 4 rank processes on two machines; panics with their output unless all
 /// succeed.
 fn ranks(scenario: &str) {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let network = match Network::create("coll", 2) {
         Ok(network) => network,
         Err(why) => {
@@ -137,6 +142,21 @@ fn collectives_across_two_nodes_match_the_reference() {
 }
 
 #[test]
+fn copy_collectives_across_two_nodes_match_the_reference() {
+    ranks("copies");
+}
+
+#[test]
+fn a_rank_exiting_on_one_node_fails_every_member_on_both_nodes_once() {
+    ranks("rank_exits");
+}
+
+#[test]
+fn counts_that_differ_between_nodes_fail_with_nodes_disagree_on_every_rank() {
+    ranks("disagree");
+}
+
+#[test]
 fn a_killed_peer_worker_fails_every_member_once() {
     ranks("peer_dies");
 }
@@ -165,6 +185,9 @@ fn rank_entry() {
     );
     match parts[0] {
         "collectives" => collectives(&mut ctx),
+        "copies" => copies(&mut ctx),
+        "rank_exits" => rank_exits(&mut ctx),
+        "disagree" => disagree(&mut ctx),
         "peer_dies" => peer_dies(&mut ctx),
         "peer_silent" => peer_silent(&mut ctx),
         other => panic!("unknown scenario {other}"),
@@ -677,18 +700,6 @@ fn collectives(ctx: &mut Ctx) {
         rb.wait(&mut ctx.engine).unwrap();
         ra.wait(&mut ctx.engine).unwrap();
     }
-    // What does not cross nodes yet is refused, saying so.
-    let mut spec = CollSpec::new(CollKind::Allgather, Datatype::U8, 4);
-    spec.send = Some(send.whole());
-    spec.recv = Some(recv.whole());
-    match ctx.team.init(&mut ctx.engine, &spec) {
-        Err(SetupError::Coll(CollError::Failed {
-            status: Status::NotSupported,
-            reason: Reason::NotAcrossNodes,
-            ..
-        })) => {}
-        other => panic!("an allgather across nodes: {other:?}"),
-    }
     // Ranks of one node that start long after the other node's (past the peer timeout) are not
     // taken for a dead worker: their worker answers the other's pings meanwhile.
     oob_barrier(&mut ctx.world);
@@ -811,5 +822,472 @@ fn peer_silent(ctx: &mut Ctx) {
     oob_barrier(&mut ctx.world);
     if me == 1 {
         nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).expect("killing node 1's worker");
+    }
+}
+
+// ---- Copy collectives and reduce-scatter across nodes (the single-node matrix's rules).
+
+const SENTINEL: u8 = 0xa5;
+
+/// One copy collective (or reduce-scatter) across the nodes.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    kind: CollKind,
+    dt: Datatype,
+    op: ReduceOp,
+    count: u64,
+    root: u32,
+    in_place: bool,
+    user: bool,
+}
+
+/// v-variant counts: zero and uneven.
+fn vcount(i: u32, j: u32, c: u64) -> u64 {
+    (u64::from(i) * 3 + u64::from(j) + c) % 4
+}
+
+struct Buffers {
+    shared_send: Buffer,
+    shared_recv: Buffer,
+    user_send: Buffer,
+    user_recv: Buffer,
+}
+
+/// Room for an alltoall of `LARGE` elements of 4 bytes per block, and a little more.
+const COPY_BYTES: usize = 4 * 4 * LARGE as usize + 4096;
+
+/// Runs `case` on every rank and checks this rank's result against the sequential reference.
+fn copy_case(ctx: &mut Ctx, buffers: &mut Buffers, case: Case) {
+    let (n, me) = (SIZE, ctx.rank);
+    let (dt, c) = (case.dt, case.count);
+    let nu = u64::from(n);
+    let (send, recv) = if case.user {
+        (&mut buffers.user_send, &mut buffers.user_recv)
+    } else {
+        (&mut buffers.shared_send, &mut buffers.shared_recv)
+    };
+    let rooted = matches!(case.kind, CollKind::Gather | CollKind::Scatter);
+    let ip = case.in_place && !(rooted && me != case.root);
+    let mut counts = Vec::new();
+    let (mut rd, mut gv_displs) = (Vec::new(), Vec::new());
+    match case.kind {
+        CollKind::Allgatherv => {
+            let mut at = 0;
+            for s in 0..n {
+                gv_displs.push(at);
+                at += vcount(s, 0, c) + 1;
+            }
+            counts.extend((0..n).map(|s| vcount(s, 0, c)));
+            counts.extend(gv_displs.iter().copied());
+        }
+        CollKind::Alltoallv => {
+            let mut sd = Vec::new();
+            let mut at = 0;
+            for j in 0..n {
+                sd.push(at);
+                at += vcount(me, j, c);
+            }
+            let mut at = 0;
+            for i in 0..n {
+                rd.push(at);
+                at += if ip {
+                    vcount(i.min(me), i.max(me), c)
+                } else {
+                    vcount(i, me, c)
+                } + 1;
+            }
+            if ip {
+                counts.extend((0..n).map(|j| vcount(me.min(j), me.max(j), c)));
+                counts.extend(rd.iter().copied());
+                counts.extend((0..n).map(|j| vcount(me.min(j), me.max(j), c)));
+                counts.extend(rd.iter().copied());
+            } else {
+                counts.extend((0..n).map(|j| vcount(me, j, c)));
+                counts.extend(sd.iter().copied());
+                counts.extend((0..n).map(|i| vcount(i, me, c)));
+                counts.extend(rd.iter().copied());
+            }
+        }
+        _ => {}
+    }
+    let pair = |i: u32, j: u32| -> u64 {
+        if ip {
+            vcount(i.min(j), i.max(j), c)
+        } else {
+            vcount(i, j, c)
+        }
+    };
+    {
+        let mut s = send.bytes_mut().unwrap();
+        s.fill(SENTINEL);
+        let mut r = recv.bytes_mut().unwrap();
+        r.fill(SENTINEL);
+        let input_len = match case.kind {
+            CollKind::Alltoall | CollKind::ReduceScatterBlock => nu * c,
+            CollKind::Scatter if me == case.root => nu * c,
+            CollKind::Alltoallv => 4 * nu * 4,
+            CollKind::Allgatherv => vcount(me, 0, c),
+            _ => c,
+        };
+        for i in 0..input_len {
+            put(&mut s, dt, i, elem(dt, me, i));
+        }
+        if ip {
+            match case.kind {
+                CollKind::ReduceScatterBlock | CollKind::Alltoall => {
+                    for i in 0..input_len {
+                        put(&mut r, dt, i, elem(dt, me, i));
+                    }
+                }
+                CollKind::Allgather | CollKind::Gather => {
+                    for i in 0..c {
+                        put(&mut r, dt, u64::from(me) * c + i, elem(dt, me, i));
+                    }
+                }
+                CollKind::Allgatherv => {
+                    for i in 0..vcount(me, 0, c) {
+                        put(&mut r, dt, gv_displs[me as usize] + i, elem(dt, me, i));
+                    }
+                }
+                CollKind::Alltoallv => {
+                    for j in 0..n {
+                        for k in 0..pair(me, j) {
+                            let at = rd[j as usize] + k;
+                            put(&mut r, dt, at, elem(dt, me, at));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut spec = CollSpec::new(case.kind, dt, c);
+    spec.op = case.op;
+    spec.root = case.root;
+    spec.counts = counts;
+    spec.in_place = ip;
+    spec.send = (!ip || case.kind == CollKind::Scatter).then(|| send.whole());
+    spec.recv = Some(recv.whole());
+    if case.kind == CollKind::Allgatherv {
+        spec.count = vcount(me, 0, c);
+    }
+    let mut coll = ctx
+        .team
+        .init(&mut ctx.engine, &spec)
+        .unwrap_or_else(|e| panic!("{case:?}: init: {e}"));
+    coll.start()
+        .unwrap_or_else(|e| panic!("{case:?}: start: {e}"))
+        .wait(&mut ctx.engine)
+        .unwrap_or_else(|e| panic!("{case:?}: {e}"));
+    assert_eq!(coll.completions(), 1);
+    drop(coll);
+    let root = case.root;
+    let r = recv.bytes().unwrap();
+    let mut expect: Vec<(u64, u64)> = Vec::new();
+    match case.kind {
+        CollKind::ReduceScatterBlock => {
+            expect.extend((0..c).map(|i| (i, reduced(dt, case.op, u64::from(me) * c + i))))
+        }
+        CollKind::Allgather => {
+            for src in 0..n {
+                expect.extend((0..c).map(|i| (u64::from(src) * c + i, elem(dt, src, i))));
+            }
+        }
+        CollKind::Allgatherv => {
+            for src in 0..n {
+                let at = gv_displs[src as usize];
+                expect.extend((0..vcount(src, 0, c)).map(|i| (at + i, elem(dt, src, i))));
+            }
+        }
+        CollKind::Gather if me == root => {
+            for src in 0..n {
+                expect.extend((0..c).map(|i| (u64::from(src) * c + i, elem(dt, src, i))));
+            }
+        }
+        CollKind::Gather => {}
+        CollKind::Scatter => {
+            if !(ip && me == root) {
+                expect.extend((0..c).map(|i| (i, elem(dt, root, u64::from(me) * c + i))));
+            }
+        }
+        CollKind::Alltoall => {
+            for src in 0..n {
+                expect.extend(
+                    (0..c).map(|k| (u64::from(src) * c + k, elem(dt, src, u64::from(me) * c + k))),
+                );
+            }
+        }
+        CollKind::Alltoallv => {
+            for src in 0..n {
+                let src_at: u64 = if ip {
+                    (0..me).map(|i| pair(i, src) + 1).sum()
+                } else {
+                    (0..me).map(|j| vcount(src, j, c)).sum()
+                };
+                for k in 0..pair(src, me) {
+                    expect.push((rd[src as usize] + k, elem(dt, src, src_at + k)));
+                }
+            }
+        }
+        other => unreachable!("{other:?}"),
+    }
+    let window = (r.len() / es(dt)) as u64;
+    let mut expected_at = vec![None; window as usize];
+    for (at, bits) in &expect {
+        expected_at[*at as usize] = Some(*bits);
+    }
+    for at in 0..window.min(4 * nu * c.max(4) + 64) {
+        match expected_at[at as usize] {
+            Some(bits) => assert_eq!(
+                get(&r, dt, at),
+                bits,
+                "{case:?}: rank {me} element {at} differs from the reference"
+            ),
+            None if !ip => assert!(
+                r[at as usize * es(dt)..(at as usize + 1) * es(dt)]
+                    .iter()
+                    .all(|&b| b == SENTINEL),
+                "{case:?}: rank {me} element {at} was written"
+            ),
+            None => {}
+        }
+    }
+}
+
+fn copies(ctx: &mut Ctx) {
+    let mut buffers = Buffers {
+        shared_send: ctx.team.alloc(&mut ctx.engine, COPY_BYTES).unwrap(),
+        shared_recv: ctx.team.alloc(&mut ctx.engine, COPY_BYTES).unwrap(),
+        user_send: ctx
+            .team
+            .register(&mut ctx.engine, vec![0u64; COPY_BYTES / 8])
+            .unwrap(),
+        user_recv: ctx
+            .team
+            .register(&mut ctx.engine, vec![0u64; COPY_BYTES / 8])
+            .unwrap(),
+    };
+    let kinds = [
+        CollKind::Allgather,
+        CollKind::Allgatherv,
+        CollKind::Alltoall,
+        CollKind::Alltoallv,
+        CollKind::ReduceScatterBlock,
+        CollKind::Gather,
+        CollKind::Scatter,
+    ];
+    let mut case = Case {
+        kind: CollKind::Allgather,
+        dt: Datatype::U32,
+        op: ReduceOp::Sum,
+        count: 0,
+        root: 0,
+        in_place: false,
+        user: false,
+    };
+    for kind in kinds {
+        for count in [0, 1, 7] {
+            for in_place in [false, true] {
+                for root in [1, 2] {
+                    if root == 2 && !matches!(kind, CollKind::Gather | CollKind::Scatter) {
+                        continue;
+                    }
+                    case.kind = kind;
+                    case.count = count;
+                    case.in_place = in_place;
+                    case.root = root;
+                    case.user = count % 2 == 1;
+                    case.dt = if kind == CollKind::ReduceScatterBlock {
+                        Datatype::F32
+                    } else {
+                        Datatype::U32
+                    };
+                    copy_case(ctx, &mut buffers, case);
+                }
+            }
+        }
+    }
+    // Larger than a window: several windows per stream, shared and user memory, in place.
+    for (kind, in_place, user) in [
+        (CollKind::Allgather, false, false),
+        (CollKind::Allgather, true, true),
+        (CollKind::Alltoall, false, true),
+        (CollKind::Alltoall, true, false),
+        (CollKind::ReduceScatterBlock, false, false),
+        (CollKind::ReduceScatterBlock, true, true),
+        (CollKind::Gather, false, true),
+        (CollKind::Scatter, false, false),
+    ] {
+        case.kind = kind;
+        case.count = LARGE;
+        case.in_place = in_place;
+        case.user = user;
+        case.root = 3;
+        case.dt = if kind == CollKind::ReduceScatterBlock {
+            Datatype::F32
+        } else {
+            Datatype::U32
+        };
+        copy_case(ctx, &mut buffers, case);
+    }
+    // Two bytes per element, an odd count.
+    for kind in kinds {
+        case.kind = kind;
+        case.count = 1001;
+        case.in_place = false;
+        case.user = false;
+        case.root = 1;
+        case.dt = if kind == CollKind::ReduceScatterBlock {
+            Datatype::Bf16
+        } else {
+            Datatype::F16
+        };
+        copy_case(ctx, &mut buffers, case);
+    }
+}
+
+/// Rank 3 (node 1) exits while the other ranks run an allreduce: every other rank's request
+/// completes once with an error naming rank 3, node 0's through node 1's abort message.
+fn rank_exits(ctx: &mut Ctx) {
+    let me = ctx.rank;
+    let data = ctx.team.alloc(&mut ctx.engine, 1 << 20).unwrap();
+    let mut coll = ctx
+        .team
+        .allreduce_init(
+            &mut ctx.engine,
+            None,
+            &data,
+            1 << 18,
+            Datatype::F32,
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    coll.start().unwrap().wait(&mut ctx.engine).unwrap();
+    oob_barrier(&mut ctx.world);
+    if me == 3 {
+        oob_barrier(&mut ctx.world);
+        println!("rank scenario done");
+        std::process::exit(0);
+    }
+    let request = coll.start().unwrap();
+    oob_barrier(&mut ctx.world);
+    let began = Instant::now();
+    let result = request.wait(&mut ctx.engine);
+    println!("rank {me}: {result:?} after {:?}", began.elapsed());
+    match result {
+        Err(
+            error @ CollError::Failed {
+                status: Status::ConnectionAborted,
+                reason: Reason::RankExited | Reason::RankDisconnected,
+                rank: Some(3),
+            },
+        ) => assert!(error.to_string().contains("rank 3"), "{error}"),
+        other => panic!("expected rank 3 named, got {other:?}"),
+    }
+    assert!(began.elapsed() < Duration::from_secs(5), "not told at once");
+    assert_eq!(coll.completions(), 2);
+    for _ in 0..1000 {
+        ctx.engine.progress();
+    }
+    assert_eq!(coll.completions(), 2, "completed exactly once");
+    match coll.start().map(|r| r.wait(&mut ctx.engine)) {
+        Ok(Err(CollError::Failed { rank: Some(3), .. })) => {}
+        other => panic!("a start on the failed team: {other:?}"),
+    }
+}
+
+/// Node 0's ranks give one count, node 1's another: every rank's collective fails with
+/// `NodesDisagree` naming the other node (an allreduce, then an allgather on a new team);
+/// a team created again then works.
+fn disagree(ctx: &mut Ctx) {
+    let me = ctx.rank;
+    let other = 1 - node_of(me);
+    let data = ctx.team.alloc(&mut ctx.engine, 4096).unwrap();
+    let count = if node_of(me) == 0 { 7 } else { 9 };
+    let mut coll = ctx
+        .team
+        .allreduce_init(
+            &mut ctx.engine,
+            None,
+            &data,
+            count,
+            Datatype::U32,
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    let began = Instant::now();
+    let result = coll.start().unwrap().wait(&mut ctx.engine);
+    println!("rank {me}: {result:?} after {:?}", began.elapsed());
+    let expect_disagree = |result: Result<(), CollError>| match result {
+        Err(
+            error @ CollError::Failed {
+                status: Status::InvalidValue,
+                reason: Reason::NodesDisagree,
+                ..
+            },
+        ) => {
+            assert_eq!(error.node(), Some(other), "{error}");
+            assert!(
+                error.to_string().contains(&format!("node {other}")),
+                "{error}"
+            );
+        }
+        other => panic!("expected NodesDisagree, got {other:?}"),
+    };
+    expect_disagree(result);
+    assert_eq!(coll.completions(), 1);
+    drop(coll);
+    drop(data);
+    // A new team: an allgather whose counts differ between the nodes.
+    oob_barrier(&mut ctx.world);
+    let team = Team::create_in_domain(
+        &mut ctx.engine,
+        &ctx.worker,
+        &ctx.host,
+        &mut ctx.world,
+        None,
+        &ctx.domain,
+        u64::from(me),
+    )
+    .unwrap()
+    .unwrap();
+    let send = team.alloc(&mut ctx.engine, 4096).unwrap();
+    let recv = team.alloc(&mut ctx.engine, 4096).unwrap();
+    let mut spec = CollSpec::new(
+        CollKind::Allgather,
+        Datatype::U8,
+        3 + u64::from(node_of(me)),
+    );
+    spec.send = Some(send.whole());
+    spec.recv = Some(recv.whole());
+    let mut coll = team.init(&mut ctx.engine, &spec).unwrap();
+    expect_disagree(coll.start().unwrap().wait(&mut ctx.engine));
+    drop(coll);
+    drop((send, recv, team));
+    // And one that agrees works.
+    oob_barrier(&mut ctx.world);
+    let team = Team::create_in_domain(
+        &mut ctx.engine,
+        &ctx.worker,
+        &ctx.host,
+        &mut ctx.world,
+        None,
+        &ctx.domain,
+        u64::from(me),
+    )
+    .unwrap()
+    .unwrap();
+    let mut send = team.alloc(&mut ctx.engine, 4096).unwrap();
+    let recv = team.alloc(&mut ctx.engine, 4096).unwrap();
+    send.bytes_mut().unwrap()[..5].fill(me as u8 + 1);
+    let mut spec = CollSpec::new(CollKind::Allgather, Datatype::U8, 5);
+    spec.send = Some(send.whole());
+    spec.recv = Some(recv.whole());
+    let mut coll = team.init(&mut ctx.engine, &spec).unwrap();
+    coll.start().unwrap().wait(&mut ctx.engine).unwrap();
+    drop(coll);
+    let r = recv.bytes().unwrap();
+    for src in 0..SIZE as usize {
+        assert!(r[src * 5..src * 5 + 5].iter().all(|&b| b == src as u8 + 1));
     }
 }

@@ -362,7 +362,8 @@ open_enum! {
         /// The worker of another node of the team died, is unreachable, or did not answer in
         /// time; the notification's `rank` is that node's index, not a rank.
         PeerWorker = 19,
-        /// This collective is not supported (yet) on teams spanning several nodes.
+        /// This collective is not supported on teams spanning several nodes (workers of
+        /// this version support every collective there and no longer send it).
         NotAcrossNodes = 20,
         /// The workers of the team's nodes disagree about a collective (its kind, counts or
         /// the order it was started in); the notification's `rank` is the other node's index.

@@ -27,7 +27,9 @@ use urom_coll_wire::{
 use urom_plugin::Notifier;
 use urom_wire::Status;
 
-use crate::internode::{Exchange, Links, NetError, SMALL, Span};
+use crate::internode::{
+    ABORT_TAG, CONTROL_SERIAL, Exchange, Links, Net, NetError, SMALL, Span, TOKEN_ABORT_OUT, token,
+};
 use crate::reduce;
 use crate::sys::{CrossMemoryError, PidFd, SharedMap, cma_read, cma_write};
 
@@ -166,6 +168,9 @@ struct CollState {
     ranks: Vec<Option<RankColl>>,
     /// The cross-rank check, once made.
     checked: Option<Result<(), Fault>>,
+    /// On a team spanning nodes: the digest of its arguments this node sends each node
+    /// (computed with the check).
+    digests: Vec<u64>,
 }
 
 /// Where a block starts: a rank's buffer and a byte offset in it.
@@ -197,6 +202,29 @@ enum Mode {
     Swap(Loc, Loc),
 }
 
+/// What moves between two ranks of this node (copy collectives on a team spanning nodes).
+enum Move {
+    /// From the first range to the second.
+    Copy(Loc, Loc),
+    /// Exchange two ranges (in-place alltoall).
+    Swap(Loc, Loc),
+}
+
+/// Folds words into a 64-bit digest (FNV-1a over their bytes).
+struct Digest(u64);
+
+impl Digest {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn add(&mut self, word: u64) {
+        for byte in word.to_le_bytes() {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 /// The collective running on a team.
 struct Active {
     coll: u32,
@@ -214,6 +242,8 @@ struct Flight {
     win: usize,
     window: u64,
     stage: Stage,
+    /// The local pass of a copy collective: (block, byte).
+    local: (usize, u64),
 }
 
 /// The stage of a window.
@@ -223,8 +253,12 @@ enum Stage {
     Gather,
     /// The accumulator is exchanged with the other nodes.
     Exchange,
-    /// The accumulator goes to the local ranks.
+    /// The accumulator goes to the local ranks (once every node's digest matched).
     Scatter,
+    /// Every window is done: wait for the nodes' digests (a collective with nothing to move).
+    Verify,
+    /// Copy collectives: the blocks between ranks of this node.
+    Local,
 }
 
 /// Where a rank lives, for a team spanning nodes: this worker's node, every rank's node, each
@@ -255,6 +289,10 @@ pub struct Team {
     failed: Option<Fault>,
     colls: Vec<Option<CollState>>,
     active: Option<Active>,
+    /// A failure the other nodes' workers must be told about (an abort message).
+    tell: Option<Fault>,
+    /// Whether the other nodes were told (or told this one) already.
+    told: bool,
 }
 
 /// The scratch the engine copies through: two chunks, 8-byte aligned.
@@ -355,6 +393,8 @@ impl Team {
             failed: None,
             colls: Vec::new(),
             active: None,
+            tell: None,
+            told: false,
         }
     }
 
@@ -486,6 +526,9 @@ impl Team {
 
     /// Rank `rank` leaves. Collectives in flight fail, naming it; so does every later start.
     pub fn leave(&mut self, answers: &mut Answers<'_, '_>, rank: usize) {
+        // Leaving is not a fault the other nodes hear of: their last collective may still be
+        // finishing (its messages sent, not yet received).
+        self.told = true;
         if self.failed.is_none() {
             self.fail(answers, Fault::new(Reason::TeamFailed, rank as u32));
         }
@@ -592,14 +635,6 @@ impl Team {
         if args.kind.reduces() && !args.op.applies_to(args.datatype) {
             return Err(invalid);
         }
-        if self.span.is_some()
-            && !matches!(
-                args.kind,
-                CollKind::Barrier | CollKind::Bcast | CollKind::Allreduce | CollKind::Reduce
-            )
-        {
-            return Err(fault(Reason::NotAcrossNodes));
-        }
         let es = match (args.kind, args.datatype.size()) {
             (CollKind::Barrier, _) => 1,
             (_, Some(size)) => size as u64,
@@ -705,9 +740,11 @@ impl Team {
             self.colls.resize_with(slot + 1, || None);
         }
         let size = self.size();
+        let nodes = self.span.as_ref().map_or(0, |s| s.nodes());
         let state = self.colls[slot].get_or_insert_with(|| CollState {
             ranks: (0..size).map(|_| None).collect(),
             checked: None,
+            digests: vec![0; nodes],
         });
         if state.ranks[rank].is_some() {
             return Err(invalid);
@@ -771,6 +808,10 @@ impl Team {
         if self.failed.is_none() {
             self.failed = Some(fault);
         }
+        if self.span.is_some() && !self.told {
+            self.told = true;
+            self.tell = Some(fault);
+        }
         self.active = None;
         let key = self.key;
         for member in self.members.iter_mut().flatten() {
@@ -797,6 +838,50 @@ impl Team {
                 );
             }
         }
+    }
+
+    /// Another node's worker says the team failed there with `fault`: it fails here too (not
+    /// told back).
+    pub fn aborted(&mut self, answers: &mut Answers<'_, '_>, fault: Fault) {
+        self.told = true;
+        if self.failed.is_none() {
+            self.flight = None;
+            self.fail(answers, fault);
+        }
+    }
+
+    /// Sends the other nodes' workers the abort of a failure of this node, if one is due
+    /// (making endpoints to them where the team had none yet); whether it sent any.
+    pub fn tell_peers(&mut self, answers: &mut Answers<'_, '_>, links: &mut Links) -> bool {
+        let Some(fault) = self.tell.take() else {
+            return false;
+        };
+        let key = self.key;
+        let Some(span) = self.span.as_mut() else {
+            return false;
+        };
+        let domain = answers.out.domain();
+        let message = span.abort_message(key, fault);
+        for node in (0..span.nodes()).filter(|&node| node != span.me) {
+            if span.peers[node].is_none() {
+                let id = span.workers[node];
+                if let Ok(address) = domain.address(id)
+                    && let Ok(peer) = links.peer(id, address)
+                {
+                    span.peers[node] = Some(peer);
+                }
+            }
+            if let Some(peer) = span.peers[node] {
+                // A peer that cannot be reached learns of the failure from its own checks.
+                let _ = links.net.send(
+                    peer,
+                    ABORT_TAG,
+                    &message,
+                    token(CONTROL_SERIAL, TOKEN_ABORT_OUT),
+                );
+            }
+        }
+        true
     }
 
     /// Whether the team waits for something (a join, a start) and so for its ranks' lives.
@@ -922,7 +1007,7 @@ impl Team {
             let begun = self
                 .activate()
                 .and_then(|coll| self.connect(answers, links).map(|()| coll))
-                .and_then(|coll| self.begin_flight(coll).map(|()| coll));
+                .and_then(|coll| self.begin_flight(coll, links.net.as_mut()).map(|()| coll));
             match begun {
                 Ok(coll) => {
                     self.active = Some(Active {
@@ -937,14 +1022,14 @@ impl Team {
                 }
             }
         }
-        let before = self.flight.as_ref().map(|f| (f.stage, f.pos));
+        let before = self.flight.as_ref().map(|f| (f.stage, f.pos, f.local));
         match self.fly(scratch, links) {
             Ok(true) => {
                 self.flight = None;
                 self.complete(answers, Ok(()));
                 true
             }
-            Ok(false) => self.flight.as_ref().map(|f| (f.stage, f.pos)) != before,
+            Ok(false) => self.flight.as_ref().map(|f| (f.stage, f.pos, f.local)) != before,
             Err(fault) => {
                 self.flight = None;
                 self.fail(answers, fault);
@@ -971,33 +1056,69 @@ impl Team {
         Ok(())
     }
 
-    /// Sets up the flight of collective `coll` on a team spanning nodes.
-    fn begin_flight(&mut self, coll: u32) -> Result<(), Fault> {
+    /// Sets up the flight of collective `coll` on a team spanning nodes, and sends the other
+    /// nodes the digest of its arguments.
+    fn begin_flight(&mut self, coll: u32, net: &mut dyn Net) -> Result<(), Fault> {
+        let n = self.size();
         let state = self
             .colls
             .get(coll as usize)
             .and_then(Option::as_ref)
             .ok_or(Fault::plain(Reason::UnknownColl))?;
-        let plan = Plan::new(state, self.size());
+        let plan = Plan::new(state, n);
         let span = self.span.as_mut().ok_or(Fault::plain(Reason::InterNode))?;
         span.next_collective(plan.datatype(), plan.op());
         let args = plan.args(plan.lead);
-        let len = elems(args.count, plan.es)?;
-        let exchange = match plan.kind() {
-            CollKind::Barrier => Exchange::Barrier,
-            CollKind::Allreduce | CollKind::Reduce => Exchange::Reduce {
-                doubling: len <= SMALL,
-            },
-            CollKind::Bcast => Exchange::Bcast {
-                from: span.node_of[plan.root()] as usize,
-            },
-            _ => return Err(Fault::plain(Reason::NotAcrossNodes)),
+        let (exchange, len) = match plan.kind() {
+            CollKind::Barrier => (Exchange::Barrier, 0),
+            CollKind::Allreduce | CollKind::Reduce => {
+                let len = elems(args.count, plan.es)?;
+                (
+                    Exchange::Reduce {
+                        doubling: len <= SMALL,
+                    },
+                    len,
+                )
+            }
+            CollKind::ReduceScatterBlock => {
+                let len = elems(elems(args.recv_count, n as u64)?, plan.es)?;
+                (
+                    Exchange::Reduce {
+                        doubling: len <= SMALL,
+                    },
+                    len,
+                )
+            }
+            CollKind::Bcast => (
+                Exchange::Bcast {
+                    from: span.node_of[plan.root()] as usize,
+                },
+                elems(args.count, plan.es)?,
+            ),
+            _ => {
+                let me = span.me;
+                let mut longest = 0;
+                for node in (0..span.nodes()).filter(|&node| node != me) {
+                    let out: u64 = (0..plan.stream_blocks(span, me, node))
+                        .map(|k| {
+                            let (s, d) = plan.stream_pair(span, me, node, k);
+                            plan.stream_src(s, d).1
+                        })
+                        .sum();
+                    let into: u64 = (0..plan.stream_blocks(span, node, me))
+                        .map(|k| {
+                            let (s, d) = plan.stream_pair(span, node, me, k);
+                            plan.stream_len(s, d)
+                        })
+                        .sum();
+                    span.out_total[node] = out;
+                    span.in_total[node] = into;
+                    longest = longest.max(out).max(into);
+                }
+                (Exchange::Streams, longest)
+            }
         };
-        let len = if exchange == Exchange::Barrier {
-            0
-        } else {
-            len
-        };
+        span.start_digests(net, &state.digests)?;
         self.flight = Some(Flight {
             exchange,
             len,
@@ -1005,6 +1126,7 @@ impl Team {
             win: 0,
             window: 0,
             stage: Stage::Gather,
+            local: (0, 0),
         });
         Ok(())
     }
@@ -1041,8 +1163,9 @@ impl Team {
             match flight.stage {
                 Stage::Gather => {
                     if flight.len == 0 && flight.exchange != Exchange::Barrier {
-                        // Nothing to move: every node finishes at once.
-                        return Ok(true);
+                        // Nothing crosses nodes: only the digests.
+                        flight.stage = Stage::Verify;
+                        return Ok(false);
                     }
                     let room = span.window_len(flight.exchange) as u64;
                     let win = (flight.len - flight.pos).min(room) as usize;
@@ -1075,6 +1198,17 @@ impl Team {
                                 self.read(plan.send(root, 0).at(pos), span.acc_mut(win))?;
                             }
                         }
+                        Exchange::Streams => {
+                            let me = span.me;
+                            for node in (0..span.nodes()).filter(|&node| node != me) {
+                                let out = span.out_total[node].saturating_sub(pos);
+                                let out = out.min(CHUNK as u64) as usize;
+                                self.fill(&plan, &mut span, node, out)?;
+                                span.out_len[node] = out;
+                                let into = span.in_total[node].saturating_sub(pos);
+                                span.in_len[node] = into.min(CHUNK as u64) as usize;
+                            }
+                        }
                         Exchange::Barrier | Exchange::Nothing => {}
                     }
                     span.begin(flight.exchange, 0, flight.window, win);
@@ -1088,16 +1222,62 @@ impl Team {
                     Ok(false)
                 }
                 Stage::Scatter => {
+                    // Nothing reaches a rank's buffer before every node agreed on the
+                    // collective.
+                    if !span.digests_ready(links.net.as_mut())? {
+                        return Ok(false);
+                    }
                     let win = flight.win;
-                    for &q in &self.local {
-                        if let Some(dst) = plan.dst(0, q) {
-                            self.write(dst.at(flight.pos), span.acc_mut(win))?;
+                    let pos = flight.pos;
+                    match (flight.exchange, plan.kind()) {
+                        (Exchange::Streams, _) => {
+                            let me = span.me;
+                            for node in (0..span.nodes()).filter(|&node| node != me) {
+                                let have = span.in_len[node];
+                                self.drain(&plan, &mut span, node, have)?;
+                            }
+                        }
+                        (Exchange::Reduce { .. }, CollKind::ReduceScatterBlock) => {
+                            let acc = span.acc_mut(win);
+                            let (lo, hi) = (pos, pos + win as u64);
+                            for &q in &self.local {
+                                let block = elems(plan.args(q).recv_count, plan.es)?;
+                                let (b0, b1) = (q as u64 * block, (q as u64 + 1) * block);
+                                let (from, to) = (b0.max(lo), b1.min(hi));
+                                if from < to {
+                                    let data = &acc[(from - lo) as usize..(to - lo) as usize];
+                                    self.write(plan.recv(q, 0).at(from - b0), data)?;
+                                }
+                            }
+                        }
+                        _ => {
+                            for &q in &self.local {
+                                if let Some(dst) = plan.dst(0, q) {
+                                    self.write(dst.at(pos), span.acc_mut(win))?;
+                                }
+                            }
                         }
                     }
                     flight.pos += win as u64;
                     flight.window += 1;
-                    flight.stage = Stage::Gather;
-                    Ok(flight.pos >= flight.len)
+                    flight.stage = if flight.pos >= flight.len {
+                        Stage::Verify
+                    } else {
+                        Stage::Gather
+                    };
+                    Ok(false)
+                }
+                Stage::Verify => {
+                    if span.digests_ready(links.net.as_mut())? {
+                        flight.stage = Stage::Local;
+                    }
+                    Ok(false)
+                }
+                Stage::Local => {
+                    if flight.exchange != Exchange::Streams {
+                        return Ok(true);
+                    }
+                    self.local_pass(&plan, &mut flight.local, scratch)
                 }
             }
         })();
@@ -1132,7 +1312,28 @@ impl Team {
                 None => check(state, &self.local),
             }
         };
+        let fresh = self
+            .colls
+            .get(coll as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|state| state.checked.is_none());
+        let mut digests = [0u64; urom_coll_wire::MAX_TEAM_SIZE];
+        if let (true, Ok(()), Some(span), Some(Some(state))) = (
+            fresh,
+            checked,
+            self.span.as_ref(),
+            self.colls.get(coll as usize),
+        ) {
+            let plan = Plan::new(state, self.pids.len());
+            for (node, digest) in digests.iter_mut().enumerate().take(span.nodes()) {
+                *digest = plan.digest(span, node);
+            }
+        }
         if let Some(Some(state)) = self.colls.get_mut(coll as usize) {
+            if fresh && checked.is_ok() {
+                let nodes = state.digests.len();
+                state.digests.copy_from_slice(&digests[..nodes]);
+            }
             state.checked = Some(checked);
         }
         checked.map(|()| coll)
@@ -1165,6 +1366,159 @@ impl Team {
         if let Some(rank) = gone {
             self.fail(answers, Fault::new(Reason::RankDisconnected, rank));
         }
+    }
+
+    /// Copy collectives: reads the next `want` bytes of the stream to `node` into its slot of
+    /// the accumulator.
+    fn fill(
+        &self,
+        plan: &Plan<'_>,
+        span: &mut Span,
+        node: usize,
+        want: usize,
+    ) -> Result<(), Fault> {
+        let me = span.me;
+        let (mut k, mut off) = span.out_cursor[node];
+        let blocks = plan.stream_blocks(span, me, node);
+        let mut filled = 0;
+        while filled < want {
+            if k >= blocks {
+                return Err(Fault::new(Reason::NodesDisagree, node as u32));
+            }
+            let (s, d) = plan.stream_pair(span, me, node, k);
+            let (src, len) = plan.stream_src(s, d);
+            if off >= len {
+                k += 1;
+                off = 0;
+                continue;
+            }
+            let piece = ((len - off) as usize).min(want - filled);
+            let at = node * CHUNK + filled;
+            let acc = span.acc_mut(span.nodes() * CHUNK);
+            self.read(src.at(off), &mut acc[at..at + piece])?;
+            filled += piece;
+            off += piece as u64;
+        }
+        span.out_cursor[node] = (k, off);
+        Ok(())
+    }
+
+    /// Copy collectives: writes the `have` bytes of the stream from `node` that arrived in
+    /// its inbox slot to the local ranks they are for.
+    fn drain(
+        &self,
+        plan: &Plan<'_>,
+        span: &mut Span,
+        node: usize,
+        have: usize,
+    ) -> Result<(), Fault> {
+        let me = span.me;
+        let (mut k, mut off) = span.in_cursor[node];
+        let blocks = plan.stream_blocks(span, node, me);
+        let mut done = 0;
+        while done < have {
+            if k >= blocks {
+                return Err(Fault::new(Reason::NodesDisagree, node as u32));
+            }
+            let (s, d) = plan.stream_pair(span, node, me, k);
+            let len = plan.stream_len(s, d);
+            if off >= len {
+                k += 1;
+                off = 0;
+                continue;
+            }
+            let piece = ((len - off) as usize).min(have - done);
+            let data = &span.inbox(node, done + piece)[done..];
+            for &q in &self.local {
+                if let Some(dst) = plan.stream_dst(s, d, q) {
+                    self.write(dst.at(off), data)?;
+                }
+            }
+            done += piece;
+            off += piece as u64;
+        }
+        span.in_cursor[node] = (k, off);
+        Ok(())
+    }
+
+    /// Copy collectives on a team spanning nodes: moves up to a chunk of the blocks between
+    /// this node's ranks; `true` once all moved.
+    fn local_pass(
+        &self,
+        plan: &Plan<'_>,
+        cursor: &mut (usize, u64),
+        scratch: &mut Scratch,
+    ) -> Result<bool, Fault> {
+        let m = self.local.len();
+        let a: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.a[..]);
+        let b: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.b[..]);
+        let mut budget = CHUNK as u64;
+        loop {
+            let (k, off) = *cursor;
+            if k >= m * m {
+                return Ok(true);
+            }
+            if budget == 0 {
+                return Ok(false);
+            }
+            let (s, q) = (self.local[k / m], self.local[k % m]);
+            let Some((len, step)) = plan.local_move(s, q) else {
+                *cursor = (k + 1, 0);
+                continue;
+            };
+            if off >= len {
+                *cursor = (k + 1, 0);
+                continue;
+            }
+            let piece = (len - off).min(budget) as usize;
+            budget -= piece as u64;
+            let (a, b) = (&mut a[..piece], &mut b[..piece]);
+            match step {
+                Move::Copy(src, dst) => self.copy(src.at(off), dst.at(off), a)?,
+                Move::Swap(x, y) => {
+                    self.read(x.at(off), a)?;
+                    self.read(y.at(off), b)?;
+                    self.write(y.at(off), a)?;
+                    self.write(x.at(off), b)?;
+                }
+            }
+            *cursor = (k, off + piece as u64);
+        }
+    }
+
+    /// Copies `tmp.len()` bytes from `src` to `dst` in one copy where one side is shared
+    /// memory: mapping to mapping, `process_vm_readv` into a mapping, or `process_vm_writev`
+    /// from one; through `tmp` only between two cross-memory buffers. Every range is checked
+    /// against the rank's registered buffer first, as [`Team::read`] and [`Team::write`] do.
+    fn copy(&self, src: Loc, dst: Loc, tmp: &mut [u8]) -> Result<(), Fault> {
+        let len = tmp.len();
+        let (from, pid_from) = self.buffer(src, len)?;
+        let (to, pid_to) = self.buffer(dst, len)?;
+        match (&from.access, &to.access) {
+            (Access::Shared(a), Access::Shared(b)) => a
+                .copy_to(src.off, b, dst.off, len)
+                .then_some(())
+                .ok_or(Fault::new(Reason::OutOfBounds, dst.rank as u32)),
+            (Access::Cross { addr }, Access::Shared(b)) => b
+                .cma_read_into(pid_from, addr + src.off, dst.off, len)
+                .map_err(|e| cma_fault(e, src.rank)),
+            (Access::Shared(a), Access::Cross { addr }) => a
+                .cma_write_from(pid_to, addr + dst.off, src.off, len)
+                .map_err(|e| cma_fault(e, dst.rank)),
+            (Access::Cross { .. }, Access::Cross { .. }) => {
+                self.read(src, tmp)?;
+                self.write(dst, tmp)
+            }
+        }
+    }
+
+    /// Whether `loc`'s buffer is shared memory.
+    fn shared(&self, loc: Loc) -> bool {
+        self.members[loc.rank]
+            .as_ref()
+            .and_then(|m| m.buffers.get(loc.buf as usize))
+            .and_then(Option::as_ref)
+            .is_some_and(|b| matches!(b.access, Access::Shared(_)))
     }
 
     fn read(&self, loc: Loc, out: &mut [u8]) -> Result<(), Fault> {
@@ -1245,9 +1599,21 @@ impl Team {
             match mode {
                 Mode::Skip => {}
                 Mode::Copy(src) => {
-                    self.read(src.at(off), a)?;
-                    for q in 0..self.size() {
-                        if let Some(dst) = plan.dst(active.block, q) {
+                    let block = active.block;
+                    let mut dsts = (0..self.size()).filter_map(|q| plan.dst(block, q));
+                    // One copy per destination straight from a shared source, or from a user
+                    // buffer to its only destination; else read once, write to each.
+                    let direct = self.shared(src) || {
+                        let mut probe = dsts.clone();
+                        probe.next().is_some() && probe.next().is_none()
+                    };
+                    if direct {
+                        for dst in dsts {
+                            self.copy(src.at(off), dst.at(off), a)?;
+                        }
+                    } else {
+                        self.read(src.at(off), a)?;
+                        for dst in &mut dsts {
                             self.write(dst.at(off), a)?;
                         }
                     }
@@ -1452,6 +1818,217 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// Copy collectives across nodes: how many blocks the stream from node `from` to node
+    /// `to` carries.
+    fn stream_blocks(&self, span: &Span, from: usize, to: usize) -> usize {
+        let (rf, rt) = (&span.ranks[from], &span.ranks[to]);
+        let root_node = || span.node_of[self.root()] as usize;
+        match self.kind() {
+            CollKind::Allgather | CollKind::Allgatherv => rf.len(),
+            CollKind::Gather if to == root_node() && from != to => rf.len(),
+            CollKind::Scatter if from == root_node() && from != to => rt.len(),
+            CollKind::Alltoall | CollKind::Alltoallv => rf.len() * rt.len(),
+            _ => 0,
+        }
+    }
+
+    /// Block `k` of the stream from node `from` to node `to`: its source rank and its
+    /// destination rank (`None`: every rank of `to`). An alltoall's two streams between two
+    /// nodes list the pairs of ranks in the same order (the lower node's rank first), so that
+    /// in place, each window overwrites only ranges already sent.
+    fn stream_pair(&self, span: &Span, from: usize, to: usize, k: usize) -> (usize, Option<usize>) {
+        match self.kind() {
+            CollKind::Allgather | CollKind::Allgatherv => (span.ranks[from][k], None),
+            CollKind::Gather => (span.ranks[from][k], Some(self.root())),
+            CollKind::Scatter => (self.root(), Some(span.ranks[to][k])),
+            _ => {
+                let (lo, hi) = (from.min(to), from.max(to));
+                let m = span.ranks[hi].len();
+                let (x, y) = (span.ranks[lo][k / m], span.ranks[hi][k % m]);
+                if from == lo {
+                    (x, Some(y))
+                } else {
+                    (y, Some(x))
+                }
+            }
+        }
+    }
+
+    /// The sender's side of block `s` → `d` of a stream: where it starts, its bytes.
+    fn stream_src(&self, s: usize, d: Option<usize>) -> (Loc, u64) {
+        let (n, es) = (self.n, self.es);
+        let d = d.unwrap_or(0);
+        match self.kind() {
+            CollKind::Allgather => {
+                let a = self.args(s);
+                let src = if self.ip(s) {
+                    self.recv(s, s as u64 * a.recv_count)
+                } else {
+                    self.send(s, 0)
+                };
+                (src, a.count * es)
+            }
+            CollKind::Allgatherv => {
+                let w = self.words(s);
+                let src = if self.ip(s) {
+                    self.recv(s, w[n + s])
+                } else {
+                    self.send(s, 0)
+                };
+                (src, w[s] * es)
+            }
+            CollKind::Gather => (self.send(s, 0), self.args(s).count * es),
+            CollKind::Scatter => {
+                let count = self.args(s).count;
+                (self.send(s, d as u64 * count), count * es)
+            }
+            CollKind::Alltoall => {
+                let a = self.args(s);
+                if self.ip(s) {
+                    (self.recv(s, d as u64 * a.recv_count), a.recv_count * es)
+                } else {
+                    (self.send(s, d as u64 * a.count), a.count * es)
+                }
+            }
+            CollKind::Alltoallv => {
+                let w = self.words(s);
+                if self.ip(s) {
+                    (self.recv(s, w[3 * n + d]), w[2 * n + d] * es)
+                } else {
+                    (self.send(s, w[n + d]), w[d] * es)
+                }
+            }
+            _ => (self.send(s, 0), 0),
+        }
+    }
+
+    /// The receiver's side: the bytes of block `s` → `d` as this node's ranks expect them.
+    fn stream_len(&self, s: usize, d: Option<usize>) -> u64 {
+        let (n, es) = (self.n, self.es);
+        let d = d.unwrap_or(self.lead);
+        match self.kind() {
+            CollKind::Allgather => self.args(self.lead).recv_count * es,
+            CollKind::Allgatherv => self.words(self.lead)[s] * es,
+            CollKind::Gather => self.args(self.root()).recv_count * es,
+            CollKind::Scatter | CollKind::Alltoall => self.args(d).recv_count * es,
+            CollKind::Alltoallv => self.words(d)[2 * n + s] * es,
+            _ => 0,
+        }
+    }
+
+    /// Where block `s` → `d` lands on this node's rank `q`, if there.
+    fn stream_dst(&self, s: usize, d: Option<usize>, q: usize) -> Option<Loc> {
+        if d.is_some_and(|d| d != q) {
+            return None;
+        }
+        let n = self.n;
+        match self.kind() {
+            CollKind::Allgather | CollKind::Gather | CollKind::Alltoall => {
+                Some(self.recv(q, s as u64 * self.args(q).recv_count))
+            }
+            CollKind::Allgatherv => Some(self.recv(q, self.words(q)[n + s])),
+            CollKind::Alltoallv => Some(self.recv(q, self.words(q)[3 * n + s])),
+            CollKind::Scatter => Some(self.recv(q, 0)),
+            _ => None,
+        }
+    }
+
+    /// What moves from this node's rank `s` to its rank `q` (copy collectives on a team
+    /// spanning nodes), and its bytes.
+    fn local_move(&self, s: usize, q: usize) -> Option<(u64, Move)> {
+        let root = self.root();
+        match self.kind() {
+            CollKind::Allgather | CollKind::Allgatherv => {
+                if q == s && self.ip(s) {
+                    return None;
+                }
+                let (src, len) = self.stream_src(s, None);
+                Some((len, Move::Copy(src, self.stream_dst(s, None, q)?)))
+            }
+            CollKind::Gather => {
+                if q != root || (s == root && self.ip(root)) {
+                    return None;
+                }
+                let (src, len) = self.stream_src(s, Some(q));
+                Some((len, Move::Copy(src, self.stream_dst(s, Some(q), q)?)))
+            }
+            CollKind::Scatter => {
+                if s != root || (q == root && self.ip(root)) {
+                    return None;
+                }
+                let (src, len) = self.stream_src(s, Some(q));
+                Some((len, Move::Copy(src, self.stream_dst(s, Some(q), q)?)))
+            }
+            CollKind::Alltoall | CollKind::Alltoallv => {
+                let (src, len) = self.stream_src(s, Some(q));
+                if self.ip(s) {
+                    if s >= q {
+                        return None;
+                    }
+                    let (other, _) = self.stream_src(q, Some(s));
+                    return Some((len, Move::Swap(src, other)));
+                }
+                Some((len, Move::Copy(src, self.stream_dst(s, Some(q), q)?)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The digest of the collective's arguments as this node's ranks give them, for node
+    /// `peer`: what the nodes must agree on (kind, datatype, operation, root, the counts of
+    /// the blocks that cross nodes; for an alltoallv, those between this node and `peer`).
+    fn digest(&self, span: &Span, peer: usize) -> u64 {
+        let n = self.n;
+        let a = self.args(self.lead);
+        let mut h = Digest::new();
+        h.add(u64::from(a.kind.raw()));
+        if a.kind != CollKind::Barrier {
+            h.add(u64::from(a.datatype.raw()));
+        }
+        if a.kind.reduces() {
+            h.add(u64::from(a.op.raw()));
+        }
+        if a.kind.rooted() {
+            h.add(u64::from(a.root));
+        }
+        let local = |r: usize| span.node_of[r] as usize == span.me;
+        match a.kind {
+            CollKind::Barrier | CollKind::Unknown(_) => {}
+            CollKind::Bcast | CollKind::Reduce | CollKind::Allreduce | CollKind::Allgather => {
+                h.add(a.count)
+            }
+            CollKind::ReduceScatterBlock | CollKind::Alltoall => h.add(a.recv_count),
+            CollKind::Allgatherv => self.words(self.lead)[..n].iter().for_each(|&w| h.add(w)),
+            CollKind::Gather => h.add(if local(self.root()) {
+                self.args(self.root()).recv_count
+            } else {
+                a.count
+            }),
+            CollKind::Scatter => h.add(if local(self.root()) {
+                self.args(self.root()).count
+            } else {
+                a.recv_count
+            }),
+            CollKind::Alltoallv => {
+                let (lo, hi) = (span.me.min(peer), span.me.max(peer));
+                for (from, to) in [(lo, hi), (hi, lo)] {
+                    for &i in &span.ranks[from] {
+                        for &j in &span.ranks[to] {
+                            let count = if local(i) {
+                                let w = self.words(i);
+                                if self.ip(i) { w[2 * n + j] } else { w[j] }
+                            } else {
+                                self.words(j)[2 * n + i]
+                            };
+                            h.add(count);
+                        }
+                    }
+                }
+            }
+        }
+        h.0
+    }
+
     /// Rank `r`'s source of a reduction block.
     fn src(&self, b: u64, r: usize) -> Loc {
         let e = match self.kind() {
@@ -1535,7 +2112,29 @@ fn check(state: &CollState, local: &[usize]) -> Result<(), Fault> {
             CollKind::Alltoall => {
                 a.count == a0.count && a.recv_count == a0.count && a.in_place() == a0.in_place()
             }
-            CollKind::Gather | CollKind::Scatter if !all => true,
+            CollKind::Gather if !all => {
+                let root = a0.root as usize;
+                match args[root] {
+                    Some(root_args) => {
+                        (r == root && a.in_place()) || a.count == root_args.recv_count
+                    }
+                    None => a.count == a0.count,
+                }
+            }
+            CollKind::Scatter if !all => {
+                let root = a0.root as usize;
+                match args[root] {
+                    Some(root_args) => {
+                        (r == root && a.in_place()) || a.recv_count == root_args.count
+                    }
+                    None => a.recv_count == a0.recv_count,
+                }
+            }
+            CollKind::Allgatherv if !all => {
+                let own = &words(local[0])[..n];
+                (!local.contains(&r) || a.in_place() || a.count == words(r)[r])
+                    && words(r)[..n] == *own
+            }
             CollKind::Gather => {
                 let root = arg(a0.root as usize);
                 (r == a0.root as usize && a.in_place()) || a.count == root.recv_count

@@ -23,14 +23,27 @@
 //!   left where it comes from a lower node, on the right where the ring wraps past the last
 //!   node (for two nodes again exactly `P0 op P1`);
 //! * broadcast: the root's node sends each window to every other node;
-//! * barrier: dissemination, `ceil(log2 n)` rounds of empty messages.
+//! * barrier: dissemination, `ceil(log2 n)` rounds of empty messages;
+//! * copy collectives ([`Exchange::Streams`]): one stream of blocks per ordered pair of nodes
+//!   (the engine decides what each carries); in every window each node sends every other node
+//!   up to one chunk of its stream to it and receives up to one chunk of each stream to it.
 //!
-//! Message tags (64 bits): `[63:62]` kind (0 data, 1 ping, 2 pong), `[61:42]` the team (a
-//! 20-bit hash of its key), `[41:34]` the collective's sequence number on the team, `[33:22]`
-//! the block, `[21:8]` the window, `[7:0]` the round. In every round a node expects exactly one
-//! message, from one node, so the tag alone matches it; UCX keeps messages that arrive before
-//! their receive is posted (a node ahead of another), and messages with one tag from one peer
-//! arrive in order, so the wrap-around of the short fields is harmless.
+//! Every collective also begins with a digest round ([`Span::start_digests`]): each node sends
+//! every other node the digest of the collective's arguments it computed for that node, and
+//! compares the one it gets with its own; results reach the ranks only once all matched.
+//!
+//! Message tags (64 bits): `[63:62]` kind (0 data, 1 ping, 2 pong, 3 abort), `[61:42]` the team
+//! (a 20-bit hash of its key), `[41:34]` the collective's sequence number on the team, `[33:22]`
+//! the block (for streams the sending node; `0xfff` for digests), `[21:8]` the window, `[7:0]`
+//! the round. In every round a node expects exactly one message per tag from one node (digests,
+//! which share a tag, carry their sender), so the tag alone matches it; UCX keeps messages that
+//! arrive before their receive is posted (a node ahead of another), and messages with one tag
+//! from one peer arrive in order, so the wrap-around of the short fields is harmless.
+//!
+//! Aborts: a node where a team spanning nodes fails for a reason of its own sends every other
+//! node's worker an abort ([`ABORT_TAG`], [`ABORT_LEN`] bytes: the team's key, the reason, the
+//! rank or node it names, the sender), and the receivers fail the team the same way, so no node
+//! waits for a node that has given up.
 //!
 //! Liveness: a node waiting for a peer's message longer than [`PING_AFTER`] sends that peer's
 //! worker a ping, which its worker answers from its own progress whatever its ranks do; a peer
@@ -57,6 +70,7 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 const KIND_DATA: u64 = 0;
 const KIND_PING: u64 = 1;
 const KIND_PONG: u64 = 2;
+const KIND_ABORT: u64 = 3;
 const KIND_SHIFT: u32 = 62;
 /// The tag bits of the kind.
 pub const KIND_MASK: u64 = 3 << KIND_SHIFT;
@@ -64,6 +78,16 @@ pub const KIND_MASK: u64 = 3 << KIND_SHIFT;
 pub const PING_TAG: u64 = KIND_PING << KIND_SHIFT;
 /// The most bytes of a ping: the pinging node worker's domain id and the pong's tag.
 pub const PING_LEN: usize = 16;
+/// The tag of every abort (the rest of the tag is free).
+pub const ABORT_TAG: u64 = KIND_ABORT << KIND_SHIFT;
+/// The bytes of an abort: the team's key (u64), the fault's reason and rank (u32 each), the
+/// sending node's index (u32) and 4 reserved bytes, little-endian.
+pub const ABORT_LEN: usize = 24;
+/// The bytes of a digest message: the digest (u64), the sending node's index (u32), 4
+/// reserved bytes.
+const DIGEST_LEN: usize = 16;
+/// The block field of digest messages (real blocks are node indices, below 64).
+const DIGEST_BLOCK: u64 = 0xfff;
 
 /// Token of the plugin's own operations (pings received, pongs sent), beside teams' serials.
 pub const CONTROL_SERIAL: u32 = u32::MAX;
@@ -79,6 +103,14 @@ pub const TOKEN_PONG: u32 = 4;
 pub const TOKEN_PING_IN: u32 = 5;
 /// A pong sent (control).
 pub const TOKEN_PONG_OUT: u32 = 6;
+/// A digest received (`| node << 8` unused: the sender is in the bytes).
+pub const TOKEN_DIGEST: u32 = 7;
+/// A window of a stream received (`| node << 8`).
+pub const TOKEN_STREAM: u32 = 8;
+/// An abort received (control).
+pub const TOKEN_ABORT_IN: u32 = 9;
+/// An abort sent (control).
+pub const TOKEN_ABORT_OUT: u32 = 10;
 
 /// A token: the team's serial and the kind.
 pub fn token(serial: u32, kind: u32) -> u64 {
@@ -205,6 +237,10 @@ pub enum Exchange {
     },
     /// Synchronise (no data).
     Barrier,
+    /// Every node sends node `p` the `out_len[p]` bytes at accumulator slot `p` and receives
+    /// `in_len[p]` bytes from it into inbox slot `p` (copy collectives: one stream of blocks
+    /// per ordered pair of nodes, a window of at most one chunk of each stream at a time).
+    Streams,
 }
 
 /// What an arriving message does.
@@ -263,6 +299,34 @@ pub struct Span {
     alive: Vec<Instant>,
     pinged: Vec<Option<Instant>>,
     pings: u64,
+    /// Every node's ranks, in rank order.
+    pub ranks: Vec<Vec<usize>>,
+    /// The digest of the running collective's arguments each node must send (per node: the
+    /// pairwise ones differ), whether it arrived, how many are missing.
+    digest: Vec<u64>,
+    digest_in: Vec<bool>,
+    digest_want: usize,
+    /// The flight waits for missing digests (the worker may sleep).
+    hold: bool,
+    /// A node whose data message was malformed before its digest arrived: the digest decides
+    /// whether the nodes disagree or that node's worker misbehaves.
+    bad_data: Option<usize>,
+    /// Streams: bytes of this window to send to and to receive from each node.
+    pub out_len: Vec<usize>,
+    /// Bytes of this window expected from each node.
+    pub in_len: Vec<usize>,
+    awaiting: Vec<bool>,
+    pending: usize,
+    /// Streams: where each node's window arrives, `nodes * CHUNK` bytes.
+    inbox: Vec<u64>,
+    /// Streams: the cursor (block, byte) of the stream to and from each node.
+    pub out_cursor: Vec<(usize, u64)>,
+    /// The cursor of the stream from each node.
+    pub in_cursor: Vec<(usize, u64)>,
+    /// Total bytes of the stream to and from each node.
+    pub out_total: Vec<u64>,
+    /// Total bytes of the stream from each node.
+    pub in_total: Vec<u64>,
 }
 
 impl Span {
@@ -271,6 +335,12 @@ impl Span {
     pub fn new(key: u64, serial: u32, me: usize, node_of: Vec<u32>, workers: Vec<u64>) -> Self {
         let nodes = workers.len();
         let now = Instant::now();
+        let mut ranks = vec![Vec::new(); nodes];
+        for (r, &node) in node_of.iter().enumerate() {
+            if let Some(list) = ranks.get_mut(node as usize) {
+                list.push(r);
+            }
+        }
         Self {
             me,
             node_of,
@@ -294,6 +364,21 @@ impl Span {
             alive: vec![now; nodes],
             pinged: vec![None; nodes],
             pings: 0,
+            ranks,
+            digest: vec![0; nodes],
+            digest_in: vec![true; nodes],
+            digest_want: 0,
+            hold: false,
+            bad_data: None,
+            out_len: vec![0; nodes],
+            in_len: vec![0; nodes],
+            awaiting: vec![false; nodes],
+            pending: 0,
+            inbox: vec![0; nodes * CHUNK / 8],
+            out_cursor: vec![(0, 0); nodes],
+            in_cursor: vec![(0, 0); nodes],
+            out_total: vec![0; nodes],
+            in_total: vec![0; nodes],
         }
     }
 
@@ -318,6 +403,99 @@ impl Span {
         self.op = op;
         self.es = datatype.size().unwrap_or(1);
         self.failed = None;
+        self.bad_data = None;
+        self.hold = false;
+        self.pending = 0;
+        self.awaiting.fill(false);
+        self.out_cursor.fill((0, 0));
+        self.in_cursor.fill((0, 0));
+        self.out_total.fill(0);
+        self.in_total.fill(0);
+        let now = Instant::now();
+        for (alive, pinged) in self.alive.iter_mut().zip(&mut self.pinged) {
+            *alive = now;
+            *pinged = None;
+        }
+    }
+
+    /// Sends every other node the digest of the collective's arguments meant for it
+    /// (`digests[node]`) and posts the receives of theirs: the first exchange of every
+    /// collective. A node whose digest differs from the one this node computed for it fails
+    /// the collective with [`Reason::NodesDisagree`] naming it; the results are written to the
+    /// local ranks only once every digest arrived and matched.
+    pub fn start_digests(&mut self, net: &mut dyn Net, digests: &[u64]) -> Result<(), Fault> {
+        let n = self.nodes();
+        self.digest_want = 0;
+        let tag = data_tag(self.team, self.seq, DIGEST_BLOCK, 0x3fff, 0xff);
+        for node in 0..n {
+            self.digest[node] = digests.get(node).copied().unwrap_or(0);
+            self.digest_in[node] = node == self.me;
+            if node == self.me {
+                continue;
+            }
+            self.digest_want += 1;
+            net.recv(tag, u64::MAX, DIGEST_LEN, token(self.serial, TOKEN_DIGEST));
+        }
+        for node in (0..n).filter(|&node| node != self.me) {
+            let peer = self.peer(node)?;
+            let mut bytes = [0u8; DIGEST_LEN];
+            bytes[..8].copy_from_slice(&self.digest[node].to_le_bytes());
+            bytes[8..12].copy_from_slice(&(self.me as u32).to_le_bytes());
+            net.send(
+                peer,
+                tag,
+                &bytes,
+                token(self.serial, TOKEN_SEND | (node as u32) << 8),
+            )
+            .map_err(|_| self.fault(node))?;
+            self.sends += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether every other node's digest arrived (and matched); while some is missing, checks
+    /// that node's life and marks the span as holding.
+    pub fn digests_ready(&mut self, net: &mut dyn Net) -> Result<bool, Fault> {
+        if let Some(fault) = self.failed {
+            return Err(fault);
+        }
+        if self.digest_want == 0 {
+            self.hold = false;
+            return Ok(true);
+        }
+        self.hold = true;
+        if let Some(node) = self.digest_in.iter().position(|&d| !d) {
+            self.check_peer(net, node)?;
+        }
+        Ok(false)
+    }
+
+    /// A data message from `from` was malformed: the nodes disagree if its digest says so,
+    /// else its worker misbehaves.
+    fn data_error(&mut self, from: usize) {
+        if self.digest_in.get(from).copied().unwrap_or(true) {
+            if self.failed.is_none() {
+                self.failed = Some(self.fault(from));
+            }
+        } else {
+            self.bad_data = Some(from);
+        }
+    }
+
+    /// Inbox slot `node`'s first `len` bytes.
+    pub fn inbox(&self, node: usize, len: usize) -> &[u8] {
+        let bytes: &[u8] = zerocopy::IntoBytes::as_bytes(&self.inbox[..]);
+        &bytes[node * CHUNK..node * CHUNK + len]
+    }
+
+    /// The abort message telling the other nodes that team `key` failed here with `fault`.
+    pub fn abort_message(&self, key: u64, fault: Fault) -> [u8; ABORT_LEN] {
+        let mut bytes = [0u8; ABORT_LEN];
+        bytes[..8].copy_from_slice(&key.to_le_bytes());
+        bytes[8..12].copy_from_slice(&fault.reason.raw().to_le_bytes());
+        bytes[12..16].copy_from_slice(&fault.rank.to_le_bytes());
+        bytes[16..20].copy_from_slice(&(self.me as u32).to_le_bytes());
+        bytes
     }
 
     /// The accumulator's first `len` bytes.
@@ -333,6 +511,7 @@ impl Span {
         self.window = window;
         self.win = win;
         self.round = None;
+        self.hold = false;
         let now = Instant::now();
         for (alive, pinged) in self.alive.iter_mut().zip(&mut self.pinged) {
             *alive = now;
@@ -342,7 +521,25 @@ impl Span {
 
     /// Whether the exchange waits for a peer's message (the worker may sleep meanwhile).
     pub fn waiting(&self) -> bool {
-        self.round.is_some_and(|r| r.expect.is_some())
+        self.round.is_some_and(|r| r.expect.is_some()) || self.pending > 0 || self.hold
+    }
+
+    /// The node whose message the span waits for, if any.
+    fn watched(&self) -> Option<usize> {
+        if let Some(Round {
+            expect: Some((from, ..)),
+            ..
+        }) = self.round
+        {
+            return Some(from);
+        }
+        if self.pending > 0 {
+            return self.awaiting.iter().position(|&a| a);
+        }
+        if self.hold {
+            return self.digest_in.iter().position(|&d| !d);
+        }
+        None
     }
 
     fn fault(&self, node: usize) -> Fault {
@@ -411,6 +608,44 @@ impl Span {
         });
         match self.exchange {
             Exchange::Nothing => Ok(false),
+            Exchange::Streams => {
+                if index > 0 {
+                    return Ok(false);
+                }
+                let bytes: &[u8] = zerocopy::IntoBytes::as_bytes(&self.acc[..]);
+                for node in (0..n).filter(|&node| node != me) {
+                    let len = self.in_len[node];
+                    if len > 0 {
+                        let tag = data_tag(self.team, self.seq, node as u64, self.window, 0);
+                        net.recv(
+                            tag,
+                            u64::MAX,
+                            len,
+                            token(self.serial, TOKEN_STREAM | (node as u32) << 8),
+                        );
+                        self.awaiting[node] = true;
+                        self.pending += 1;
+                    }
+                }
+                for node in (0..n).filter(|&node| node != me) {
+                    let len = self.out_len[node];
+                    if len == 0 {
+                        continue;
+                    }
+                    let peer = self.peer(node)?;
+                    let tag = data_tag(self.team, self.seq, me as u64, self.window, 0);
+                    let kind = TOKEN_SEND | (node as u32) << 8;
+                    net.send(
+                        peer,
+                        tag,
+                        &bytes[node * CHUNK..node * CHUNK + len],
+                        token(self.serial, kind),
+                    )
+                    .map_err(|_| self.fault(node))?;
+                    self.sends += 1;
+                }
+                Ok(true)
+            }
             Exchange::Barrier => {
                 let dist = 1usize.checked_shl(index).unwrap_or(usize::MAX);
                 if dist >= n {
@@ -499,6 +734,12 @@ impl Span {
             if let Some(fault) = self.failed {
                 return Err(fault);
             }
+            if self.pending > 0 {
+                if let Some(node) = self.awaiting.iter().position(|&a| a) {
+                    self.check_peer(net, node)?;
+                }
+                return Ok(false);
+            }
             let next = match self.round {
                 None => 0,
                 Some(Round {
@@ -557,13 +798,7 @@ impl Span {
 
     /// The next moment the exchange must look at its peers again, while it waits.
     pub fn deadline(&self) -> Option<Instant> {
-        let Some(Round {
-            expect: Some((from, ..)),
-            ..
-        }) = self.round
-        else {
-            return None;
-        };
+        let from = self.watched()?;
         let base = self.pinged[from].unwrap_or(self.alive[from]);
         Some((base + PING_AFTER).min(self.alive[from] + PEER_TIMEOUT))
     }
@@ -578,6 +813,55 @@ impl Span {
                 }
             }
             TOKEN_PING => {}
+            TOKEN_DIGEST => {
+                let Ok(Some(bytes)) = result else {
+                    // A failed receive: the peer's endpoint failure is noticed by its checks.
+                    return;
+                };
+                if bytes.len() != DIGEST_LEN {
+                    return;
+                }
+                let word = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
+                let node = u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default());
+                let node = node as usize;
+                if node >= self.nodes() || self.digest_in[node] {
+                    return;
+                }
+                self.digest_in[node] = true;
+                self.digest_want -= 1;
+                self.alive[node] = Instant::now();
+                self.pinged[node] = None;
+                if word != self.digest[node] {
+                    // Disagreement comes first, whatever else failed meanwhile.
+                    if self
+                        .failed
+                        .is_none_or(|f| f.reason != Reason::NodesDisagree)
+                    {
+                        self.failed = Some(Fault::new(Reason::NodesDisagree, node as u32));
+                    }
+                } else if self.bad_data == Some(node) && self.failed.is_none() {
+                    self.failed = Some(self.fault(node));
+                }
+            }
+            TOKEN_STREAM => {
+                let from = (kind >> 8) as usize;
+                if from >= self.nodes() || !self.awaiting[from] {
+                    return;
+                }
+                let len = self.in_len[from];
+                match result {
+                    Ok(Some(bytes)) if bytes.len() == len => {
+                        let inbox: &mut [u8] =
+                            zerocopy::IntoBytes::as_mut_bytes(&mut self.inbox[..]);
+                        inbox[from * CHUNK..from * CHUNK + len].copy_from_slice(bytes);
+                        self.awaiting[from] = false;
+                        self.pending -= 1;
+                        self.alive[from] = Instant::now();
+                        self.pinged[from] = None;
+                    }
+                    _ => self.data_error(from),
+                }
+            }
             TOKEN_PONG => {
                 let node = (kind >> 8) as usize;
                 if result.is_ok() && node < self.alive.len() {
@@ -596,7 +880,7 @@ impl Span {
                 let bytes = match result {
                     Ok(Some(bytes)) if bytes.len() == len => bytes,
                     _ => {
-                        self.failed = Some(self.fault(from));
+                        self.data_error(from);
                         return;
                     }
                 };
@@ -860,5 +1144,92 @@ mod tests {
         span.next_collective(Datatype::U8, ReduceOp::Sum);
         span.begin(Exchange::Barrier, 0, 0, 0);
         assert_eq!(span.pump(&mut net), Err(Fault::new(Reason::PeerWorker, 1)));
+    }
+
+    /// Node `me`'s loopback network and span on a fabric of `n` nodes, connected to all.
+    fn node(n: usize, me: usize, fabric: &Rc<RefCell<Fabric>>) -> (Span, Loop) {
+        let mut net = Loop {
+            me,
+            fabric: Rc::clone(fabric),
+            peers: Vec::new(),
+            recvs: Vec::new(),
+            done: VecDeque::new(),
+            dead: vec![false; n],
+        };
+        let mut span = Span::new(7, 1, me, (0..n as u32).collect(), (0..n as u64).collect());
+        for node in 0..n {
+            span.peers[node] = Some(net.connect(&[node as u8]).unwrap());
+        }
+        (span, net)
+    }
+
+    #[test]
+    fn streams_carry_each_pair_of_nodes_its_own_bytes() {
+        let n = 3;
+        let fabric = Rc::new(RefCell::new(Fabric::default()));
+        let byte = |from: usize, to: usize, i: usize| (from * 50 + to * 7 + i) as u8;
+        let len = |from: usize, to: usize| {
+            if from == 2 && to == 0 {
+                0
+            } else {
+                5 + from * 3 + to
+            }
+        };
+        let mut nodes: Vec<(Span, Loop)> = (0..n).map(|me| node(n, me, &fabric)).collect();
+        for (me, (span, net)) in nodes.iter_mut().enumerate() {
+            span.next_collective(Datatype::U8, ReduceOp::Sum);
+            span.start_digests(net, &[9; 3]).unwrap();
+            let acc = span.acc_mut(n * CHUNK);
+            for to in (0..n).filter(|&to| to != me) {
+                for i in 0..len(me, to) {
+                    acc[to * CHUNK + i] = byte(me, to, i);
+                }
+            }
+            for p in (0..n).filter(|&p| p != me) {
+                span.out_len[p] = len(me, p);
+                span.in_len[p] = len(p, me);
+            }
+            span.begin(Exchange::Streams, 0, 0, CHUNK);
+        }
+        let mut done = [false; 3];
+        for _ in 0..1000 {
+            for (i, (span, net)) in nodes.iter_mut().enumerate() {
+                net.poll(&mut |token, result| span.on_net(token as u32, result));
+                if !done[i] {
+                    done[i] = span.pump(net).unwrap() && span.digests_ready(net).unwrap();
+                }
+            }
+        }
+        assert!(done.iter().all(|&d| d));
+        for (me, (span, _)) in nodes.iter().enumerate() {
+            for from in (0..n).filter(|&from| from != me) {
+                let want: Vec<u8> = (0..len(from, me)).map(|i| byte(from, me, i)).collect();
+                assert_eq!(span.inbox(from, len(from, me)), &want[..], "{from} to {me}");
+            }
+        }
+    }
+
+    #[test]
+    fn differing_digests_fail_both_nodes_naming_the_other() {
+        let fabric = Rc::new(RefCell::new(Fabric::default()));
+        let mut nodes: Vec<(Span, Loop)> = (0..2).map(|me| node(2, me, &fabric)).collect();
+        for (me, (span, net)) in nodes.iter_mut().enumerate() {
+            span.next_collective(Datatype::U8, ReduceOp::Sum);
+            span.start_digests(net, &[me as u64; 2]).unwrap();
+        }
+        let mut results = [None, None];
+        for _ in 0..100 {
+            for (i, (span, net)) in nodes.iter_mut().enumerate() {
+                net.poll(&mut |token, result| span.on_net(token as u32, result));
+                if results[i].is_none() {
+                    match span.digests_ready(net) {
+                        Ok(false) => assert!(span.waiting()),
+                        other => results[i] = Some(other),
+                    }
+                }
+            }
+        }
+        assert_eq!(results[0], Some(Err(Fault::new(Reason::NodesDisagree, 1))));
+        assert_eq!(results[1], Some(Err(Fault::new(Reason::NodesDisagree, 0))));
     }
 }

@@ -35,7 +35,8 @@ use urom_wire::Status;
 
 use engine::{Access, Answers, Fault, Liveness, Placement, Scratch, Team};
 use internode::{
-    CONTROL_SERIAL, KIND_MASK, Links, PING_LEN, PING_TAG, TOKEN_PING_IN, TOKEN_PONG_OUT, token,
+    ABORT_LEN, ABORT_TAG, CONTROL_SERIAL, KIND_MASK, Links, PING_LEN, PING_TAG, TOKEN_ABORT_IN,
+    TOKEN_PING_IN, TOKEN_PONG_OUT, token,
 };
 use sys::{CrossMemoryError, SharedMap, SharedOpenError, cma_read};
 
@@ -57,6 +58,9 @@ pub struct Coll {
     serial: u32,
     /// Pings received in a progress call, answered after it: (domain id, pong tag).
     pings: Vec<(u64, u64)>,
+    /// Aborts received in a progress call, handled after it: (team key, fault), or
+    /// `(u64::MAX, _)` where the next abort needs its receive posted again.
+    aborts: Vec<(u64, Fault)>,
 }
 
 impl Coll {
@@ -214,6 +218,7 @@ impl Plugin for Coll {
         let mut links = open_links();
         if let Some(links) = links.as_mut() {
             post_ping_receive(links);
+            post_abort_receive(links);
         }
         let timer = links.as_ref().and_then(|_| {
             use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
@@ -234,6 +239,7 @@ impl Plugin for Coll {
             timer,
             serial: 0,
             pings: Vec::with_capacity(16),
+            aborts: Vec::with_capacity(16),
         })
     }
 
@@ -275,13 +281,34 @@ impl Plugin for Coll {
     fn progress(&mut self, out: &mut Notifier<'_>) -> Result<bool, Status> {
         let mut worked = false;
         if let Some(links) = self.links.as_mut() {
-            let (teams, pings) = (&mut self.teams, &mut self.pings);
+            let (teams, pings, aborts) = (&mut self.teams, &mut self.pings, &mut self.aborts);
             worked |= links.net.poll(&mut |token, result| {
                 let (serial, kind) = ((token >> 32) as u32, token as u32);
                 if serial != CONTROL_SERIAL {
                     if let Some(team) = teams.iter_mut().find(|t| t.serial() == serial) {
                         team.on_net(kind, result);
                     }
+                    return;
+                }
+                if kind == TOKEN_ABORT_IN {
+                    if let Ok(Some(abort)) = result
+                        && abort.len() == ABORT_LEN
+                        && aborts.len() + 1 < aborts.capacity()
+                    {
+                        let word = |at: usize| {
+                            u32::from_le_bytes(abort[at..at + 4].try_into().unwrap_or_default())
+                        };
+                        let key = u64::from_le_bytes(abort[..8].try_into().unwrap_or_default());
+                        let (reason, rank, from) = (Reason::from_raw(word(8)), word(12), word(16));
+                        // A disagreement names the other node: from here, the sender.
+                        let rank = if reason == Reason::NodesDisagree {
+                            from
+                        } else {
+                            rank
+                        };
+                        aborts.push((key, Fault::new(reason, rank)));
+                    }
+                    aborts.push((u64::MAX, Fault::plain(Reason::None)));
                     return;
                 }
                 if kind != TOKEN_PING_IN {
@@ -320,6 +347,24 @@ impl Plugin for Coll {
             out,
             worker_pid: self.worker_pid,
         };
+        for (key, fault) in self.aborts.drain(..) {
+            worked = true;
+            if key == u64::MAX {
+                if let Some(links) = self.links.as_mut() {
+                    post_abort_receive(links);
+                }
+                continue;
+            }
+            // Another node's worker failed this team there: fail it here (a team this worker
+            // does not know, or a single-node one, is not concerned).
+            if let Some(team) = self
+                .teams
+                .iter_mut()
+                .find(|t| t.key() == key && t.spans_nodes())
+            {
+                team.aborted(&mut answers, fault);
+            }
+        }
         if self.liveness.due() {
             for team in &mut self.teams {
                 if team.waiting() || team.busy() {
@@ -335,6 +380,12 @@ impl Plugin for Coll {
         }
         if count > 0 {
             self.next = (self.next + 1) % count;
+        }
+        // Failures of this node the other nodes of a team must hear of.
+        if let Some(links) = self.links.as_mut() {
+            for team in &mut self.teams {
+                worked |= team.tell_peers(&mut answers, links);
+            }
         }
         Ok(worked)
     }
@@ -404,6 +455,16 @@ fn open_links() -> Option<Links> {
     {
         None
     }
+}
+
+/// Posts the receive of the next abort from another node's worker.
+fn post_abort_receive(links: &mut Links) {
+    links.net.recv(
+        ABORT_TAG,
+        KIND_MASK,
+        ABORT_LEN,
+        token(CONTROL_SERIAL, TOKEN_ABORT_IN),
+    );
 }
 
 /// Posts the receive of the next ping from another node's worker.

@@ -89,6 +89,92 @@ impl SharedMap {
         unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         true
     }
+
+    /// Copies `len` bytes at `offset` straight into `dst` at `dst_offset` (one copy, no
+    /// scratch); `false` when either range is not inside its mapping.
+    pub fn copy_to(&self, offset: u64, dst: &SharedMap, dst_offset: u64, len: usize) -> bool {
+        if !in_range(offset, len, self.len) || !in_range(dst_offset, len, dst.len) {
+            return false;
+        }
+        let src = self.map.as_ptr().wrapping_add(offset as usize);
+        let to = dst.map.as_mut_ptr().wrapping_add(dst_offset as usize);
+        // SAFETY: both ranges lie inside their mappings (checked above), which stay mapped
+        // while `self` and `dst` live. `copy` (memmove) allows the ranges to overlap, as they
+        // may when both are one mapping. The ranks may write the bytes meanwhile (a race they
+        // created): unspecified bytes, never an access outside either mapping.
+        unsafe { core::ptr::copy(src, to, len) };
+        true
+    }
+
+    /// Copies `len` bytes from address `addr` of process `pid` straight into this mapping at
+    /// `offset` (`process_vm_readv` into the mapping).
+    pub fn cma_read_into(
+        &self,
+        pid: u32,
+        addr: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), CrossMemoryError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if !in_range(offset, len, self.len) {
+            return Err(CrossMemoryError::Failed);
+        }
+        let local = libc::iovec {
+            iov_base: self.map.as_mut_ptr().wrapping_add(offset as usize).cast(),
+            iov_len: len,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: `local` describes `len` bytes inside this writable mapping (checked above),
+        // mapped while `self` lives; the kernel writes at most that many bytes there and reads
+        // the other process's memory, never ours. `remote` is only an address in `pid`.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        cma_result(n, len)
+    }
+
+    /// Copies `len` bytes of this mapping at `offset` straight to address `addr` of process
+    /// `pid` (`process_vm_writev` from the mapping).
+    pub fn cma_write_from(
+        &self,
+        pid: u32,
+        addr: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), CrossMemoryError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if !in_range(offset, len, self.len) {
+            return Err(CrossMemoryError::Failed);
+        }
+        let local = libc::iovec {
+            iov_base: self.map.as_mut_ptr().wrapping_add(offset as usize).cast(),
+            iov_len: len,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: `local` describes `len` bytes inside this mapping (checked above), mapped
+        // while `self` lives, which the kernel only reads; it writes only `pid`'s memory.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        cma_result(n, len)
+    }
+}
+
+fn cma_result(n: isize, want: usize) -> Result<(), CrossMemoryError> {
+    if n < 0 {
+        return Err(cma_error(nix::Error::last()));
+    }
+    if n as usize == want {
+        Ok(())
+    } else {
+        Err(CrossMemoryError::Failed)
+    }
 }
 
 fn in_range(offset: u64, len: usize, size: usize) -> bool {
