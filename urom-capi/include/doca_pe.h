@@ -6,9 +6,23 @@
  * happened. One engine per thread; a callback must not call doca_pe_progress() on its own engine
  * (such a call does nothing and returns 0).
  *
- * Notifications: urom's engines do not offer a descriptor to wait on yet;
- * doca_pe_get_notification_handle(), doca_pe_request_notification() and
- * doca_pe_clear_notification() return DOCA_ERROR_NOT_SUPPORTED. Poll with doca_pe_progress().
+ * Notifications, to sleep until there is work instead of polling:
+ *
+ *	doca_pe_get_notification_handle(pe, &fd);    (once: the same descriptor every time)
+ *	for (;;) {
+ *		doca_pe_request_notification(pe);
+ *		epoll_wait(...);                      (fd, alone or in the program's epoll set)
+ *		doca_pe_clear_notification(pe, fd);
+ *		while (doca_pe_progress(pe))
+ *			;
+ *	}
+ *
+ * The descriptor (an epoll descriptor, to be read only through these calls) becomes readable
+ * after a request when a task of a connected context may have completed or a context may change
+ * state, at once when that is so already. Contexts that cannot wake a sleeper (a worker or
+ * domain still starting, a worker stopping while the daemon answers, workers-by-gid queries in
+ * flight) make it readable again after 1 ms. Wake-ups may be spurious: progress, then request
+ * again.
  */
 #ifndef DOCA_PE_H_
 #define DOCA_PE_H_
@@ -43,15 +57,15 @@ doca_error_t doca_pe_destroy(struct doca_pe *pe);
 DOCA_STABLE
 uint8_t doca_pe_progress(struct doca_pe *pe);
 
-/* DOCA_ERROR_NOT_SUPPORTED (see above). */
+/* The descriptor to wait on (see above); made on the first call, closed by doca_pe_destroy(). */
 DOCA_STABLE
 doca_error_t doca_pe_get_notification_handle(const struct doca_pe *pe, doca_notification_handle_t *handle);
 
-/* DOCA_ERROR_NOT_SUPPORTED (see above). */
+/* Ends a wait: the descriptor is quiet again; progress next. `handle` is ignored. */
 DOCA_STABLE
 doca_error_t doca_pe_clear_notification(struct doca_pe *pe, doca_notification_handle_t handle);
 
-/* DOCA_ERROR_NOT_SUPPORTED (see above). */
+/* Arms the engine: the descriptor becomes readable when there may be work (see above). */
 DOCA_STABLE
 doca_error_t doca_pe_request_notification(struct doca_pe *pe);
 

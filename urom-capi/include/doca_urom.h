@@ -11,8 +11,13 @@
  *   - worker: create, set service / id / group / plugins / CPUs / environment / max in-flight
  *     tasks, doca_ctx_start() (DOCA_ERROR_IN_PROGRESS: doca_pe_progress() brings it to running,
  *     or back to idle if the daemon refuses or the worker fails), command tasks, doca_ctx_stop()
- *     (DOCA_ERROR_IN_PROGRESS: the next progress completes tasks in flight with
- *     DOCA_ERROR_SHUTDOWN, has the daemon destroy the worker and makes it idle), destroy.
+ *     (DOCA_ERROR_IN_PROGRESS, stopping: the next progress completes tasks in flight with
+ *     DOCA_ERROR_SHUTDOWN and asks the daemon to destroy the worker; a later progress makes it
+ *     idle once the daemon has answered, and no progress waits for that answer), destroy.
+ *     A running worker that fails (its process ended or killed, its channel broken) completes
+ *     its tasks in flight with DOCA_ERROR_NOT_CONNECTED and its context goes RUNNING ->
+ *     STOPPING -> IDLE from progress, each change reported by the state-changed callback; it
+ *     may then start again.
  *   - domain: create, set the out-of-band collective / workers with their domain ids / buffer
  *     count / buffers, doca_ctx_start() (DOCA_ERROR_IN_PROGRESS: doca_pe_progress() exchanges
  *     every rank's workers and buffers through the collective and brings it to running, or back

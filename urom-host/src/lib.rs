@@ -80,8 +80,8 @@ pub use task::{
 };
 pub use urom_contract::{default_service_socket, writable_dir};
 pub use worker::{
-    CommandError, CommandTask, StartProgress, Worker, WorkerFailure, WorkerProtocolError,
-    WorkerStartError, WorkerState,
+    CommandError, CommandTask, StartProgress, StopProgress, Worker, WorkerFailure,
+    WorkerProtocolError, WorkerStartError, WorkerState, WorkerStop,
 };
 
 mod sealed {

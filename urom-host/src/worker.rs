@@ -937,23 +937,90 @@ impl Worker<Running> {
     /// Completes its in-flight tasks with `DOCA_ERROR_SHUTDOWN`, asks the service to destroy
     /// the worker and waits for that; returns the idle context.
     pub fn stop(self) -> Result<Worker<Idle>, (Worker<Idle>, ControlError)> {
+        self.begin_stop().wait()
+    }
+
+    /// [`Worker::stop`] without waiting: completes its in-flight tasks with
+    /// `DOCA_ERROR_SHUTDOWN` (their callbacks run now), asks the service to destroy the worker
+    /// and returns at once. [`WorkerStop::try_stopped`] says when the service has answered; no
+    /// engine needs progressing meanwhile (the answer comes through the service's reader).
+    pub fn begin_stop(self) -> WorkerStop {
         let (id, shared) = {
             let mut core = self.data.core.borrow_mut();
             core.fail(WorkerFailure::Stopped);
             (core.id, Arc::clone(&core.shared))
         };
         let idle = idle_again(self.config, self.data);
-        match shared
+        let reply = shared
             .channel
-            .call(ControlMessage::DestroyWorker { worker_id: id })
-        {
-            Ok(_) => Ok(idle),
+            .request(ControlMessage::DestroyWorker { worker_id: id });
+        WorkerStop { idle, reply }
+    }
+}
+
+/// A worker whose stop was asked for ([`Worker::begin_stop`]), waiting for the service's answer.
+pub struct WorkerStop {
+    idle: Worker<Idle>,
+    reply: Result<mpsc::Receiver<Reply>, ControlError>,
+}
+
+/// Where a stop is: still waiting, or done with the idle worker (and why the service refused,
+/// if it did; the worker is idle either way).
+pub enum StopProgress {
+    /// The service has not answered yet.
+    Stopping(WorkerStop),
+    /// The service answered.
+    Stopped(Result<Worker<Idle>, (Worker<Idle>, ControlError)>),
+}
+
+impl WorkerStop {
+    /// The idle worker once the service has answered; never blocks.
+    pub fn try_stopped(self) -> StopProgress {
+        let answer = match &self.reply {
+            Err(_) => None,
+            Ok(reply) => match reply.try_recv() {
+                Ok(reply) => Some(reply.refusal()),
+                Err(mpsc::TryRecvError::Empty) => return StopProgress::Stopping(self),
+                Err(mpsc::TryRecvError::Disconnected) => Some(Err(ControlError::Closed)),
+            },
+        };
+        StopProgress::Stopped(self.finish(answer))
+    }
+
+    /// Waits for the service's answer.
+    pub fn wait(self) -> Result<Worker<Idle>, (Worker<Idle>, ControlError)> {
+        let answer = match &self.reply {
+            Err(_) => None,
+            Ok(reply) => Some(
+                reply
+                    .recv()
+                    .map_err(|_| ControlError::Closed)
+                    .and_then(|reply| reply.refusal()),
+            ),
+        };
+        self.finish(answer)
+    }
+
+    /// The idle worker, given the answer (`None`: the request was never sent).
+    fn finish(
+        self,
+        answer: Option<Result<(), ControlError>>,
+    ) -> Result<Worker<Idle>, (Worker<Idle>, ControlError)> {
+        let result = match answer {
+            Some(result) => result,
+            None => match self.reply {
+                Err(error) => Err(error),
+                Ok(_) => Ok(()),
+            },
+        };
+        match result {
+            Ok(()) => Ok(self.idle),
             // Already gone (it failed, or another host destroyed it): nothing to stop.
             Err(ControlError::Refused {
                 status: Status::NotFound,
                 ..
-            }) => Ok(idle),
-            Err(error) => Err((idle, error)),
+            }) => Ok(self.idle),
+            Err(error) => Err((self.idle, error)),
         }
     }
 }

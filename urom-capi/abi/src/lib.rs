@@ -137,6 +137,22 @@ pub struct CtxOps {
     pub progress: unsafe extern "C" fn(imp: *mut c_void) -> usize,
     /// Tasks submitted and not yet completed.
     pub inflight: unsafe extern "C" fn(imp: *mut c_void) -> usize,
+    /// `doca_pe_request_notification()`: readies the context to wake a sleeping progress
+    /// engine. Returns a descriptor that becomes readable when the context may have work (the
+    /// context's own; it stays open while the context exists), or one of the [`notify`] answers.
+    pub request_notification: unsafe extern "C" fn(imp: *mut c_void) -> i32,
+    /// `doca_pe_clear_notification()`: undoes `request_notification` once awake.
+    pub clear_notification: unsafe extern "C" fn(imp: *mut c_void),
+}
+
+/// What [`CtxOps::request_notification`] answers when it gives no descriptor.
+pub mod notify {
+    /// Work is waiting already: progress instead of sleeping.
+    pub const READY: i32 = -1;
+    /// The context cannot wake a sleeper: look at it again soon.
+    pub const SOON: i32 = -2;
+    /// Nothing happens in the context until the program acts on it.
+    pub const NONE: i32 = -3;
 }
 
 /// What a task of another library does on the generic task calls.

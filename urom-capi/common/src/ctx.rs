@@ -8,13 +8,27 @@
 //! `doca_ctx_stop()`) before the context is polled, those its polling made right after, so a
 //! callback sees its context in the state it reports and may start, stop or destroy contexts,
 //! submit tasks and connect new contexts.
+//!
+//! Notifications (`doca_pe_get_notification_handle()` and friends): the engine's handle is an
+//! epoll set ([`Notifier`]) holding an eventfd, a timer and, once requested, each context's own
+//! descriptor (a worker's or service's Rust progress engine's, itself an epoll set of that
+//! context's wake-up descriptors). Requesting a notification asks every context for its
+//! descriptor: one with work waiting (or a state change whose callback has not run) makes the
+//! eventfd readable at once, one that cannot wake a sleeper sets the timer to [`POLL_SOON`].
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::ffi::c_void;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::{Rc, Weak};
+use std::time::Duration;
 
-use urom_capi_abi::{CtxOps, CtxState, DocaData, StateChangedCb, Status, TaskOps};
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use urom_capi_abi::{CtxOps, CtxState, DocaData, StateChangedCb, Status, TaskOps, notify};
 
 use crate::ffi;
 
@@ -152,6 +166,18 @@ impl CtxInner {
         ffi::ctx_inflight(self.ops, self.imp)
     }
 
+    /// Readies the context to wake the engine: its descriptor, or a [`notify`] answer.
+    fn request_notification(&self) -> i32 {
+        if !self.pending.borrow().is_empty() {
+            return notify::READY;
+        }
+        ffi::ctx_request_notification(self.ops, self.imp)
+    }
+
+    fn clear_notification(&self) {
+        ffi::ctx_clear_notification(self.ops, self.imp);
+    }
+
     /// Runs the callbacks of the state changes recorded so far; returns how many.
     fn deliver_state_changes(&self) -> usize {
         let mut delivered = 0;
@@ -177,6 +203,63 @@ pub struct PeObj {
 pub(crate) struct PeInner {
     ctxs: RefCell<Vec<Rc<CtxInner>>>,
     progressing: Cell<bool>,
+    /// Made by the first notification call.
+    notifier: RefCell<Option<Notifier>>,
+}
+
+/// How soon a context that cannot wake a sleeping engine is looked at again.
+pub(crate) const POLL_SOON: Duration = Duration::from_millis(1);
+
+/// What a program sleeps on: the handle `doca_pe_get_notification_handle()` gives.
+pub(crate) struct Notifier {
+    /// The handle: holds `ready`, `timer` and the contexts' descriptors.
+    epoll: Epoll,
+    /// Readable while work waits already.
+    ready: EventFd,
+    /// Ends a sleep when some context cannot wake it.
+    timer: TimerFd,
+}
+
+impl Notifier {
+    fn new() -> nix::Result<Self> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let ready = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        epoll.add(&ready, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        epoll.add(&timer, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        Ok(Self {
+            epoll,
+            ready,
+            timer,
+        })
+    }
+
+    /// Watches a context's descriptor (once: it stays in the set until the context closes it).
+    fn watch(&self, fd: RawFd) -> nix::Result<()> {
+        match ffi::epoll_watch(&self.epoll, fd) {
+            Ok(()) | Err(Errno::EEXIST) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Quiet again: the eventfd read, the timer stopped and its expiry read.
+    fn quiet(&self) {
+        let _ = self.ready.read();
+        let _ = self.timer.unset();
+        let mut expirations = [0u8; 8];
+        let _ = nix::unistd::read(&self.timer, &mut expirations);
+    }
+}
+
+fn os_status(errno: Errno) -> Status {
+    match errno {
+        Errno::ENOMEM | Errno::ENOSPC => Status::NoMemory,
+        Errno::EMFILE | Errno::ENFILE => Status::Full,
+        _ => Status::OperatingSystem,
+    }
 }
 
 impl PeObj {
@@ -186,6 +269,7 @@ impl PeObj {
             inner: Rc::new(PeInner {
                 ctxs: RefCell::new(Vec::new()),
                 progressing: Cell::new(false),
+                notifier: RefCell::new(None),
             }),
         })
     }
@@ -252,6 +336,78 @@ impl PeObj {
             .iter()
             .map(|ctx| ctx.inflight())
             .sum()
+    }
+
+    /// The `index`th context connected, if there are as many.
+    fn ctx_at(&self, index: usize) -> Option<Rc<CtxInner>> {
+        self.inner.ctxs.borrow().get(index).cloned()
+    }
+
+    /// The notifier, made on first use.
+    fn notifier(&self) -> Result<std::cell::Ref<'_, Notifier>, Status> {
+        if self.inner.notifier.borrow().is_none() {
+            let notifier = Notifier::new().map_err(os_status)?;
+            *self.inner.notifier.borrow_mut() = Some(notifier);
+        }
+        Ok(std::cell::Ref::map(self.inner.notifier.borrow(), |n| {
+            n.as_ref().expect("made just above")
+        }))
+    }
+
+    /// `doca_pe_get_notification_handle()`: the epoll descriptor, the same one every time.
+    pub(crate) fn notification_handle(&self) -> Result<RawFd, Status> {
+        Ok(self.notifier()?.epoll.0.as_fd().as_raw_fd())
+    }
+
+    /// `doca_pe_request_notification()`: arms every context; the handle becomes readable when
+    /// one may have work (at once when work is waiting already).
+    pub(crate) fn request_notification(&self) -> Result<(), Status> {
+        let notifier = self.notifier()?;
+        notifier.quiet();
+        let mut ready = false;
+        let mut soon = false;
+        let mut index = 0;
+        while let Some(ctx) = self.ctx_at(index) {
+            index += 1;
+            match ctx.request_notification() {
+                notify::READY => ready = true,
+                notify::SOON => soon = true,
+                notify::NONE => {}
+                fd if fd >= 0 => {
+                    if let Err(e) = notifier.watch(fd) {
+                        drop(notifier);
+                        self.clear_notification();
+                        return Err(os_status(e));
+                    }
+                }
+                // An answer of no kind above: look at it soon rather than sleep through it.
+                _ => soon = true,
+            }
+        }
+        if ready {
+            notifier.ready.write(1).map_err(os_status)?;
+        } else if soon {
+            notifier
+                .timer
+                .set(
+                    Expiration::OneShot(TimeSpec::from(POLL_SOON)),
+                    TimerSetTimeFlags::empty(),
+                )
+                .map_err(os_status)?;
+        }
+        Ok(())
+    }
+
+    /// `doca_pe_clear_notification()`: disarms every context; the handle is quiet again.
+    pub(crate) fn clear_notification(&self) {
+        let mut index = 0;
+        while let Some(ctx) = self.ctx_at(index) {
+            index += 1;
+            ctx.clear_notification();
+        }
+        if let Some(notifier) = self.inner.notifier.borrow().as_ref() {
+            notifier.quiet();
+        }
     }
 }
 

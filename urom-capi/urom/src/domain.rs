@@ -13,7 +13,7 @@
 use std::cell::{Cell, Ref, RefCell};
 use std::rc::Rc;
 
-use urom_capi_abi::{CtxState, DocaCtx, Status};
+use urom_capi_abi::{CtxState, DocaCtx, Status, notify};
 use urom_host::{
     Domain, DomainConfigError, DomainStartProgress, Idle, ProgressEngine, Running, Starting, Worker,
 };
@@ -229,6 +229,17 @@ impl DomainObj {
         // The object may be destroyed from a callback below; its inner part stays alive here.
         let inner = Rc::clone(&self.inner);
         inner.progress()
+    }
+
+    /// `doca_pe_request_notification()` for this context: a starting domain waits on the
+    /// program's out-of-band collective, which wakes no one, so it is looked at again soon; a
+    /// domain that runs, or is idle, has nothing to do until the program acts.
+    pub(crate) fn request_notification(&self) -> i32 {
+        match self.inner.phase.try_borrow().as_deref() {
+            Ok(Phase::Starting(_)) => notify::SOON,
+            Ok(Phase::Idle | Phase::Running(_)) => notify::NONE,
+            Err(_) => notify::READY,
+        }
     }
 
     /// Whether it may be destroyed: idle, and not inside its own progress.

@@ -281,6 +281,19 @@ impl ServiceObj {
         inner.progress()
     }
 
+    /// `doca_pe_request_notification()` for this context: its engine's descriptor (queries in
+    /// flight make that engine look again soon), or a [`notify`](urom_capi_abi::notify) answer.
+    pub(crate) fn request_notification(&self) -> i32 {
+        if !self.inner.done.borrow().is_empty() {
+            return urom_capi_abi::notify::READY;
+        }
+        borrow::request_notification(&self.inner.engine)
+    }
+
+    pub(crate) fn clear_notification(&self) {
+        borrow::clear_notification(&self.inner.engine);
+    }
+
     pub(crate) fn inflight(&self) -> usize {
         self.inner
             .tasks

@@ -15,10 +15,10 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use urom_capi_abi::{CtxState, DocaBuf, DocaCtx, DocaData, DocaTask, Status};
+use urom_capi_abi::{CtxState, DocaBuf, DocaCtx, DocaData, DocaTask, Status, notify};
 use urom_host::{
-    CommandError, CompletedTask, Idle, ProgressEngine, Running, StartProgress, Starting, Worker,
-    WorkerStartError, WorkerState,
+    CommandError, CompletedTask, ControlError, Idle, ProgressEngine, Running, StartProgress,
+    Starting, StopProgress, Worker, WorkerStartError, WorkerState, WorkerStop,
 };
 use urom_wire::MaxMsgSize;
 use urom_wire::data::max_notify_payload;
@@ -49,6 +49,9 @@ enum Phase {
     StopStarting(Worker<Starting>),
     /// Stopped while running: the next progress stops it.
     StopRunning(Worker<Running>),
+    /// Stopped (by the program, or because it failed): its tasks have completed, the service's
+    /// answer to destroying it is awaited; progress brings the context to idle once it comes.
+    Stopping(WorkerStop),
     /// Between two states (only seen if a transition panicked).
     Moving,
 }
@@ -72,8 +75,6 @@ pub(crate) struct WorkerInner {
     max_msg_size: Cell<Option<MaxMsgSize>>,
     /// Tells this worker's tasks apart in the completion callback.
     serial: u64,
-    /// Whether a failure of the running worker was logged.
-    failure_logged: Cell<bool>,
 }
 
 /// `DOCA_UROM_WORKER_ID_ANY`.
@@ -115,7 +116,6 @@ impl WorkerObj {
                 max_inflight: Cell::new(64),
                 max_msg_size: Cell::new(None),
                 serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-                failure_logged: Cell::new(false),
             }),
         })
     }
@@ -225,7 +225,6 @@ impl WorkerObj {
         match idle.start(&mut engine) {
             Ok(starting) => {
                 *phase = Phase::Starting(starting);
-                self.inner.failure_logged.set(false);
                 Err(Status::InProgress)
             }
             Err((idle, error)) => {
@@ -237,7 +236,8 @@ impl WorkerObj {
     }
 
     /// `doca_ctx_stop()`: the next progress stops it (completing its tasks in flight with
-    /// `DOCA_ERROR_SHUTDOWN`) and asks the service to destroy it.
+    /// `DOCA_ERROR_SHUTDOWN`) and asks the service to destroy it; a later progress brings the
+    /// context to idle once the service has answered. No progress waits for that answer.
     pub(crate) fn stop(&self) -> Result<(), Status> {
         let mut phase = borrow::change(&self.inner.phase)?;
         *phase = match std::mem::replace(&mut *phase, Phase::Moving) {
@@ -255,6 +255,16 @@ impl WorkerObj {
         // The object may be destroyed from a callback below; its inner part stays alive here.
         let inner = Rc::clone(&self.inner);
         inner.progress()
+    }
+
+    /// `doca_pe_request_notification()` for this context: its engine's descriptor, or a
+    /// [`notify`] answer.
+    pub(crate) fn request_notification(&self) -> i32 {
+        self.inner.request_notification()
+    }
+
+    pub(crate) fn clear_notification(&self) {
+        borrow::clear_notification(&self.inner.engine);
     }
 
     pub(crate) fn inflight(&self) -> usize {
@@ -379,22 +389,30 @@ impl WorkerInner {
                 }
             },
             Phase::StopStarting(worker) => match worker.try_running() {
-                Ok(running) => (self.stopped(running), 1),
+                Ok(running) => (self.stopping(running), 1),
                 Err(StartProgress::Starting(worker)) => (Phase::StopStarting(worker), 0),
                 Err(StartProgress::Failed(idle, _)) => {
                     ffi::ctx_set_state(self.ctx.get(), CtxState::Idle);
                     (Phase::Idle(idle), 1)
                 }
             },
-            Phase::StopRunning(worker) => (self.stopped(worker), 1),
-            Phase::Running(worker) => {
-                if let WorkerState::Failed(failure) = worker.state() {
-                    if !self.failure_logged.replace(true) {
-                        log::error("worker", &format!("worker {}: {failure}", worker.id()));
-                    }
+            Phase::StopRunning(worker) => (self.stopping(worker), 1),
+            Phase::Stopping(stop) => match stop.try_stopped() {
+                StopProgress::Stopping(stop) => (Phase::Stopping(stop), 0),
+                StopProgress::Stopped(result) => (self.stopped(result), 1),
+            },
+            Phase::Running(worker) => match worker.state() {
+                // Its tasks in flight have completed (DOCA_ERROR_NOT_CONNECTED); the context
+                // reports the failure by stopping, as a DOCA context that hits an error does.
+                // The service's answer is looked at from the next progress on, so that the
+                // callback reporting STOPPING runs while the context is STOPPING.
+                WorkerState::Failed(failure) => {
+                    log::error("worker", &format!("worker {}: {failure}", worker.id()));
+                    ffi::ctx_set_state(self.ctx.get(), CtxState::Stopping);
+                    (Phase::Stopping(worker.begin_stop()), 1)
                 }
-                (Phase::Running(worker), 0)
-            }
+                _ => (Phase::Running(worker), 0),
+            },
             other => (other, 0),
         };
         *phase = next;
@@ -435,18 +453,57 @@ impl WorkerInner {
         Phase::Running(worker)
     }
 
-    /// Stops a running worker; its context goes to idle.
-    fn stopped(&self, worker: Worker<Running>) -> Phase {
-        let id = worker.id();
-        let idle = match worker.stop() {
+    /// Stops a running worker without waiting for the service: its tasks in flight complete
+    /// now; its context goes to idle when the service has answered (now, or at a later
+    /// progress).
+    fn stopping(&self, worker: Worker<Running>) -> Phase {
+        match worker.begin_stop().try_stopped() {
+            StopProgress::Stopping(stop) => Phase::Stopping(stop),
+            StopProgress::Stopped(result) => self.stopped(result),
+        }
+    }
+
+    /// The service answered a stop; the context goes to idle.
+    fn stopped(&self, result: Result<Worker<Idle>, (Worker<Idle>, ControlError)>) -> Phase {
+        let idle = match result {
             Ok(idle) => idle,
             Err((idle, error)) => {
-                log::warn("worker", &format!("stopping worker {id}: {error}"));
+                log::warn(
+                    "worker",
+                    &format!("stopping worker {}: {error}", self.id.get()),
+                );
                 idle
             }
         };
         ffi::ctx_set_state(self.ctx.get(), CtxState::Idle);
         Phase::Idle(idle)
+    }
+
+    /// Readies the worker to wake a sleeping engine.
+    fn request_notification(&self) -> i32 {
+        let callbacks_due = self
+            .pool
+            .borrow()
+            .as_ref()
+            .is_some_and(|pool| !pool.done.borrow().is_empty());
+        if callbacks_due {
+            return notify::READY;
+        }
+        let Ok(phase) = self.phase.try_borrow() else {
+            return notify::READY;
+        };
+        match &*phase {
+            Phase::Idle(_) => return notify::NONE,
+            Phase::StopRunning(_) | Phase::Moving => return notify::READY,
+            Phase::Running(worker) if matches!(worker.state(), WorkerState::Failed(_)) => {
+                return notify::READY;
+            }
+            // The service's answer comes through its reader thread, which wakes no one.
+            Phase::Stopping(_) => return notify::SOON,
+            Phase::Starting(_) | Phase::StopStarting(_) | Phase::Running(_) => {}
+        }
+        drop(phase);
+        borrow::request_notification(&self.engine)
     }
 
     /// Runs the callbacks of the tasks completed so far.

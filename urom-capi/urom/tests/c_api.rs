@@ -12,6 +12,13 @@
 //! * `flood.c`: 1, 64 and 4,096 command tasks kept in flight through 1,000,000 loopbacks
 //!   (100,000 in a debug build), each submitted again from its callback: no submission within
 //!   the limit fails (DOCA_ERROR_AGAIN is never returned), one beyond it is refused;
+//! * `notify.c`: an event loop sleeping in `epoll_wait` on the progress engine's notification
+//!   handle (nested in the program's own epoll set) starts a worker, wakes for each of 100
+//!   loopbacks and stops it; idle, it sleeps (little CPU time over a second);
+//! * `stopping.c`: `doca_ctx_stop()` of a worker while the daemon is paused returns, and so
+//!   does every progress call, the context STOPPING until the daemon answers (then IDLE); a
+//!   worker killed with SIGKILL is reported through the state-changed callback (RUNNING,
+//!   STOPPING, IDLE) and starts again;
 //! * `misuse.c`: every call with NULL arguments, in the wrong state or with bad values returns its
 //!   documented error;
 //! * `domain.c`: a domain of two ranks (two processes, an out-of-band allgather of the program's
@@ -183,6 +190,39 @@ fn misuse_gets_the_documented_errors() {
     let dir = TempDir::new("urom-capi-misuse");
     let output = run(&program, &daemon, &dir);
     assert_ran(&output, &daemon, "misuse ok");
+}
+
+#[test]
+fn an_event_loop_sleeps_on_the_notification_handle_until_a_task_completes() {
+    let program = compile("notify");
+    let (_plugins, daemon) = graph_and_faulty(&[]);
+    let dir = TempDir::new("urom-capi-notify");
+    let output = run(&program, &daemon, &dir);
+    assert_ran(&output, &daemon, "notify ok: 100 loopbacks");
+    // The wake-up counts, for whoever reads the test's output.
+    eprint!("{}", String::from_utf8_lossy(&output.stdout));
+}
+
+#[test]
+fn stopping_a_worker_does_not_wait_for_the_daemon_in_progress() {
+    let program = compile("stopping");
+    let (_plugins, daemon) = graph_and_faulty(&[]);
+    let dir = TempDir::new("urom-capi-stopping");
+    let pid = daemon.pid().to_string();
+    let output = run_with(&program, &["paused", &pid], &daemon, &dir);
+    // Whatever happened, the daemon goes on (a failed check may have left it paused).
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    assert_ran(&output, &daemon, "stopping ok: paused");
+}
+
+#[test]
+fn a_killed_worker_is_reported_through_the_state_changed_callback() {
+    let program = compile("stopping");
+    let (_plugins, daemon) = graph_and_faulty(&[]);
+    let dir = TempDir::new("urom-capi-killed");
+    let pid = daemon.pid().to_string();
+    let output = run_with(&program, &["killed", &pid], &daemon, &dir);
+    assert_ran(&output, &daemon, "stopping ok: killed");
 }
 
 /// A daemon offering the graph plugin and the C domain-lookups plugin.

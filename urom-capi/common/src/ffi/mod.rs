@@ -96,6 +96,31 @@ pub(crate) fn ctx_inflight(ops: *const CtxOps, imp: *mut c_void) -> usize {
     unsafe { inflight(imp) }
 }
 
+pub(crate) fn ctx_request_notification(ops: *const CtxOps, imp: *mut c_void) -> i32 {
+    let request = ctx_ops(ops).request_notification;
+    // SAFETY: as in `ctx_start`.
+    unsafe { request(imp) }
+}
+
+pub(crate) fn ctx_clear_notification(ops: *const CtxOps, imp: *mut c_void) {
+    let clear = ctx_ops(ops).clear_notification;
+    // SAFETY: as in `ctx_start`.
+    unsafe { clear(imp) }
+}
+
+/// Adds a context's descriptor to a progress engine's epoll set, for reading.
+pub(crate) fn epoll_watch(
+    epoll: &nix::sys::epoll::Epoll,
+    fd: std::os::fd::RawFd,
+) -> nix::Result<()> {
+    use nix::sys::epoll::{EpollEvent, EpollFlags};
+    // SAFETY: the descriptor is a context's own, open while the context exists (its library
+    // promises it); it is borrowed only for the `epoll_ctl` call, and the set forgets it by
+    // itself once it is closed.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, 1))
+}
+
 /// Runs a state-changed callback.
 pub(crate) fn call_state_cb(
     cb: StateChangedCb,

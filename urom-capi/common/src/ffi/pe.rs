@@ -59,8 +59,8 @@ pub extern "C" fn doca_pe_get_num_inflight_tasks(
     })
 }
 
-// Notifications. urom's progress engine does not offer a descriptor to wait on yet (its
-// contexts are polled), so a program cannot block on one: these say so.
+// Notifications: the handle is an epoll descriptor; request, wait for it to be readable
+// (`epoll_wait`, `poll`, or inside the program's own epoll set), clear, then progress.
 
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_pe_get_notification_handle(
@@ -68,28 +68,27 @@ pub extern "C" fn doca_pe_get_notification_handle(
     handle: Option<&mut NotificationHandle>,
 ) -> DocaError {
     guard(|| {
-        PeObj::check(pe)?;
-        *arg(handle)? = -1;
-        Err(Status::NotSupported)
+        let pe = PeObj::check(pe)?;
+        let out = arg(handle)?;
+        *out = pe.notification_handle()?;
+        Ok(())
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_pe_request_notification(pe: Option<&PeObj>) -> DocaError {
-    guard(|| {
-        PeObj::check(pe)?;
-        Err(Status::NotSupported)
-    })
+    guard(|| PeObj::check(pe)?.request_notification())
 }
 
+/// The handle argument is ignored (the engine has one handle), as DOCA does on Linux.
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_pe_clear_notification(
     pe: Option<&PeObj>,
     _handle: NotificationHandle,
 ) -> DocaError {
     guard(|| {
-        PeObj::check(pe)?;
-        Err(Status::NotSupported)
+        PeObj::check(pe)?.clear_notification();
+        Ok(())
     })
 }
 

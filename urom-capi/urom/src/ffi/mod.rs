@@ -420,11 +420,34 @@ unsafe extern "C" fn service_inflight(obj: *mut c_void) -> usize {
     })
 }
 
+unsafe extern "C" fn service_request_notification(obj: *mut c_void) -> i32 {
+    guard_value(urom_capi_abi::notify::SOON, || {
+        // SAFETY: as in `service_start`.
+        let service = unsafe { imp::<ServiceObj>(obj) };
+        service.map_or(
+            urom_capi_abi::notify::NONE,
+            ServiceObj::request_notification,
+        )
+    })
+}
+
+unsafe extern "C" fn service_clear_notification(obj: *mut c_void) {
+    guard_value((), || {
+        // SAFETY: as in `service_start`.
+        let service = unsafe { imp::<ServiceObj>(obj) };
+        if let Some(service) = service {
+            service.clear_notification();
+        }
+    })
+}
+
 pub(crate) static SERVICE_OPS: CtxOps = CtxOps {
     start: service_start,
     stop: service_stop,
     progress: service_progress,
     inflight: service_inflight,
+    request_notification: service_request_notification,
+    clear_notification: service_clear_notification,
 };
 
 unsafe extern "C" fn worker_start(obj: *mut c_void) -> i32 {
@@ -459,11 +482,31 @@ unsafe extern "C" fn worker_inflight(obj: *mut c_void) -> usize {
     })
 }
 
+unsafe extern "C" fn worker_request_notification(obj: *mut c_void) -> i32 {
+    guard_value(urom_capi_abi::notify::SOON, || {
+        // SAFETY: as in `worker_start`.
+        let worker = unsafe { imp::<WorkerObj>(obj) };
+        worker.map_or(urom_capi_abi::notify::NONE, WorkerObj::request_notification)
+    })
+}
+
+unsafe extern "C" fn worker_clear_notification(obj: *mut c_void) {
+    guard_value((), || {
+        // SAFETY: as in `worker_start`.
+        let worker = unsafe { imp::<WorkerObj>(obj) };
+        if let Some(worker) = worker {
+            worker.clear_notification();
+        }
+    })
+}
+
 pub(crate) static WORKER_OPS: CtxOps = CtxOps {
     start: worker_start,
     stop: worker_stop,
     progress: worker_progress,
     inflight: worker_inflight,
+    request_notification: worker_request_notification,
+    clear_notification: worker_clear_notification,
 };
 
 unsafe extern "C" fn domain_start(obj: *mut c_void) -> i32 {
@@ -495,11 +538,25 @@ unsafe extern "C" fn domain_inflight(_obj: *mut c_void) -> usize {
     0
 }
 
+unsafe extern "C" fn domain_request_notification(obj: *mut c_void) -> i32 {
+    guard_value(urom_capi_abi::notify::SOON, || {
+        // SAFETY: as in `domain_start`.
+        let domain = unsafe { imp::<DomainObj>(obj) };
+        domain.map_or(urom_capi_abi::notify::NONE, DomainObj::request_notification)
+    })
+}
+
+unsafe extern "C" fn domain_clear_notification(_obj: *mut c_void) {
+    // Nothing to undo: a domain watches no descriptor.
+}
+
 pub(crate) static DOMAIN_OPS: CtxOps = CtxOps {
     start: domain_start,
     stop: domain_stop,
     progress: domain_progress,
     inflight: domain_inflight,
+    request_notification: domain_request_notification,
+    clear_notification: domain_clear_notification,
 };
 
 unsafe extern "C" fn cmd_submit(obj: *mut c_void) -> i32 {

@@ -64,11 +64,15 @@ static void null_arguments(void)
 	OK(doca_pe_create(&pe));
 	IS(DOCA_ERROR_INVALID_VALUE, doca_pe_connect_ctx(pe, NULL));
 	IS(DOCA_ERROR_INVALID_VALUE, doca_pe_get_num_inflight_tasks(pe, NULL));
-	/* No descriptor to wait on yet. */
-	IS(DOCA_ERROR_NOT_SUPPORTED, doca_pe_get_notification_handle(pe, &handle));
-	IS(DOCA_ERROR_NOT_SUPPORTED, doca_pe_request_notification(pe));
-	IS(DOCA_ERROR_NOT_SUPPORTED, doca_pe_clear_notification(pe, 0));
+	/* Notifications (notify.c waits on them). */
+	IS(DOCA_ERROR_INVALID_VALUE, doca_pe_get_notification_handle(NULL, &handle));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_pe_get_notification_handle(pe, NULL));
+	OK(doca_pe_get_notification_handle(pe, &handle));
+	CHECK(handle >= 0, "a descriptor: %d", handle);
+	OK(doca_pe_request_notification(pe));
+	OK(doca_pe_clear_notification(pe, handle));
 	IS(DOCA_ERROR_INVALID_VALUE, doca_pe_request_notification(NULL));
+	IS(DOCA_ERROR_INVALID_VALUE, doca_pe_clear_notification(NULL, handle));
 	CHECK(doca_pe_progress(pe) == 0, "an empty engine makes no progress");
 	OK(doca_pe_destroy(pe));
 
