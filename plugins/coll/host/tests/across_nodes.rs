@@ -21,12 +21,15 @@ use half::{bf16, f16};
 use urom_coll::{
     Buffer, CollError, CollHost, CollKind, CollSpec, Datatype, Reason, ReduceOp, Team, node_worker,
 };
-use urom_host::oob::{OobCollective, RendezvousAddr, SocketOob};
+use urom_host::oob::{RendezvousAddr, SocketOob};
 use urom_host::{Domain, DomainStartProgress, Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
 use urom_testkit::netns::Network;
 use urom_testkit::{TempDir, binary};
 use urom_wire::Status;
+
+mod reference;
+use reference::*;
 
 const ROLE: &str = "UROM_COLL_NODES_ROLE";
 const SIZE: u32 = 4;
@@ -272,19 +275,7 @@ impl Ctx {
     }
 }
 
-fn oob_barrier(oob: &mut SocketOob) {
-    let mut request = oob.allgather(&[0]).unwrap();
-    while !oob.test(&mut request).unwrap() {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    oob.free(request);
-}
-
 // ---- Reference arithmetic (independent of the plugin's kernels).
-
-fn es(dt: Datatype) -> usize {
-    dt.size().unwrap()
-}
 
 /// Element `i` of rank `r`'s data, as little-endian bits.
 fn elem(dt: Datatype, r: u32, i: u64) -> u64 {
@@ -303,70 +294,6 @@ fn elem(dt: Datatype, r: u32, i: u64) -> u64 {
     }
 }
 
-fn mask(dt: Datatype, bits: u64) -> u64 {
-    match es(dt) {
-        8 => bits,
-        n => bits & ((1u64 << (8 * n)) - 1),
-    }
-}
-
-fn signed(dt: Datatype, bits: u64) -> i128 {
-    let width = 8 * es(dt) as u32;
-    let shift = 128 - width;
-    (i128::from(bits) << shift) >> shift
-}
-
-fn fold(dt: Datatype, op: ReduceOp, a: u64, b: u64) -> u64 {
-    let int = |x: u64| -> i128 {
-        match dt {
-            Datatype::I8 | Datatype::I16 | Datatype::I32 | Datatype::I64 => signed(dt, x),
-            _ => i128::from(x),
-        }
-    };
-    let back = |v: i128| mask(dt, v as u64);
-    macro_rules! float {
-        ($from:expr, $to:expr) => {{
-            let (x, y) = ($from(a), $from(b));
-            let v = match op {
-                ReduceOp::Sum => x + y,
-                ReduceOp::Prod => x * y,
-                ReduceOp::Min => x.min(y),
-                ReduceOp::Max => x.max(y),
-                _ => unreachable!(),
-            };
-            $to(v)
-        }};
-    }
-    match dt {
-        Datatype::F32 => float!(|v| f32::from_bits(v as u32), |v: f32| u64::from(
-            v.to_bits()
-        )),
-        Datatype::F64 => float!(f64::from_bits, |v: f64| v.to_bits()),
-        Datatype::F16 => float!(|v| f16::from_bits(v as u16).to_f32(), |v: f32| u64::from(
-            f16::from_f32(v).to_bits()
-        )),
-        Datatype::Bf16 => float!(|v| bf16::from_bits(v as u16).to_f32(), |v: f32| u64::from(
-            bf16::from_f32(v).to_bits()
-        )),
-        _ => {
-            let (x, y) = (int(a), int(b));
-            match op {
-                ReduceOp::Sum => back(x.wrapping_add(y)),
-                ReduceOp::Prod => back(x.wrapping_mul(y)),
-                ReduceOp::Min => back(x.min(y)),
-                ReduceOp::Max => back(x.max(y)),
-                ReduceOp::Band => a & b,
-                ReduceOp::Bor => a | b,
-                ReduceOp::Bxor => a ^ b,
-                ReduceOp::Land => u64::from(a != 0 && b != 0),
-                ReduceOp::Lor => u64::from(a != 0 || b != 0),
-                ReduceOp::Lxor => u64::from((a != 0) ^ (b != 0)),
-                ReduceOp::Unknown(_) => unreachable!(),
-            }
-        }
-    }
-}
-
 /// The documented order for two nodes: each node's ranks in rank order, then node 0's partial
 /// op node 1's.
 fn reduced(dt: Datatype, op: ReduceOp, i: u64) -> u64 {
@@ -378,20 +305,6 @@ fn reduced(dt: Datatype, op: ReduceOp, i: u64) -> u64 {
         })
     };
     fold(dt, op, partial(0), partial(1))
-}
-
-fn put(bytes: &mut [u8], dt: Datatype, at: u64, bits: u64) {
-    let e = es(dt);
-    let at = at as usize * e;
-    bytes[at..at + e].copy_from_slice(&bits.to_le_bytes()[..e]);
-}
-
-fn get(bytes: &[u8], dt: Datatype, at: u64) -> u64 {
-    let e = es(dt);
-    let at = at as usize * e;
-    let mut word = [0u8; 8];
-    word[..e].copy_from_slice(&bytes[at..at + e]);
-    u64::from_le_bytes(word)
 }
 
 // ---- Scenarios.
@@ -827,8 +740,6 @@ fn peer_silent(ctx: &mut Ctx) {
 
 // ---- Copy collectives and reduce-scatter across nodes (the single-node matrix's rules).
 
-const SENTINEL: u8 = 0xa5;
-
 /// One copy collective (or reduce-scatter) across the nodes.
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -839,11 +750,6 @@ struct Case {
     root: u32,
     in_place: bool,
     user: bool,
-}
-
-/// v-variant counts: zero and uneven.
-fn vcount(i: u32, j: u32, c: u64) -> u64 {
-    (u64::from(i) * 3 + u64::from(j) + c) % 4
 }
 
 struct Buffers {

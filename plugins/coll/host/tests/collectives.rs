@@ -16,10 +16,13 @@ use urom_coll::{
     CollError, CollHost, CollKind, CollSpec, Collective, Datatype, Reason, ReduceOp, SetupError,
     Team, node_worker,
 };
-use urom_host::oob::{OobCollective, RendezvousAddr, SocketOob};
+use urom_host::oob::{RendezvousAddr, SocketOob};
 use urom_host::{Idle, ProgressEngine, Running, Service, Worker};
 use urom_testkit::TempDir;
 use urom_wire::Status;
+
+mod reference;
+use reference::*;
 
 #[global_allocator]
 static ALLOCATOR: urom_testkit::counting::Counting = urom_testkit::counting::Counting;
@@ -232,10 +235,6 @@ impl Ctx {
 
 // ---- Reference arithmetic (independent of the plugin's kernels).
 
-fn es(dt: Datatype) -> usize {
-    dt.size().unwrap()
-}
-
 /// Element `i` of rank `r`'s data, as little-endian bits.
 fn elem(dt: Datatype, r: u32, i: u64) -> u64 {
     let k = (u64::from(r) * 37 + i * 11 + 3) % 251;
@@ -253,89 +252,9 @@ fn elem(dt: Datatype, r: u32, i: u64) -> u64 {
     }
 }
 
-fn mask(dt: Datatype, bits: u64) -> u64 {
-    match es(dt) {
-        8 => bits,
-        n => bits & ((1u64 << (8 * n)) - 1),
-    }
-}
-
-fn signed(dt: Datatype, bits: u64) -> i128 {
-    let width = 8 * es(dt) as u32;
-    let shift = 128 - width;
-    (i128::from(bits) << shift) >> shift
-}
-
-fn fold(dt: Datatype, op: ReduceOp, a: u64, b: u64) -> u64 {
-    let int = |x: u64| -> i128 {
-        match dt {
-            Datatype::I8 | Datatype::I16 | Datatype::I32 | Datatype::I64 => signed(dt, x),
-            _ => i128::from(x),
-        }
-    };
-    let back = |v: i128| mask(dt, v as u64);
-    macro_rules! float {
-        ($from:expr, $to:expr) => {{
-            let (x, y) = ($from(a), $from(b));
-            let v = match op {
-                ReduceOp::Sum => x + y,
-                ReduceOp::Prod => x * y,
-                ReduceOp::Min => x.min(y),
-                ReduceOp::Max => x.max(y),
-                _ => unreachable!(),
-            };
-            $to(v)
-        }};
-    }
-    match dt {
-        Datatype::F32 => float!(|v| f32::from_bits(v as u32), |v: f32| u64::from(
-            v.to_bits()
-        )),
-        Datatype::F64 => float!(f64::from_bits, |v: f64| v.to_bits()),
-        Datatype::F16 => float!(|v| f16::from_bits(v as u16).to_f32(), |v: f32| u64::from(
-            f16::from_f32(v).to_bits()
-        )),
-        Datatype::Bf16 => float!(|v| bf16::from_bits(v as u16).to_f32(), |v: f32| u64::from(
-            bf16::from_f32(v).to_bits()
-        )),
-        _ => {
-            let (x, y) = (int(a), int(b));
-            match op {
-                ReduceOp::Sum => back(x.wrapping_add(y)),
-                ReduceOp::Prod => back(x.wrapping_mul(y)),
-                ReduceOp::Min => back(x.min(y)),
-                ReduceOp::Max => back(x.max(y)),
-                ReduceOp::Band => a & b,
-                ReduceOp::Bor => a | b,
-                ReduceOp::Bxor => a ^ b,
-                ReduceOp::Land => u64::from(a != 0 && b != 0),
-                ReduceOp::Lor => u64::from(a != 0 || b != 0),
-                ReduceOp::Lxor => u64::from((a != 0) ^ (b != 0)),
-                ReduceOp::Unknown(_) => unreachable!(),
-            }
-        }
-    }
-}
-
 fn reduced(dt: Datatype, op: ReduceOp, n: u32, i: u64) -> u64 {
     (1..n).fold(elem(dt, 0, i), |acc, r| fold(dt, op, acc, elem(dt, r, i)))
 }
-
-fn put(bytes: &mut [u8], dt: Datatype, at: u64, bits: u64) {
-    let e = es(dt);
-    let at = at as usize * e;
-    bytes[at..at + e].copy_from_slice(&bits.to_le_bytes()[..e]);
-}
-
-fn get(bytes: &[u8], dt: Datatype, at: u64) -> u64 {
-    let e = es(dt);
-    let at = at as usize * e;
-    let mut word = [0u8; 8];
-    word[..e].copy_from_slice(&bytes[at..at + e]);
-    u64::from_le_bytes(word)
-}
-
-const SENTINEL: u8 = 0xa5;
 
 /// One case of the matrix.
 #[derive(Clone, Copy, Debug)]
@@ -347,11 +266,6 @@ struct Case {
     root: u32,
     in_place: bool,
     user: bool,
-}
-
-/// v-variant counts: zero and uneven.
-fn vcount(i: u32, j: u32, c: u64) -> u64 {
-    (u64::from(i) * 3 + u64::from(j) + c) % 4
 }
 
 /// Runs `case` on every rank and checks this rank's result.
@@ -1004,12 +918,4 @@ fn kill_worker(ctx: &mut Ctx) {
     assert_eq!(coll.completions(), 1, "completed exactly once");
     // The worker is gone: a new start fails at once.
     assert!(coll.start().is_err());
-}
-
-fn oob_barrier(oob: &mut SocketOob) {
-    let mut request = oob.allgather(&[0]).unwrap();
-    while !oob.test(&mut request).unwrap() {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    oob.free(request);
 }
