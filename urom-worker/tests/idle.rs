@@ -1,6 +1,7 @@
 //! Idle workers cost nothing: workers a daemon spawned, each having served a host, sleep on
 //! their descriptors, and their CPU time over a few seconds of idleness (read from `/proc`)
-//! stays far below what waking now and then costs. Not a timing: the bound is generous.
+//! stays far below what waking now and then costs. Not a timing: the bound is generous. The
+//! daemon's threads do not grow with its workers.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -97,7 +98,21 @@ fn idle_workers_sleep_on_their_descriptors() {
         assert!(threads <= 3, "worker {pid} runs {threads} threads");
         assert!(process::alive(pid));
     }
+    // The daemon watches its workers from one thread, not one each: its accept loop, this
+    // host's session, the reaper, and a few to spare (plugin probes that linger).
+    let (_, daemon_threads) = cpu_ns_and_threads(daemon.pid());
+    assert!(
+        daemon_threads <= 8,
+        "the daemon runs {daemon_threads} threads for {WORKERS} workers"
+    );
     for worker in workers {
         worker.stop().map_err(|(_, e)| e).unwrap();
+    }
+    for &pid in &pids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while process::alive(pid) {
+            assert!(Instant::now() < deadline, "worker {pid} outlived its stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
