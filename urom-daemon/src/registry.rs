@@ -18,12 +18,14 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, Uid, User};
@@ -118,6 +120,9 @@ pub struct SpawnRequest {
     pub cpuset: CpuSet,
     /// `NAME=value` entries for a new worker.
     pub env: Vec<String>,
+    /// The most commands the host keeps in flight (0: not said), which sizes a new worker's
+    /// rings.
+    pub max_inflight: u32,
 }
 
 struct Worker {
@@ -136,6 +141,9 @@ struct Worker {
     link: Arc<WorkerLink>,
     /// How hosts on other machines reach it.
     ucx: Option<WorkerUcx>,
+    /// Its process descriptor, in the reaper's epoll set (closed, and so out of the set, with
+    /// the entry).
+    _pidfd: Option<OwnedFd>,
 }
 
 /// How hosts on other machines reach a worker.
@@ -232,6 +240,9 @@ pub struct Registry {
     inner: Mutex<Inner>,
     /// Signalled whenever a worker is forgotten.
     exited: Condvar,
+    /// The epoll set of the workers' process descriptors that one thread waits on, started
+    /// with the first worker; `None` inside when it could not be (a thread per worker then).
+    reaper: OnceLock<Option<Arc<Epoll>>>,
 }
 
 impl Registry {
@@ -242,6 +253,7 @@ impl Registry {
             own_uid: nix::unistd::geteuid().as_raw(),
             inner: Mutex::default(),
             exited: Condvar::new(),
+            reaper: OnceLock::new(),
         }
     }
 
@@ -491,6 +503,7 @@ impl Registry {
             ucx: ucx.as_ref().map(|(_, listen)| listen.clone()),
             daemon_link: true,
             hugepages: self.config.hugepages,
+            max_inflight: (request.max_inflight > 0).then_some(request.max_inflight),
         };
         let mut command = Command::new(&self.config.worker_bin);
         command
@@ -527,6 +540,15 @@ impl Registry {
         let pid = Pid::from_raw(child.id() as i32);
         // The watcher reaps the worker; the handle is not needed.
         drop(child);
+        // One thread watches every worker through its process descriptor; where there are
+        // none, a thread of its own does.
+        let pidfd = self.reaper().and_then(|epoll| {
+            let fd = urom_transport::sys::pidfd_open(pid).ok()?;
+            let event = EpollEvent::new(EpollFlags::EPOLLIN, id);
+            epoll.add(&fd, event).ok()?;
+            Some(fd)
+        });
+        let watched = pidfd.is_some();
         self.name_worker_log(&staged_log, pid);
         inner.workers.insert(
             id,
@@ -546,19 +568,22 @@ impl Registry {
                 started: SystemTime::now(),
                 cpuset,
                 link: Arc::new(link),
+                _pidfd: pidfd,
             },
         );
         info!(worker = id, pid = pid.as_raw(), gid = request.gid, %cpuset, plugins = format_args!("{:#x}", request.plugins), "worker spawned");
-        let registry = Arc::clone(self);
-        std::thread::Builder::new()
-            .name(format!("urom-watch-{id}"))
-            .spawn(move || registry.watch(id, pid))
-            .map_err(|e| {
-                ServiceError::new(
-                    Status::OperatingSystem,
-                    format!("cannot watch the worker: {e}"),
-                )
-            })?;
+        if !watched {
+            let registry = Arc::clone(self);
+            std::thread::Builder::new()
+                .name(format!("urom-watch-{id}"))
+                .spawn(move || registry.watch(id, pid))
+                .map_err(|e| {
+                    ServiceError::new(
+                        Status::OperatingSystem,
+                        format!("cannot watch the worker: {e}"),
+                    )
+                })?;
+        }
         Ok((id, socket))
     }
 
@@ -787,6 +812,29 @@ impl Registry {
                 }
             }
         }
+        self.reap(id, pid);
+    }
+
+    /// The epoll set the reaper thread waits on, the thread started on first use; `None` when
+    /// it cannot be made.
+    fn reaper(self: &Arc<Self>) -> Option<&Arc<Epoll>> {
+        self.reaper
+            .get_or_init(|| {
+                let epoll = Arc::new(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).ok()?);
+                let registry = Arc::downgrade(self);
+                let set = Arc::clone(&epoll);
+                std::thread::Builder::new()
+                    .name("urom-reaper".into())
+                    .spawn(move || reap_all(&set, &registry))
+                    .ok()?;
+                Some(epoll)
+            })
+            .as_ref()
+    }
+
+    /// Reaps worker `id` once its process `pid` has ended (a zombie), tells its hosts and
+    /// forgets it.
+    fn reap(&self, id: u64, pid: Pid) {
         // Reaped, cleaned up and forgotten in one step under the lock: nobody signals a pid that
         // could be reused, and whoever sees the entry gone (a daemon that stops) finds the
         // process and its directory gone too.
@@ -821,6 +869,41 @@ impl Registry {
         };
         for host in hosts {
             host.worker_exited(exit);
+        }
+    }
+}
+
+/// Waits on `set`, the workers' process descriptors, and reaps each worker that ends, until
+/// the registry is gone.
+fn reap_all(set: &Epoll, registry: &Weak<Registry>) {
+    let mut events = [EpollEvent::empty(); 64];
+    loop {
+        let n = match set.wait(&mut events, EpollTimeout::NONE) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                error!("cannot wait for workers to end: {e}");
+                return;
+            }
+        };
+        let Some(registry) = registry.upgrade() else {
+            return;
+        };
+        for event in &events[..n] {
+            let id = event.data();
+            let pid = registry.lock().workers.get(&id).map(|worker| worker.pid);
+            // Only a process that has ended: an event that outlived its worker (whose id a new
+            // one took meanwhile) reaps nothing.
+            let ended = |pid| {
+                let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+                !matches!(
+                    waitid(Id::Pid(pid), flags),
+                    Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
+                )
+            };
+            if let Some(pid) = pid.filter(|&pid| ended(pid)) {
+                registry.reap(id, pid);
+            }
         }
     }
 }

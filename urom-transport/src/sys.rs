@@ -2,7 +2,8 @@
 //! CPU a socket's packets arrive on.
 //!
 //! Everything here is a thin, safe wrapper; the only unsafe operations are taking ownership of
-//! the descriptors the kernel hands over with `SCM_RIGHTS` and reading `SO_INCOMING_CPU`.
+//! the descriptors the kernel hands over with `SCM_RIGHTS` and `pidfd_open`, and reading
+//! `SO_INCOMING_CPU`.
 
 use core::fmt;
 use std::io::{IoSlice, IoSliceMut};
@@ -21,6 +22,20 @@ pub(crate) const MAX_FDS: usize = 5;
 /// Most descriptors the kernel passes in one message (`SCM_MAX_FD`): room for all of them means
 /// none is ever dropped unseen (and leaked) by a truncated control buffer.
 const SCM_MAX_FD: usize = 253;
+
+/// A descriptor of process `pid` that becomes readable (to `poll`) once the process has ended
+/// (`pidfd_open`, Linux 5.3 and later).
+pub fn pidfd_open(pid: nix::unistd::Pid) -> nix::Result<OwnedFd> {
+    // SAFETY: `pidfd_open(pid, 0)` reads and writes no memory of ours; it returns a new
+    // descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| Errno::EBADF)?;
+    // SAFETY: the kernel just made `fd` for us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
 
 /// Sends `bytes` with `fds` attached (`SCM_RIGHTS`).
 pub(crate) fn send_with_fds(
