@@ -232,6 +232,31 @@ static void collectives(struct oob *oob, urom_coll_team_h team, const char *sock
 	}
 	OK(urom_coll_free(sum));
 	OK(urom_coll_mem_free(bc0));
+
+	/* A burst of releases (each a command posted to the worker, 200 of them, more than the
+	 * task slots) without progress between: the next set-up still goes through. */
+	static char burst[200][64];
+	for (i = 0; i < 200; i++) {
+		urom_coll_buffer_h b;
+		OK(urom_coll_mem_register(team, burst[i], sizeof(burst[i]), &b));
+		OK(urom_coll_mem_free(b));
+	}
+	urom_coll_buffer_h held[100];
+	urom_coll_req_h colls[100];
+	for (i = 0; i < 100; i++) {
+		OK(urom_coll_mem_register(team, burst[i], sizeof(burst[i]), &held[i]));
+		colls[i] = init(team, UROM_COLL_BCAST, UROM_DT_UINT8, UROM_OP_SUM, held[i], 64,
+				NULL, 0, 0);
+	}
+	for (i = 0; i < 100; i++) {
+		OK(urom_coll_free(colls[i]));
+		OK(urom_coll_mem_free(held[i]));
+	}
+	urom_coll_req_h after = init(team, UROM_COLL_ALLREDUCE, UROM_DT_INT32, UROM_OP_SUM, ba,
+				     count, bb, count, 0);
+	OK(urom_coll_start(after));
+	OK(urom_coll_wait(after));
+	OK(urom_coll_free(after));
 	for (i = 0; i < count; i++)
 		b[i] = (int32_t)r;
 	urom_coll_req_h max = init(team, UROM_COLL_ALLREDUCE, UROM_DT_INT32, UROM_OP_MAX, NULL,
