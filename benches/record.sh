@@ -20,7 +20,7 @@ record_start() {
     for var in ROUNDS OFFLOAD_MAX_CONCURRENT GPU_OFFLOAD_BIN GPU_OFFLOAD_BENCH_QUICK \
         GPU_OFFLOAD_BENCH_ORCH_CPUS UROM_RATE_PROFILE UCX_TLS UCX_NET_DEVICES UCX_DIR \
         NP SIZES COLLS IMPLS RANK_CPUS WORKER_CPUS WORKER_BUSY_POLL BIN_DIR \
-        MPIRUN_ARGS BENCH_ARGS NICE; do
+        MPIRUN_ARGS BENCH_ARGS NICE VARIANTS; do
         if [ -n "${!var+x}" ]; then
             local value=${!var}
             [[ $value == *[[:space:]]* ]] && value="'$value'"

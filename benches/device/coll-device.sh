@@ -5,17 +5,23 @@
 #
 #   1. urom, 12 ranks on cores 0-11 and the worker alone on cores 12-15 (busy-polling),
 #      beside Open MPI with the same 12 ranks (alternating, ROUNDS rounds);
-#   2. Open MPI alone with 16 ranks on cores 0-15 (every core the machine has).
+#   2. Open MPI alone with 16 ranks on cores 0-15 (every core the machine has);
+#   3. with MPI_PRELOAD=1: the MPI benchmark (benches/run-mpi-bench.sh), the same Open MPI
+#      program with and without LD_PRELOAD=liburom_mpi.so, 12 ranks on cores 0-11 and the
+#      worker alone on cores 12-15 (busy-polling), alternating (ROUNDS rounds; about as long
+#      as part 1, an estimate).
 #
 # Allreduce and alltoall, 8 B to 16 MiB (SIZES), shorter loops than the default
 # (BENCH_ARGS: 100 ms per timed loop, 200 ms of CPU loop, at least 5 iterations: a 16 MiB
 # alltoall of 12 ranks moves 2.3 GiB). Everything lands in OUT (default .device/out): the
-# console output (coll-device.txt), each part's TSV and SVG (urom-12/, openmpi-16/), the results
-# file with the entries the runs appended (coll.md), the machine's description (machine.txt).
+# console output (coll-device.txt), each part's TSV and SVG (urom-12/, openmpi-16/, mpi-12/), the
+# results files with the entries the runs appended (coll.md, mpi.md), the machine's description
+# (machine.txt).
 #
 # usage: OUT=DIR benches/device/coll-device.sh
 #   env: ROUNDS (3), SIZES, COLLS, NP (12), RANK_CPUS (0-11), WORKER_CPUS (12-15), ALL_CPUS
-#        (0-15), BENCH_ARGS, SKIP_OMPI_ALL=1 (leave part 2 out)
+#        (0-15), BENCH_ARGS, SKIP_OMPI_ALL=1 (leave part 2 out), MPI_PRELOAD=1 (part 3),
+#        SKIP_UROM=1 (leave part 1 out)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -75,12 +81,16 @@ done
 # A private copy of the results history: the runs append to it, it goes to OUT.
 cp benches/results/coll.md "$OUT/coll.md.before" 2>/dev/null || true
 
-echo "== part 1: urom ($NP ranks on $RANK_CPUS, worker on $WORKER_CPUS) and Open MPI ($NP ranks)"
-mkdir -p "$OUT/urom-$NP"
-RESULTS_DIR=$OUT/urom-$NP NP=$NP RANK_CPUS=$RANK_CPUS WORKER_CPUS=$WORKER_CPUS WORKER_BUSY_POLL=1 \
-    IMPLS="openmpi urom" SIZES="${part1_sizes# }" benches/run-coll-bench.sh "$ROUNDS" ||
-    echo "coll-device: part 1 failed (its raw lines so far are in $OUT/urom-$NP)"
-echo "part 1 took $((SECONDS - started)) s"
+cp benches/results/mpi.md "$OUT/mpi.md.before" 2>/dev/null || true
+
+if [ "${SKIP_UROM:-0}" != 1 ]; then
+    echo "== part 1: urom ($NP ranks on $RANK_CPUS, worker on $WORKER_CPUS) and Open MPI ($NP ranks)"
+    mkdir -p "$OUT/urom-$NP"
+    RESULTS_DIR=$OUT/urom-$NP NP=$NP RANK_CPUS=$RANK_CPUS WORKER_CPUS=$WORKER_CPUS WORKER_BUSY_POLL=1 \
+        IMPLS="openmpi urom" SIZES="${part1_sizes# }" benches/run-coll-bench.sh "$ROUNDS" ||
+        echo "coll-device: part 1 failed (its raw lines so far are in $OUT/urom-$NP)"
+    echo "part 1 took $((SECONDS - started)) s"
+fi
 
 if [ "${SKIP_OMPI_ALL:-0}" != 1 ]; then
     echo "== part 2: Open MPI alone, every core ($ALL_CPUS)"
@@ -88,6 +98,19 @@ if [ "${SKIP_OMPI_ALL:-0}" != 1 ]; then
     mkdir -p "$OUT/openmpi-$all_np"
     RESULTS_DIR=$OUT/openmpi-$all_np NP=$all_np RANK_CPUS=$ALL_CPUS WORKER_CPUS= IMPLS=openmpi \
         benches/run-coll-bench.sh "$ROUNDS" || echo "coll-device: part 2 failed"
+fi
+
+if [ "${MPI_PRELOAD:-0}" = 1 ]; then
+    # liburom_mpi.so registers the program's own buffers (cross-memory attach), not /dev/shm:
+    # every size fits.
+    echo "== part 3: MPI programs, Open MPI with and without LD_PRELOAD=liburom_mpi.so ($NP ranks on $RANK_CPUS, worker on $WORKER_CPUS)"
+    mkdir -p "$OUT/mpi-$NP"
+    part3=$SECONDS
+    RESULTS_DIR=$OUT/mpi-$NP NP=$NP RANK_CPUS=$RANK_CPUS WORKER_CPUS=$WORKER_CPUS WORKER_BUSY_POLL=1 \
+        benches/run-mpi-bench.sh "$ROUNDS" ||
+        echo "coll-device: part 3 failed (its raw lines so far are in $OUT/mpi-$NP)"
+    echo "part 3 took $((SECONDS - part3)) s"
+    cp benches/results/mpi.md "$OUT/mpi.md" 2>/dev/null || true
 fi
 
 cp benches/results/coll.md "$OUT/coll.md"

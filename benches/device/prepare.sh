@@ -5,7 +5,8 @@
 # working tree and benches/device/coll-device.sh runs from.
 #
 #   .device/bin    release binaries: urom-coll-bench, urom-coll-report, urom-daemon, urom-worker,
-#                  libworker_coll.so (debug information stripped)
+#                  libworker_coll.so, liburom_mpi.so and liburom_coll.so (the MPI part,
+#                  benches/run-mpi-bench.sh) (debug information stripped)
 #   .device/root   Open MPI 4.1 (openmpi-bin, libopenmpi3, openmpi-common) and every shared
 #                  library it and our binaries need beyond glibc, libgcc and libstdc++, each
 #                  package fetched with `apt-get download` and unpacked with `dpkg -x`; docs,
@@ -96,11 +97,13 @@ grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
 
 echo "== release binaries"
 cargo build --release -p urom-coll-bench --features mpi --bins
-cargo build --release -p urom-daemon -p urom-worker -p urom-plugin-coll
+cargo build --release -p urom-daemon -p urom-worker -p urom-plugin-coll -p urom-capi-coll \
+    -p urom-capi-mpi
 target=${CARGO_TARGET_DIR:-target}/release
 rm -rf "$dev"
 mkdir -p "$dev/bin" "$dev/debs" "$root"
-for f in urom-coll-bench urom-coll-report urom-daemon urom-worker libworker_coll.so; do
+for f in urom-coll-bench urom-coll-report urom-daemon urom-worker libworker_coll.so \
+    liburom_mpi.so liburom_coll.so; do
     cp "$target/$f" "$dev/bin/"
     strip --strip-debug "$dev/bin/$f"
 done

@@ -24,6 +24,7 @@ fn colour(kind: Kind) -> RGBColor {
 struct Curve {
     kind: Kind,
     ours: bool,
+    name: String,
     points: Vec<(f64, f64)>,
 }
 
@@ -45,7 +46,16 @@ fn curves(summaries: &[Summary], value: fn(&Medians) -> f64) -> Vec<Curve> {
                 })
                 .collect();
             if !points.is_empty() {
-                out.push(Curve { kind, ours, points });
+                let name = summaries
+                    .first()
+                    .map_or(OURS, |s| s.ours_name.as_str())
+                    .to_string();
+                out.push(Curve {
+                    kind,
+                    ours,
+                    name,
+                    points,
+                });
             }
         }
     }
@@ -65,7 +75,11 @@ where
     for curve in curves {
         let c = colour(curve.kind);
         let style = c.stroke_width(2);
-        let name = if curve.ours { OURS } else { "Open MPI" };
+        let name = if curve.ours {
+            curve.name.as_str()
+        } else {
+            "Open MPI"
+        };
         let label = format!("{} {}", curve.kind, name);
         let pts = curve.points.clone();
         if curve.ours {

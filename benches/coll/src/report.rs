@@ -64,10 +64,19 @@ pub struct Summary {
     pub lat_ratio: Option<f64>,
     /// Median over the rounds of ours / Open MPI's rank CPU per collective.
     pub cpu_ratio: Option<f64>,
+    /// The name "ours" goes by in the results ([`OURS`] unless [`summarise_as`] says).
+    pub ours_name: String,
 }
 
 /// Groups the rows by collective, size and ranks (in [`Kind::ALL`] order, then by size).
 pub fn summarise(rows: &[Row]) -> Vec<Summary> {
+    summarise_as(rows, OURS)
+}
+
+/// [`summarise`], with `ours` the implementation compared with Open MPI (for example
+/// `openmpi+urom_mpi`: Open MPI with `liburom_mpi.so` preloaded).
+pub fn summarise_as(rows: &[Row], ours: &str) -> Vec<Summary> {
+    let ours_name = ours;
     let mut groups: BTreeMap<(Kind, usize, usize), Vec<&Row>> = BTreeMap::new();
     for row in rows {
         groups
@@ -84,7 +93,7 @@ pub fn summarise(rows: &[Row]) -> Vec<Summary> {
                     .filter(|r| r.implementation == name)
                     .collect()
             };
-            let (base, ours) = (side(BASELINE), side(OURS));
+            let (base, ours) = (side(BASELINE), side(ours_name));
             let ratio = |f: fn(&Row) -> f64| -> Option<f64> {
                 let per_round: Vec<f64> = ours
                     .iter()
@@ -103,6 +112,7 @@ pub fn summarise(rows: &[Row]) -> Vec<Summary> {
                 ours: Medians::of(&ours),
                 lat_ratio: ratio(|r| r.lat_us),
                 cpu_ratio: ratio(|r| r.cpu_us),
+                ours_name: ours_name.to_string(),
             }
         })
         .collect()
@@ -132,6 +142,10 @@ fn cell(value: Option<f64>, decimals: usize) -> String {
 /// workers' CPU. Times in microseconds, medians over the rounds.
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::new();
+    // "urom", or a short form of another name ("openmpi+urom_mpi": "+urom_mpi").
+    let name = summaries.first().map_or(OURS, |s| s.ours_name.as_str());
+    let short = name.strip_prefix(BASELINE).unwrap_or(name);
+    let col = |what: &str| format!("{what} {short}");
     let _ = writeln!(
         out,
         "{:<10} {:>8} {:>3} | {:>10} {:>10} {:>6} | {:>10} {:>10} | {:>9} {:>9} | {:>9} {:>9} {:>6} | {:>9}",
@@ -139,14 +153,14 @@ pub fn table(summaries: &[Summary]) -> String {
         "size",
         "np",
         "lat ompi",
-        "lat urom",
+        col("lat"),
         "ratio",
         "pure ompi",
-        "pure urom",
+        col("pure"),
         "ovl% ompi",
-        "ovl% urom",
+        col("ovl%"),
         "cpu ompi",
-        "cpu urom",
+        col("cpu"),
         "ratio",
         "cpu wrk"
     );

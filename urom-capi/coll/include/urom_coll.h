@@ -12,6 +12,7 @@
  *   urom_coll_mem_alloc()        memory urom allocates and shares with the worker
  *   urom_coll_mem_register()     an existing buffer, reached by cross-memory attach
  *   urom_coll_init()             a persistent collective over registered buffers
+ *   urom_coll_rebind()           this rank's buffers of it replaced (no other rank involved)
  *   urom_coll_start() / urom_coll_test() / urom_coll_wait()   any number of times
  *   urom_coll_free(), urom_coll_mem_free(), urom_coll_team_destroy(),
  *   urom_coll_context_destroy()
@@ -234,6 +235,14 @@ typedef struct urom_coll_args {
 /** Sets up a persistent collective (collective over the team; a round trip to the worker). */
 urom_status_t urom_coll_init(urom_coll_team_h team, const urom_coll_args_t *args,
                              urom_coll_req_h *req);
+
+/** Replaces this rank's part of a persistent collective that does not run: its buffers,
+ *  offsets, counts, flags and v-variant words become `args`' (type, datatype, operation and
+ *  root are expected to stay). This rank alone: no other rank takes part (a round trip to the
+ *  worker), and the others keep their parts; the next start checks that all parts agree, as
+ *  after urom_coll_init(). UROM_ERR_BUSY while it runs. When the worker refuses the new part,
+ *  the collective keeps none for this rank and its next start fails. */
+urom_status_t urom_coll_rebind(urom_coll_req_h req, const urom_coll_args_t *args);
 
 /** Starts it (allocates nothing); UROM_ERR_BUSY while it runs, UROM_ERR_WORKER once the worker
  *  is gone. */

@@ -514,6 +514,39 @@ unsafe fn part<'a>(info: BufferInfo) -> Result<Part<'a>, Failure> {
     })
 }
 
+/// The collective `args` describes, its handles checked.
+///
+/// # Safety
+///
+/// `args.src.buffer` and `args.dst.buffer` are NULL or live buffer handles, and `args.counts`
+/// holds `args.counts_len` words (the header's contract), read while the result lives.
+unsafe fn parse<'a>(args: &'a CollArgs) -> Result<Args<'a>, Failure> {
+    let counts: &[u64] = if args.counts_len == 0 {
+        &[]
+    } else if args.counts.is_null() {
+        return Err(invalid("counts is NULL but counts_len is not 0"));
+    } else {
+        // SAFETY: the caller's contract: `counts` holds `counts_len` words, read during the
+        // call only (copied into the command).
+        unsafe { std::slice::from_raw_parts(args.counts, args.counts_len) }
+    };
+    // SAFETY: `args.src.buffer` is NULL or a live handle (the caller's contract; checked by
+    // magic word).
+    let src = unsafe { part(args.src)? };
+    // SAFETY: as for `src`.
+    let dst = unsafe { part(args.dst)? };
+    Ok(Args {
+        kind: args.coll_type,
+        datatype: args.datatype,
+        op: args.op,
+        root: args.root,
+        flags: args.flags,
+        src,
+        dst,
+        counts,
+    })
+}
+
 /// `urom_coll_init()`.
 #[unsafe(no_mangle)]
 pub extern "C" fn urom_coll_init(
@@ -525,31 +558,23 @@ pub extern "C" fn urom_coll_init(
         let team = live(team)?;
         let args = args.ok_or_else(|| invalid("args is NULL"))?;
         let out = req.ok_or_else(|| invalid("req is NULL"))?;
-        let counts: &[u64] = if args.counts_len == 0 {
-            &[]
-        } else if args.counts.is_null() {
-            return Err(invalid("counts is NULL but counts_len is not 0"));
-        } else {
-            // SAFETY: the header's contract: `counts` holds `counts_len` words, read during
-            // this call only (copied into the command).
-            unsafe { std::slice::from_raw_parts(args.counts, args.counts_len) }
-        };
-        // SAFETY: `args.src.buffer` is NULL or a live handle (the header's contract; checked
-        // by magic word).
-        let src = unsafe { part(args.src)? };
-        // SAFETY: as for `src`.
-        let dst = unsafe { part(args.dst)? };
-        let parsed = Args {
-            kind: args.coll_type,
-            datatype: args.datatype,
-            op: args.op,
-            root: args.root,
-            flags: args.flags,
-            src,
-            dst,
-            counts,
-        };
+        // SAFETY: the header's contract for `args` (its buffers NULL or live, `counts_len`
+        // words at `counts`).
+        let parsed = unsafe { parse(args)? };
         export(ReqObj::init(team, &parsed)?, out)
+    })
+}
+
+/// `urom_coll_rebind()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn urom_coll_rebind(req: Option<&ReqObj>, args: Option<&CollArgs>) -> RawStatus {
+    guard(|| {
+        let req = live(req)?;
+        let args = args.ok_or_else(|| invalid("args is NULL"))?;
+        // SAFETY: the header's contract for `args`, as for urom_coll_init().
+        let parsed = unsafe { parse(args)? };
+        req.rebind(&parsed)?;
+        Ok(UromStatus::Ok)
     })
 }
 

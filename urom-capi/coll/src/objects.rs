@@ -13,11 +13,11 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use urom_coll::{
-    Buffer, CollHost, CollKind, CollSpec, Collective, Datatype, ReduceOp, SETUP_TIMEOUT, Team,
-    node_worker,
+    Buffer, CollError, CollHost, CollKind, CollSpec, Collective, Datatype, ReduceOp, SETUP_TIMEOUT,
+    Team, node_worker,
 };
 use urom_host::oob::OobCollective;
-use urom_host::{Idle, ProgressEngine, Running, Service, Worker};
+use urom_host::{CommandError, Idle, ProgressEngine, Running, Service, Worker};
 
 use crate::status::{Failure, UromStatus};
 
@@ -246,48 +246,68 @@ fn invalid(why: &str) -> Failure {
     Failure::new(UromStatus::InvalidParam, why)
 }
 
+/// The spec `args` describes, its buffers checked to be `shared`'s.
+fn spec_of<'a>(shared: &Rc<Shared>, args: &Args<'a>) -> Result<CollSpec<'a>, Failure> {
+    let kind = u16::try_from(args.kind)
+        .map(CollKind::from_raw)
+        .ok()
+        .filter(|k| !matches!(k, CollKind::Unknown(_)))
+        .ok_or_else(|| invalid("unknown collective type"))?;
+    let datatype = u8::try_from(args.datatype)
+        .map(Datatype::from_raw)
+        .ok()
+        .filter(|d| !matches!(d, Datatype::Unknown(_)))
+        .ok_or_else(|| invalid("unknown datatype"))?;
+    let op = u8::try_from(args.op)
+        .map(ReduceOp::from_raw)
+        .ok()
+        .filter(|o| !matches!(o, ReduceOp::Unknown(_)))
+        .ok_or_else(|| invalid("unknown reduction operation"))?;
+    if args.flags & !FLAG_IN_PLACE != 0 {
+        return Err(invalid("unknown flags"));
+    }
+    for part in [args.src, args.dst] {
+        if let Some(buffer) = part.buffer {
+            if !Rc::ptr_eq(&buffer.shared, shared) {
+                return Err(invalid("a buffer of another context"));
+            }
+        }
+    }
+    let mut spec = CollSpec::new(kind, datatype, args.src.count);
+    spec.op = op;
+    spec.root = args.root;
+    spec.recv_count = args.dst.count;
+    spec.in_place = args.flags & FLAG_IN_PLACE != 0;
+    spec.send = args.src.buffer.map(|b| b.buffer.at(args.src.offset));
+    spec.recv = args.dst.buffer.map(|b| b.buffer.at(args.dst.offset));
+    spec.counts = args.counts.to_vec();
+    Ok(spec)
+}
+
 impl ReqObj {
     /// Sets up the collective `args` describes on `team`.
     pub fn init(team: &TeamObj, args: &Args<'_>) -> Result<Self, Failure> {
-        let kind = u16::try_from(args.kind)
-            .map(CollKind::from_raw)
-            .ok()
-            .filter(|k| !matches!(k, CollKind::Unknown(_)))
-            .ok_or_else(|| invalid("unknown collective type"))?;
-        let datatype = u8::try_from(args.datatype)
-            .map(Datatype::from_raw)
-            .ok()
-            .filter(|d| !matches!(d, Datatype::Unknown(_)))
-            .ok_or_else(|| invalid("unknown datatype"))?;
-        let op = u8::try_from(args.op)
-            .map(ReduceOp::from_raw)
-            .ok()
-            .filter(|o| !matches!(o, ReduceOp::Unknown(_)))
-            .ok_or_else(|| invalid("unknown reduction operation"))?;
-        if args.flags & !FLAG_IN_PLACE != 0 {
-            return Err(invalid("unknown flags"));
-        }
-        for part in [args.src, args.dst] {
-            if let Some(buffer) = part.buffer {
-                if !Rc::ptr_eq(&buffer.shared, &team.shared) {
-                    return Err(invalid("a buffer of another context"));
-                }
-            }
-        }
-        let mut spec = CollSpec::new(kind, datatype, args.src.count);
-        spec.op = op;
-        spec.root = args.root;
-        spec.recv_count = args.dst.count;
-        spec.in_place = args.flags & FLAG_IN_PLACE != 0;
-        spec.send = args.src.buffer.map(|b| b.buffer.at(args.src.offset));
-        spec.recv = args.dst.buffer.map(|b| b.buffer.at(args.dst.offset));
-        spec.counts = args.counts.to_vec();
+        let spec = spec_of(&team.shared, args)?;
         let coll = team.team.init(&mut *team.shared.engine()?, &spec)?;
         Ok(Self {
             magic: Cell::new(magic::REQ),
             shared: Rc::clone(&team.shared),
             coll: RefCell::new(coll),
         })
+    }
+
+    /// Replaces this rank's part with `args` (this rank alone; see `urom_coll_rebind()`).
+    pub fn rebind(&self, args: &Args<'_>) -> Result<(), Failure> {
+        let spec = spec_of(&self.shared, args)?;
+        let mut coll = self.coll()?;
+        if coll.is_running() {
+            return Err(Failure::new(
+                UromStatus::Busy,
+                "the collective is running: wait for it before rebinding it",
+            ));
+        }
+        coll.rebind(&mut *self.shared.engine()?, &spec)?;
+        Ok(())
     }
 
     fn coll(&self) -> Result<RefMut<'_, Collective>, Failure> {
@@ -299,11 +319,24 @@ impl ReqObj {
         })
     }
 
-    /// Starts it.
+    /// Starts it. When every task slot is in flight (other collectives running), progresses
+    /// until one frees.
     pub fn start(&self) -> Result<UromStatus, Failure> {
         let mut coll = self.coll()?;
-        coll.start()?;
-        Ok(UromStatus::Ok)
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        loop {
+            match coll.start() {
+                Err(CollError::Submit(CommandError::Exhausted | CommandError::Full))
+                    if Instant::now() < deadline =>
+                {
+                    self.shared.engine()?.progress();
+                }
+                other => {
+                    other?;
+                    return Ok(UromStatus::Ok);
+                }
+            }
+        }
     }
 
     /// Progresses once; its state.

@@ -15,6 +15,15 @@
  *                                PMPI_* with the reason noted (UROM_MPI_VERBOSE=1 prints it).
  *   buffers                      user memory registered by address (cross-memory attach),
  *                                cached per (address, length) and communicator.
+ *   set-up collectives           a non-blocking or blocking call reuses a collective set up on
+ *                                the worker before by a call of the same signature on the same
+ *                                communicator (a per-communicator cache that every rank walks
+ *                                the same way: its key is what MPI requires to match); this
+ *                                rank's buffers, if they changed, are rebound alone.
+ *   persistent collectives       MPIX_*_init sets the collective up once, buffers registered
+ *                                once; MPI_Start(all) starts it; its MPI_Request is an inactive
+ *                                persistent request of Open MPI's (a receive from
+ *                                MPI_PROC_NULL) that the completion calls recognise.
  *   requests                     generalized requests (MPI_Grequest_start) completed by a
  *                                progress hook that runs in every call intercepted here,
  *                                including MPI_Wait/Test/Waitall/Testall/Waitany/Testany/
@@ -36,12 +45,27 @@
 #include <time.h>
 
 #include <mpi.h>
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> /* Open MPI's extensions: the persistent collectives (pcollreq) */
+#endif
+#endif
 #include <urom_coll.h>
+
+/* Open MPI 4.1's persistent collectives (MPIX_*_init); MPI 4.0's MPI_*_init are the same calls
+ * under their standard names. */
+#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define UROM_MPI_PCOLL 1
+#else
+#define UROM_MPI_PCOLL 0
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_TEAM 64
 #define MAX_REGS 64
 #define MAX_NOTES 256
+#define CACHE_KEYS 32  /* call signatures whose set-up collectives a communicator keeps */
+#define MAX_DEPTH 16   /* set-up collectives per signature, at most */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Settings, and what UROM_MPI_VERBOSE prints. */
@@ -53,6 +77,7 @@ static const char *g_off;           /* why nothing is offloaded on this rank, or
 static char g_off_buf[512];
 static int g_worker_dead;           /* the node's worker died: everything falls back */
 static urom_coll_context_h g_ctx;
+static int g_depth = 4; /* set-up collectives kept per call signature; 0: none kept */
 static MPI_Comm g_node = MPI_COMM_NULL;
 static int g_keyval = MPI_KEYVAL_INVALID;
 
@@ -155,6 +180,39 @@ struct reg {
 	uint64_t used; /* when last used, for eviction */
 };
 
+struct op;
+
+/* This rank's part of a collective: what urom_coll_rebind() replaces. */
+struct part {
+	uint32_t flags;
+	const void *saddr, *daddr; /* user memory (NULL: none) */
+	size_t slen, dlen;
+	uint64_t scount, dcount;
+	uint64_t *words; /* a copy of the v-variant's words */
+	size_t nwords;
+};
+
+/* What every rank of the communicator passes alike (MPI requires it): the cache's key. */
+struct key {
+	int type, dt, op;
+	uint32_t root;
+	uint64_t count;
+};
+
+/* A collective set up on the worker and kept for later calls. */
+struct slot {
+	urom_coll_req_h coll; /* NULL until first used */
+	struct op *op;        /* the call it runs for, while it runs */
+	struct part part;     /* this rank's part as set up */
+};
+
+struct centry {
+	struct key key;
+	uint64_t uses; /* calls of this signature so far: call k uses slot k % g_depth */
+	uint64_t used; /* when last used (the communicator's call count), for eviction */
+	struct slot slots[MAX_DEPTH];
+};
+
 struct comm_state {
 	MPI_Comm comm;
 	MPI_Comm oob_comm; /* a duplicate, for the team's out-of-band exchange */
@@ -167,8 +225,13 @@ struct comm_state {
 	struct reg regs[MAX_REGS];
 	int nregs;
 	uint64_t clock;
+	struct centry cache[CACHE_KEYS];
+	int ncache;
+	uint64_t calls; /* offloaded calls that went through the cache */
 	struct comm_state *next;
 };
+
+static void cache_release(struct comm_state *st);
 
 static struct comm_state *g_states;
 
@@ -176,6 +239,7 @@ static void state_release(struct comm_state *st)
 {
 	int i;
 
+	cache_release(st);
 	for (i = 0; i < st->nregs; i++)
 		urom_coll_mem_free(st->regs[i].buffer);
 	st->nregs = 0;
@@ -341,19 +405,46 @@ static urom_coll_buffer_h buffer_of(struct comm_state *st, const void *addr, siz
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Collectives in flight, and the progress hook. */
+/* Collectives in flight, the set-up collectives kept, and the progress hook. */
 
 struct op {
-	MPI_Request req; /* the generalized request; MPI_REQUEST_NULL for a blocking call */
+	MPI_Request req; /* the generalized request, or a persistent request's handle;
+			    MPI_REQUEST_NULL for a blocking call */
 	urom_coll_req_h coll;
+	struct slot *slot; /* the cache slot whose collective it runs, or NULL */
+	int owned;         /* coll is this op's: freed when it completes */
+	int persistent;    /* an MPIX_*_init request: its collective stays, started again */
+	int active;        /* persistent: started, and its completion not yet returned */
+	int freed;         /* persistent: MPI_Request_free'd while it ran */
 	struct comm_state *st;
 	MPI_Comm comm;
-	int done;
+	int done;  /* non-persistent: completed; persistent: its last start completed */
 	int error; /* MPI_SUCCESS or MPI_ERR_OTHER, once done */
 	struct op *next;
 };
 
 static struct op *g_ops;
+
+static void unlink_op(struct op *op)
+{
+	struct op **p;
+
+	for (p = &g_ops; *p != NULL; p = &(*p)->next)
+		if (*p == op) {
+			*p = op->next;
+			break;
+		}
+}
+
+/* A persistent op released: its collective, its hold on the communicator, itself. */
+static void persistent_destroy(struct op *op)
+{
+	unlink_op(op);
+	if (op->coll != NULL)
+		urom_coll_free(op->coll);
+	state_unref(op->st);
+	free(op);
+}
 
 static void op_finish(struct op *op, urom_status_t s)
 {
@@ -365,24 +456,34 @@ static void op_finish(struct op *op, urom_status_t s)
 		op->st->failed = 1;
 		note("a collective", "failed", urom_coll_last_error());
 	}
-	if (op->coll != NULL)
+	if (op->persistent) {
+		if (op->freed)
+			persistent_destroy(op);
+		return;
+	}
+	if (op->slot != NULL && op->slot->op == op)
+		op->slot->op = NULL;
+	op->slot = NULL;
+	if (op->owned && op->coll != NULL)
 		urom_coll_free(op->coll);
 	op->coll = NULL;
 	state_unref(op->st);
 	op->st = NULL;
 	if (op->req != MPI_REQUEST_NULL)
-		PMPI_Grequest_complete(op->req);
+		PMPI_Grequest_complete(op->req); /* may free op (free_fn) */
 }
 
 /* Completes what finished; runs in every call intercepted here. */
 static void progress(void)
 {
-	struct op *op;
+	struct op *op, *next;
 	urom_status_t s;
 
-	for (op = g_ops; op != NULL; op = op->next)
-		if (!op->done && (s = urom_coll_test(op->coll)) != UROM_INPROGRESS)
+	for (op = g_ops; op != NULL; op = next) {
+		next = op->next; /* op_finish may free op */
+		if (!op->done && op->coll != NULL && (s = urom_coll_test(op->coll)) != UROM_INPROGRESS)
 			op_finish(op, s);
+	}
 }
 
 /* Lets MPI progress its own requests (which another rank's collective may wait for), then
@@ -408,6 +509,14 @@ static struct op *op_of(MPI_Request req)
 	return NULL;
 }
 
+/* A persistent request of ours that was started and whose completion was not yet returned. */
+static struct op *active_of(MPI_Request req)
+{
+	struct op *op = op_of(req);
+
+	return op != NULL && op->persistent && op->active ? op : NULL;
+}
+
 static int query_fn(void *extra, MPI_Status *status)
 {
 	(void)extra;
@@ -421,13 +530,9 @@ static int query_fn(void *extra, MPI_Status *status)
 
 static int free_fn(void *extra)
 {
-	struct op *op = extra, **p;
+	struct op *op = extra;
 
-	for (p = &g_ops; *p != NULL; p = &(*p)->next)
-		if (*p == op) {
-			*p = op->next;
-			break;
-		}
+	unlink_op(op);
 	free(op);
 	return MPI_SUCCESS;
 }
@@ -445,18 +550,175 @@ static int raise_error(MPI_Comm comm, int error)
 	return error;
 }
 
+/* A call as the collectives below describe it: urom's arguments without their buffers, the
+ * user memory behind them, and the cache's key. */
+struct desc {
+	urom_coll_args_t a;
+	const void *saddr, *daddr; /* NULL: none */
+	size_t slen, dlen;
+	struct key key;
+};
+
+static int part_is(const struct part *p, const struct desc *d)
+{
+	return p->flags == d->a.flags && p->saddr == d->saddr && p->slen == d->slen &&
+	       p->daddr == d->daddr && p->dlen == d->dlen && p->scount == d->a.src.count &&
+	       p->dcount == d->a.dst.count && p->nwords == d->a.counts_len &&
+	       (p->nwords == 0 || !memcmp(p->words, d->a.counts, p->nwords * sizeof(uint64_t)));
+}
+
+/* Records `d` as the part set up; 0 when out of memory. */
+static int part_set(struct part *p, const struct desc *d)
+{
+	uint64_t *words = NULL;
+
+	if (d->a.counts_len > 0) {
+		words = malloc(d->a.counts_len * sizeof(uint64_t));
+		if (words == NULL)
+			return 0;
+		memcpy(words, d->a.counts, d->a.counts_len * sizeof(uint64_t));
+	}
+	free(p->words);
+	*p = (struct part){ d->a.flags, d->saddr, d->daddr, d->slen, d->dlen, d->a.src.count,
+			    d->a.dst.count, words, d->a.counts_len };
+	return 1;
+}
+
+/* Releases a slot's collective: now, or (running) when its call completes. */
+static void slot_release(struct slot *sl)
+{
+	if (sl->op != NULL && !sl->op->done) {
+		sl->op->slot = NULL;
+		sl->op->owned = 1;
+	} else if (sl->coll != NULL) {
+		urom_coll_free(sl->coll);
+	}
+	free(sl->part.words);
+	memset(sl, 0, sizeof(*sl));
+}
+
+static void entry_release(struct centry *e)
+{
+	int i;
+
+	for (i = 0; i < MAX_DEPTH; i++)
+		slot_release(&e->slots[i]);
+}
+
+static void cache_release(struct comm_state *st)
+{
+	int i;
+
+	for (i = 0; i < st->ncache; i++)
+		entry_release(&st->cache[i]);
+	st->ncache = 0;
+}
+
+static int key_is(const struct key *a, const struct key *b)
+{
+	return a->type == b->type && a->dt == b->dt && a->op == b->op && a->root == b->root &&
+	       a->count == b->count;
+}
+
+/* The slot this call of signature `key` uses; every rank of the communicator picks the same
+ * one (the key and the order of calls are the same on all), and waits while its previous use,
+ * `g_depth` calls of this signature ago, still runs here. */
+static struct slot *slot_for(struct comm_state *st, const struct key *key)
+{
+	struct centry *e = NULL;
+	struct slot *sl;
+	unsigned spins = 0;
+	int i, lru = 0;
+
+	for (i = 0; i < st->ncache; i++)
+		if (key_is(&st->cache[i].key, key)) {
+			e = &st->cache[i];
+			break;
+		}
+	if (e == NULL) {
+		if (st->ncache < CACHE_KEYS) {
+			e = &st->cache[st->ncache++];
+		} else {
+			for (i = 1; i < st->ncache; i++)
+				if (st->cache[i].used < st->cache[lru].used)
+					lru = i;
+			e = &st->cache[lru];
+			entry_release(e);
+		}
+		memset(e, 0, sizeof(*e));
+		e->key = *key;
+	}
+	e->used = ++st->calls;
+	sl = &e->slots[e->uses++ % (uint64_t)g_depth];
+	while (sl->op != NULL && !sl->op->done) {
+		idle(&spins);
+		progress();
+	}
+	return sl;
+}
+
+/* Registers `d`'s buffers into `a`; 0 when one failed. */
+static int register_buffers(struct comm_state *st, struct desc *d)
+{
+	int failed = 0;
+
+	d->a.src.buffer = buffer_of(st, d->saddr, d->slen, &failed);
+	d->a.dst.buffer = buffer_of(st, d->daddr, d->dlen, &failed);
+	return !failed;
+}
+
 /* What run() decided. */
 #define FALLBACK (-1)
+#define REGISTRATION_FAILED (-2)
 
-/* Runs `args` on `st`'s team: blocking when `request` is NULL, else returns a generalized
+/* A collective set up for `d` on `st`'s team: a slot's (kept, rebound when this rank's part
+ * changed) or, with `*sl` NULL, a new one. UROM_OK, or the failure (`*failed_reg` set when a
+ * buffer's registration failed). */
+static urom_status_t set_up(const char *call, struct comm_state *st, struct desc *d,
+			    struct slot *sl, urom_coll_req_h *coll, int *failed_reg)
+{
+	urom_status_t s;
+
+	if (sl != NULL && sl->coll != NULL && part_is(&sl->part, d)) {
+		note(call, "reuses", "a collective set up on the worker by an earlier call");
+		*coll = sl->coll;
+		return UROM_OK;
+	}
+	if (!register_buffers(st, d)) {
+		*failed_reg = 1;
+		return UROM_ERR_CROSS_MEMORY;
+	}
+	if (sl == NULL)
+		return urom_coll_init(st->team, &d->a, coll);
+	if (sl->coll != NULL) {
+		s = urom_coll_rebind(sl->coll, &d->a);
+		if (s == UROM_OK)
+			note(call, "reuses", "a collective set up on the worker, this rank's buffers rebound");
+	} else {
+		s = urom_coll_init(st->team, &d->a, &sl->coll);
+	}
+	if (s == UROM_OK && !part_set(&sl->part, d))
+		s = UROM_ERR_NO_MEMORY;
+	if (s != UROM_OK) {
+		slot_release(sl);
+		return s;
+	}
+	*coll = sl->coll;
+	return UROM_OK;
+}
+
+/* Runs `d` on `st`'s team: blocking when `request` is NULL, else returns a generalized
  * request in it. FALLBACK when urom cannot take it (the worker is gone: every rank sees that
- * the same way), else an MPI error code. `trivial`: nothing to move (a zero count). */
-static int run(const char *call, MPI_Comm comm, struct comm_state *st, urom_coll_args_t *args,
+ * the same way), REGISTRATION_FAILED, else an MPI error code. `trivial`: nothing to move (a
+ * zero count). */
+static int run(const char *call, MPI_Comm comm, struct comm_state *st, struct desc *d,
 	       int trivial, MPI_Request *request)
 {
 	urom_status_t s = UROM_OK;
 	struct op local = { .req = MPI_REQUEST_NULL }, *op = &local;
+	struct slot *sl = NULL;
 	unsigned spins = 0;
+	int failed_reg = 0;
 
 	if (request != NULL) {
 		op = calloc(1, sizeof(*op));
@@ -468,19 +730,33 @@ static int run(const char *call, MPI_Comm comm, struct comm_state *st, urom_coll
 	op->st = st;
 	st->refs++;
 	if (!trivial) {
-		s = urom_coll_init(st->team, args, &op->coll);
-		if (s == UROM_OK && (s = urom_coll_start(op->coll)) != UROM_OK) {
-			urom_coll_free(op->coll);
-			op->coll = NULL;
+		if (g_depth > 0)
+			sl = slot_for(st, &d->key);
+		s = set_up(call, st, d, sl, &op->coll, &failed_reg);
+		if (s == UROM_OK) {
+			op->slot = sl;
+			op->owned = sl == NULL;
+			if (sl != NULL)
+				sl->op = op;
+			if ((s = urom_coll_start(op->coll)) != UROM_OK) {
+				if (sl != NULL) {
+					sl->op = NULL;
+					slot_release(sl);
+				} else {
+					urom_coll_free(op->coll);
+				}
+				op->coll = NULL;
+			}
 		}
 		if (s != UROM_OK) {
 			if (s == UROM_ERR_WORKER)
 				g_worker_dead = 1;
-			note(call, PASSED, urom_coll_last_error());
+			if (!failed_reg)
+				note(call, PASSED, urom_coll_last_error());
 			state_unref(st);
 			if (op != &local)
 				free(op);
-			return FALLBACK;
+			return failed_reg ? REGISTRATION_FAILED : FALLBACK;
 		}
 	}
 	note(call, OFFLOADED, NULL);
@@ -500,6 +776,69 @@ static int run(const char *call, MPI_Comm comm, struct comm_state *st, urom_coll
 	*request = op->req;
 	if (trivial)
 		op_finish(op, UROM_OK);
+	return MPI_SUCCESS;
+}
+
+/* Sets `d` up as a persistent collective whose handle goes to `*request`: FALLBACK when urom
+ * cannot take it, REGISTRATION_FAILED, else MPI_SUCCESS. The handle is an inactive persistent
+ * request of MPI's own (a receive from MPI_PROC_NULL, never started), so that MPI's completion
+ * calls treat it as an inactive request; the calls intercepted here recognise it. */
+static int run_init(const char *call, struct comm_state *st, MPI_Comm comm, struct desc *d,
+		    int trivial, MPI_Request *request)
+{
+	struct op *op = calloc(1, sizeof(*op));
+	urom_status_t s;
+	int failed_reg = 0;
+
+	if (op == NULL)
+		return FALLBACK;
+	if (!trivial) {
+		s = set_up(call, st, d, NULL, &op->coll, &failed_reg);
+		if (s != UROM_OK) {
+			if (s == UROM_ERR_WORKER)
+				g_worker_dead = 1;
+			if (!failed_reg)
+				note(call, PASSED, urom_coll_last_error());
+			free(op);
+			return failed_reg ? REGISTRATION_FAILED : FALLBACK;
+		}
+	}
+	if (PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &op->req) !=
+	    MPI_SUCCESS) {
+		if (op->coll != NULL)
+			urom_coll_free(op->coll);
+		free(op);
+		return FALLBACK;
+	}
+	op->persistent = 1;
+	op->done = 1;
+	op->comm = comm;
+	op->st = st;
+	st->refs++;
+	op->next = g_ops;
+	g_ops = op;
+	*request = op->req;
+	note(call, OFFLOADED, "persistent: set up once, started by MPI_Start");
+	return MPI_SUCCESS;
+}
+
+/* MPI_Start for a persistent request of ours. A start that fails (the worker died) completes
+ * at once with MPI_ERR_OTHER. */
+static int persistent_start(struct op *op)
+{
+	urom_status_t s;
+
+	if (op->active)
+		return raise_error(op->comm, MPI_ERR_REQUEST);
+	op->active = 1;
+	op->done = 0;
+	op->error = MPI_SUCCESS;
+	if (op->coll == NULL) {
+		op->done = 1;
+		return MPI_SUCCESS;
+	}
+	if ((s = urom_coll_start(op->coll)) != UROM_OK)
+		op_finish(op, s);
 	return MPI_SUCCESS;
 }
 
@@ -595,7 +934,11 @@ static const char *const NOT_REDUCIBLE =
  * the other ranks may already be in the collective; the program gets the error. */
 static int registration_failed(const char *call, MPI_Comm comm)
 {
-	note(call, "failed", "cross-memory attach of a buffer failed");
+	static char why[400];
+
+	snprintf(why, sizeof(why), "cross-memory attach of a buffer failed (%s)",
+		 urom_coll_last_error());
+	note(call, "failed", why);
 	return raise_error(comm, MPI_ERR_OTHER);
 }
 
@@ -624,9 +967,15 @@ static int map_reduction(MPI_Datatype dt, MPI_Op op, struct reduction *r, const 
 static void setup(int provided)
 {
 	const char *v = getenv("UROM_MPI_VERBOSE"), *off = getenv("UROM_MPI_OFFLOAD");
+	const char *depth = getenv("UROM_MPI_CACHE_DEPTH");
 	urom_status_t s;
 
 	g_verbose = v != NULL && strcmp(v, "0") != 0 && *v != '\0';
+	if (depth != NULL && *depth != '\0') {
+		/* The same on every rank (mpirun passes the environment alike). */
+		long d = strtol(depth, NULL, 10);
+		g_depth = d < 0 ? 0 : d > MAX_DEPTH ? MAX_DEPTH : (int)d;
+	}
 	PMPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
 	g_ready = 1;
 	if (off != NULL && strcmp(off, "0") == 0) {
@@ -677,7 +1026,7 @@ EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 EXPORT int MPI_Finalize(void)
 {
 	unsigned spins = 0;
-	struct op *op;
+	struct op *op, *next;
 	int pending;
 
 	if (g_ready) {
@@ -691,6 +1040,12 @@ EXPORT int MPI_Finalize(void)
 			if (pending)
 				idle(&spins);
 		} while (pending);
+		/* Persistent requests the program did not free. */
+		for (op = g_ops; op != NULL; op = next) {
+			next = op->next;
+			if (op->persistent)
+				persistent_destroy(op);
+		}
 		while (g_states != NULL)
 			PMPI_Comm_delete_attr(g_states->comm, g_keyval);
 		if (g_keyval != MPI_KEYVAL_INVALID)
@@ -715,187 +1070,251 @@ EXPORT int MPI_Comm_free(MPI_Comm *comm)
 /* ---------------------------------------------------------------------------------------- */
 /* The collectives. Each maps its arguments, or notes why not and calls PMPI_*. */
 
-static urom_coll_args_t args_of(urom_coll_type_t type, urom_datatype_t dt)
-{
-	urom_coll_args_t a;
+/* How a collective was called: MPI_X, MPI_IX or MPIX_X_init. */
+enum how { BLOCKING, NONBLOCKING, PERSISTENT };
 
-	memset(&a, 0, sizeof(a));
-	a.coll_type = type;
-	a.datatype = dt;
-	return a;
+static struct desc desc_of(urom_coll_type_t type, urom_datatype_t dt)
+{
+	struct desc d;
+
+	memset(&d, 0, sizeof(d));
+	d.a.coll_type = type;
+	d.a.datatype = dt;
+	d.key.type = (int)type;
+	d.key.dt = (int)dt;
+	return d;
 }
 
+/* Hands `d` to urom as `how` asks; FALLBACK when urom cannot take it, else an MPI code. */
+static int offload(const char *call, MPI_Comm comm, struct comm_state *st, struct desc *d,
+		   int trivial, enum how how, MPI_Request *req)
+{
+	int rc = how == PERSISTENT ? run_init(call, st, comm, d, trivial, req)
+				   : run(call, comm, st, d, trivial, how == BLOCKING ? NULL : req);
+
+	return rc == REGISTRATION_FAILED ? registration_failed(call, comm) : rc;
+}
+
+#if UROM_MPI_PCOLL
+#define PCOLL(x) x
+#else
+#define PCOLL(x) MPI_ERR_OTHER
+#endif
+
 static int do_allreduce(const char *call, const void *sbuf, void *rbuf, int count,
-			MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req)
+			MPI_Datatype dt, MPI_Op op, MPI_Comm comm, enum how how, MPI_Info info,
+			MPI_Request *req)
 {
 	const char *why = NULL;
 	struct reduction r;
 	struct comm_state *st;
-	int failed = 0, in_place = sbuf == MPI_IN_PLACE;
+	int in_place = sbuf == MPI_IN_PLACE;
 
 	progress();
 	if (!map_reduction(dt, op, &r, &why) || (st = state_of(comm, &why)) == NULL)
 		goto fallback;
 	size_t bytes = (size_t)count * r.size;
-	urom_coll_args_t a = args_of(UROM_COLL_ALLREDUCE, r.dt);
-	a.op = r.op;
-	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
-	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, bytes, &failed), 0,
-					   (uint64_t)count };
-	a.dst = (urom_coll_buffer_info_t){ buffer_of(st, rbuf, bytes, &failed), 0, (uint64_t)count };
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, count == 0, req);
+	struct desc d = desc_of(UROM_COLL_ALLREDUCE, r.dt);
+	d.a.op = r.op;
+	d.key.op = (int)r.op;
+	d.key.count = (uint64_t)count;
+	d.a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	d.saddr = in_place ? NULL : sbuf;
+	d.slen = in_place ? 0 : bytes;
+	d.daddr = rbuf;
+	d.dlen = bytes;
+	d.a.src.count = d.a.dst.count = (uint64_t)count;
+	int rc = offload(call, comm, st, &d, count == 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req)
-		   : PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
+	case NONBLOCKING:
+		return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
+	default:
+		return PCOLL(PMPIX_Allreduce_init(sbuf, rbuf, count, dt, op, comm, info, req));
+	}
 }
 
 EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
 			 MPI_Comm comm)
 {
-	return do_allreduce("MPI_Allreduce", sbuf, rbuf, count, dt, op, comm, NULL);
+	return do_allreduce("MPI_Allreduce", sbuf, rbuf, count, dt, op, comm, BLOCKING,
+			    MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
 			  MPI_Comm comm, MPI_Request *req)
 {
-	return do_allreduce("MPI_Iallreduce", sbuf, rbuf, count, dt, op, comm, req);
+	return do_allreduce("MPI_Iallreduce", sbuf, rbuf, count, dt, op, comm, NONBLOCKING,
+			    MPI_INFO_NULL, req);
 }
 
 static int do_reduce(const char *call, const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-		     MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
+		     MPI_Op op, int root, MPI_Comm comm, enum how how, MPI_Info info,
+		     MPI_Request *req)
 {
 	const char *why = NULL;
 	struct reduction r;
 	struct comm_state *st;
-	int failed = 0, rank, in_place = sbuf == MPI_IN_PLACE;
+	int rank, in_place = sbuf == MPI_IN_PLACE;
 
 	progress();
 	if (!map_reduction(dt, op, &r, &why) || (st = state_of(comm, &why)) == NULL)
 		goto fallback;
 	PMPI_Comm_rank(comm, &rank);
 	size_t bytes = (size_t)count * r.size;
-	urom_coll_args_t a = args_of(UROM_COLL_REDUCE, r.dt);
-	a.op = r.op;
-	a.root = (uint32_t)root;
-	a.flags = in_place && rank == root ? UROM_COLL_FLAG_IN_PLACE : 0;
-	a.src = (urom_coll_buffer_info_t){ a.flags ? NULL : buffer_of(st, sbuf, bytes, &failed), 0,
-					   (uint64_t)count };
-	a.dst = (urom_coll_buffer_info_t){ rank == root ? buffer_of(st, rbuf, bytes, &failed) : NULL,
-					   0, (uint64_t)count };
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, count == 0, req);
+	struct desc d = desc_of(UROM_COLL_REDUCE, r.dt);
+	d.a.op = r.op;
+	d.a.root = (uint32_t)root;
+	d.key.op = (int)r.op;
+	d.key.root = (uint32_t)root;
+	d.key.count = (uint64_t)count;
+	d.a.flags = in_place && rank == root ? UROM_COLL_FLAG_IN_PLACE : 0;
+	d.saddr = d.a.flags ? NULL : sbuf;
+	d.slen = d.a.flags ? 0 : bytes;
+	d.daddr = rank == root ? rbuf : NULL;
+	d.dlen = rank == root ? bytes : 0;
+	d.a.src.count = d.a.dst.count = (uint64_t)count;
+	int rc = offload(call, comm, st, &d, count == 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req)
-		   : PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
+	case NONBLOCKING:
+		return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
+	default:
+		return PCOLL(PMPIX_Reduce_init(sbuf, rbuf, count, dt, op, root, comm, info, req));
+	}
 }
 
 EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
 		      int root, MPI_Comm comm)
 {
-	return do_reduce("MPI_Reduce", sbuf, rbuf, count, dt, op, root, comm, NULL);
+	return do_reduce("MPI_Reduce", sbuf, rbuf, count, dt, op, root, comm, BLOCKING,
+			 MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
 		       int root, MPI_Comm comm, MPI_Request *req)
 {
-	return do_reduce("MPI_Ireduce", sbuf, rbuf, count, dt, op, root, comm, req);
+	return do_reduce("MPI_Ireduce", sbuf, rbuf, count, dt, op, root, comm, NONBLOCKING,
+			 MPI_INFO_NULL, req);
 }
 
 static int do_reduce_scatter_block(const char *call, const void *sbuf, void *rbuf, int rcount,
-				   MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req)
+				   MPI_Datatype dt, MPI_Op op, MPI_Comm comm, enum how how,
+				   MPI_Info info, MPI_Request *req)
 {
 	const char *why = NULL;
 	struct reduction r;
 	struct comm_state *st;
-	int failed = 0, in_place = sbuf == MPI_IN_PLACE;
+	int in_place = sbuf == MPI_IN_PLACE;
 
 	progress();
 	if (!map_reduction(dt, op, &r, &why) || (st = state_of(comm, &why)) == NULL)
 		goto fallback;
 	size_t block = (size_t)rcount * r.size, all = block * (size_t)st->size;
-	urom_coll_args_t a = args_of(UROM_COLL_REDUCE_SCATTER_BLOCK, r.dt);
-	a.op = r.op;
-	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
-	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, all, &failed), 0,
-					   (uint64_t)rcount };
-	a.dst = (urom_coll_buffer_info_t){ buffer_of(st, rbuf, in_place ? all : block, &failed), 0,
-					   (uint64_t)rcount };
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, rcount == 0, req);
+	struct desc d = desc_of(UROM_COLL_REDUCE_SCATTER_BLOCK, r.dt);
+	d.a.op = r.op;
+	d.key.op = (int)r.op;
+	d.key.count = (uint64_t)rcount;
+	d.a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	d.saddr = in_place ? NULL : sbuf;
+	d.slen = in_place ? 0 : all;
+	d.daddr = rbuf;
+	d.dlen = in_place ? all : block;
+	d.a.src.count = d.a.dst.count = (uint64_t)rcount;
+	int rc = offload(call, comm, st, &d, rcount == 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Ireduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm, req)
-		   : PMPI_Reduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Reduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm);
+	case NONBLOCKING:
+		return PMPI_Ireduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm, req);
+	default:
+		return PCOLL(PMPIX_Reduce_scatter_block_init(sbuf, rbuf, rcount, dt, op, comm, info,
+							     req));
+	}
 }
 
 EXPORT int MPI_Reduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
 				    MPI_Op op, MPI_Comm comm)
 {
 	return do_reduce_scatter_block("MPI_Reduce_scatter_block", sbuf, rbuf, rcount, dt, op, comm,
-				       NULL);
+				       BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Ireduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
 				     MPI_Op op, MPI_Comm comm, MPI_Request *req)
 {
 	return do_reduce_scatter_block("MPI_Ireduce_scatter_block", sbuf, rbuf, rcount, dt, op,
-				       comm, req);
+				       comm, NONBLOCKING, MPI_INFO_NULL, req);
 }
 
 static int do_bcast(const char *call, void *buf, int count, MPI_Datatype dt, int root,
-		    MPI_Comm comm, MPI_Request *req)
+		    MPI_Comm comm, enum how how, MPI_Info info, MPI_Request *req)
 {
 	const char *why = NOT_DENSE;
 	struct comm_state *st;
-	int failed = 0;
 	size_t size = dense_size(dt);
 
 	progress();
 	if (size == 0 || (st = state_of(comm, &why)) == NULL)
 		goto fallback;
 	size_t bytes = (size_t)count * size;
-	urom_coll_args_t a = args_of(UROM_COLL_BCAST, UROM_DT_UINT8);
-	a.root = (uint32_t)root;
-	a.src = (urom_coll_buffer_info_t){ buffer_of(st, buf, bytes, &failed), 0, bytes };
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, bytes == 0, req);
+	struct desc d = desc_of(UROM_COLL_BCAST, UROM_DT_UINT8);
+	d.a.root = (uint32_t)root;
+	d.key.root = (uint32_t)root;
+	d.key.count = bytes;
+	d.saddr = buf;
+	d.slen = bytes;
+	d.a.src.count = bytes;
+	int rc = offload(call, comm, st, &d, bytes == 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Ibcast(buf, count, dt, root, comm, req)
-		   : PMPI_Bcast(buf, count, dt, root, comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Bcast(buf, count, dt, root, comm);
+	case NONBLOCKING:
+		return PMPI_Ibcast(buf, count, dt, root, comm, req);
+	default:
+		return PCOLL(PMPIX_Bcast_init(buf, count, dt, root, comm, info, req));
+	}
 }
 
 EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
 {
-	return do_bcast("MPI_Bcast", buf, count, dt, root, comm, NULL);
+	return do_bcast("MPI_Bcast", buf, count, dt, root, comm, BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
 		      MPI_Request *req)
 {
-	return do_bcast("MPI_Ibcast", buf, count, dt, root, comm, req);
+	return do_bcast("MPI_Ibcast", buf, count, dt, root, comm, NONBLOCKING, MPI_INFO_NULL, req);
 }
 
-static int do_barrier(const char *call, MPI_Comm comm, MPI_Request *req)
+static int do_barrier(const char *call, MPI_Comm comm, enum how how, MPI_Info info,
+		      MPI_Request *req)
 {
 	const char *why = NULL;
 	struct comm_state *st;
@@ -903,34 +1322,42 @@ static int do_barrier(const char *call, MPI_Comm comm, MPI_Request *req)
 	progress();
 	if ((st = state_of(comm, &why)) == NULL)
 		goto fallback;
-	urom_coll_args_t a = args_of(UROM_COLL_BARRIER, UROM_DT_UINT8);
-	int rc = run(call, comm, st, &a, 0, req);
+	struct desc d = desc_of(UROM_COLL_BARRIER, UROM_DT_UINT8);
+	int rc = offload(call, comm, st, &d, 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Ibarrier(comm, req) : PMPI_Barrier(comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Barrier(comm);
+	case NONBLOCKING:
+		return PMPI_Ibarrier(comm, req);
+	default:
+		return PCOLL(PMPIX_Barrier_init(comm, info, req));
+	}
 }
 
 EXPORT int MPI_Barrier(MPI_Comm comm)
 {
-	return do_barrier("MPI_Barrier", comm, NULL);
+	return do_barrier("MPI_Barrier", comm, BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
 {
-	return do_barrier("MPI_Ibarrier", comm, req);
+	return do_barrier("MPI_Ibarrier", comm, NONBLOCKING, MPI_INFO_NULL, req);
 }
 
 /* Allgather and alltoall move bytes: any dense datatype, the same byte count on both sides. */
 static int do_gather_like(const char *call, urom_coll_type_t type, const void *sbuf, int scount,
 			  MPI_Datatype stype, void *rbuf, int rcount, MPI_Datatype rtype,
-			  MPI_Comm comm, MPI_Request *req)
+			  MPI_Comm comm, enum how how, MPI_Info info, MPI_Request *req)
 {
 	const char *why = NOT_DENSE;
 	struct comm_state *st;
-	int failed = 0, in_place = sbuf == MPI_IN_PLACE;
+	int in_place = sbuf == MPI_IN_PLACE;
 	size_t rsize = dense_size(rtype), ssize = in_place ? rsize : dense_size(stype);
 
 	progress();
@@ -943,52 +1370,68 @@ static int do_gather_like(const char *call, urom_coll_type_t type, const void *s
 		goto fallback;
 	}
 	size_t sbytes = type == UROM_COLL_ALLTOALL ? sblock * n : sblock;
-	urom_coll_args_t a = args_of(type, UROM_DT_UINT8);
-	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
-	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, sbytes, &failed), 0,
-					   rblock };
-	a.dst = (urom_coll_buffer_info_t){ buffer_of(st, rbuf, rblock * n, &failed), 0, rblock };
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, rblock == 0, req);
+	struct desc d = desc_of(type, UROM_DT_UINT8);
+	d.key.count = rblock;
+	d.a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	d.saddr = in_place ? NULL : sbuf;
+	d.slen = in_place ? 0 : sbytes;
+	d.daddr = rbuf;
+	d.dlen = rblock * n;
+	d.a.src.count = d.a.dst.count = rblock;
+	int rc = offload(call, comm, st, &d, rblock == 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
+	(void)info;
 	if (type == UROM_COLL_ALLGATHER)
-		return req ? PMPI_Iallgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, req)
-			   : PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
-	return req ? PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, req)
-		   : PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+		switch (how) {
+		case BLOCKING:
+			return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+		case NONBLOCKING:
+			return PMPI_Iallgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, req);
+		default:
+			return PCOLL(PMPIX_Allgather_init(sbuf, scount, stype, rbuf, rcount, rtype, comm,
+							  info, req));
+		}
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+	case NONBLOCKING:
+		return PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, req);
+	default:
+		return PCOLL(PMPIX_Alltoall_init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info,
+						 req));
+	}
 }
 
 EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
 			 int rcount, MPI_Datatype rtype, MPI_Comm comm)
 {
 	return do_gather_like("MPI_Allgather", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
-			      rcount, rtype, comm, NULL);
+			      rcount, rtype, comm, BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Iallgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
 			  int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
 {
 	return do_gather_like("MPI_Iallgather", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
-			      rcount, rtype, comm, req);
+			      rcount, rtype, comm, NONBLOCKING, MPI_INFO_NULL, req);
 }
 
 EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
 			MPI_Datatype rtype, MPI_Comm comm)
 {
 	return do_gather_like("MPI_Alltoall", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount,
-			      rtype, comm, NULL);
+			      rtype, comm, BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Ialltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
 			 int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
 {
 	return do_gather_like("MPI_Ialltoall", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount,
-			      rtype, comm, req);
+			      rtype, comm, NONBLOCKING, MPI_INFO_NULL, req);
 }
 
 /* The end, in bytes, of the furthest non-empty block of counts/displs (in elements of `size`). */
@@ -1005,13 +1448,13 @@ static size_t v_end(const int *counts, const int *displs, int n, size_t size)
 
 static int do_allgatherv(const char *call, const void *sbuf, int scount, MPI_Datatype stype,
 			 void *rbuf, const int *rcounts, const int *displs, MPI_Datatype rtype,
-			 MPI_Comm comm, MPI_Request *req)
+			 MPI_Comm comm, enum how how, MPI_Info info, MPI_Request *req)
 {
 	const char *why = NOT_DENSE;
 	struct comm_state *st;
-	int failed = 0, rank, i, in_place = sbuf == MPI_IN_PLACE;
+	int rank, i, in_place = sbuf == MPI_IN_PLACE;
 	size_t rsize = dense_size(rtype), ssize = in_place ? rsize : dense_size(stype);
-	uint64_t words[2 * MAX_TEAM];
+	uint64_t words[2 * MAX_TEAM], total = 0;
 
 	progress();
 	if (rsize == 0 || ssize == 0 || (st = state_of(comm, &why)) == NULL)
@@ -1025,33 +1468,41 @@ static int do_allgatherv(const char *call, const void *sbuf, int scount, MPI_Dat
 		}
 		words[i] = (uint64_t)rcounts[i] * rsize;
 		words[st->size + i] = (uint64_t)displs[i] * rsize;
+		total += words[i];
 	}
-	urom_coll_args_t a = args_of(UROM_COLL_ALLGATHERV, UROM_DT_UINT8);
-	a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
-	a.src = (urom_coll_buffer_info_t){ in_place ? NULL : buffer_of(st, sbuf, sbytes, &failed), 0,
-					   sbytes };
-	a.dst = (urom_coll_buffer_info_t){
-		buffer_of(st, rbuf, v_end(rcounts, displs, st->size, rsize), &failed), 0, 0
-	};
-	a.counts = words;
-	a.counts_len = 2 * (size_t)st->size;
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, 0, req);
+	struct desc d = desc_of(UROM_COLL_ALLGATHERV, UROM_DT_UINT8);
+	d.key.count = total; /* the receive counts are the same on every rank; displs are not */
+	d.a.flags = in_place ? UROM_COLL_FLAG_IN_PLACE : 0;
+	d.saddr = in_place ? NULL : sbuf;
+	d.slen = in_place ? 0 : sbytes;
+	d.a.src.count = sbytes;
+	d.daddr = rbuf;
+	d.dlen = v_end(rcounts, displs, st->size, rsize);
+	d.a.counts = words;
+	d.a.counts_len = 2 * (size_t)st->size;
+	int rc = offload(call, comm, st, &d, 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Iallgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm, req)
-		   : PMPI_Allgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Allgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm);
+	case NONBLOCKING:
+		return PMPI_Iallgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm, req);
+	default:
+		return PCOLL(PMPIX_Allgatherv_init(sbuf, scount, stype, rbuf, rcounts, displs, rtype,
+						   comm, info, req));
+	}
 }
 
 EXPORT int MPI_Allgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
 			  const int *rcounts, const int *displs, MPI_Datatype rtype, MPI_Comm comm)
 {
 	return do_allgatherv("MPI_Allgatherv", sbuf, scount, stype, rbuf, rcounts, displs, rtype,
-			     comm, NULL);
+			     comm, BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Iallgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
@@ -1059,16 +1510,17 @@ EXPORT int MPI_Iallgatherv(const void *sbuf, int scount, MPI_Datatype stype, voi
 			   MPI_Request *req)
 {
 	return do_allgatherv("MPI_Iallgatherv", sbuf, scount, stype, rbuf, rcounts, displs, rtype,
-			     comm, req);
+			     comm, NONBLOCKING, MPI_INFO_NULL, req);
 }
 
 static int do_alltoallv(const char *call, const void *sbuf, const int *scounts, const int *sdispls,
 			MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
-			MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
+			MPI_Datatype rtype, MPI_Comm comm, enum how how, MPI_Info info,
+			MPI_Request *req)
 {
 	const char *why = NOT_DENSE;
 	struct comm_state *st;
-	int failed = 0, i, n;
+	int i, n;
 	size_t rsize = dense_size(rtype), ssize = sbuf == MPI_IN_PLACE ? 0 : dense_size(stype);
 	uint64_t words[4 * MAX_TEAM];
 
@@ -1090,27 +1542,32 @@ static int do_alltoallv(const char *call, const void *sbuf, const int *scounts, 
 		words[2 * n + i] = (uint64_t)rcounts[i] * rsize;
 		words[3 * n + i] = (uint64_t)rdispls[i] * rsize;
 	}
-	urom_coll_args_t a = args_of(UROM_COLL_ALLTOALLV, UROM_DT_UINT8);
-	a.src = (urom_coll_buffer_info_t){
-		buffer_of(st, sbuf, v_end(scounts, sdispls, n, ssize), &failed), 0, 0
-	};
-	a.dst = (urom_coll_buffer_info_t){
-		buffer_of(st, rbuf, v_end(rcounts, rdispls, n, rsize), &failed), 0, 0
-	};
-	a.counts = words;
-	a.counts_len = 4 * (size_t)n;
-	if (failed)
-		return registration_failed(call, comm);
-	int rc = run(call, comm, st, &a, 0, req);
+	/* No count is the same on every rank: the key is the collective alone. */
+	struct desc d = desc_of(UROM_COLL_ALLTOALLV, UROM_DT_UINT8);
+	d.saddr = sbuf;
+	d.slen = v_end(scounts, sdispls, n, ssize);
+	d.daddr = rbuf;
+	d.dlen = v_end(rcounts, rdispls, n, rsize);
+	d.a.counts = words;
+	d.a.counts_len = 4 * (size_t)n;
+	int rc = offload(call, comm, st, &d, 0, how, req);
 	if (rc != FALLBACK)
 		return rc;
 	why = "the urom worker is gone";
 fallback:
 	note(call, PASSED, why);
-	return req ? PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
-				     comm, req)
-		   : PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
-				    comm);
+	(void)info;
+	switch (how) {
+	case BLOCKING:
+		return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+				      comm);
+	case NONBLOCKING:
+		return PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+				       comm, req);
+	default:
+		return PCOLL(PMPIX_Alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts,
+						  rdispls, rtype, comm, info, req));
+	}
 }
 
 EXPORT int MPI_Alltoallv(const void *sbuf, const int *scounts, const int *sdispls,
@@ -1118,7 +1575,7 @@ EXPORT int MPI_Alltoallv(const void *sbuf, const int *scounts, const int *sdispl
 			 MPI_Datatype rtype, MPI_Comm comm)
 {
 	return do_alltoallv("MPI_Alltoallv", sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls,
-			    rtype, comm, NULL);
+			    rtype, comm, BLOCKING, MPI_INFO_NULL, NULL);
 }
 
 EXPORT int MPI_Ialltoallv(const void *sbuf, const int *scounts, const int *sdispls,
@@ -1126,12 +1583,118 @@ EXPORT int MPI_Ialltoallv(const void *sbuf, const int *scounts, const int *sdisp
 			  MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
 {
 	return do_alltoallv("MPI_Ialltoallv", sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls,
-			    rtype, comm, req);
+			    rtype, comm, NONBLOCKING, MPI_INFO_NULL, req);
+}
+
+#if UROM_MPI_PCOLL
+/* The persistent forms (Open MPI's pcollreq extension): set up once on the worker, their
+ * buffers registered once, started by MPI_Start / MPI_Startall. */
+
+EXPORT int MPIX_Allreduce_init(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+			       MPI_Op op, MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+	return do_allreduce("MPIX_Allreduce_init", sbuf, rbuf, count, dt, op, comm, PERSISTENT,
+			    info, req);
+}
+
+EXPORT int MPIX_Reduce_init(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+			    int root, MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+	return do_reduce("MPIX_Reduce_init", sbuf, rbuf, count, dt, op, root, comm, PERSISTENT,
+			 info, req);
+}
+
+EXPORT int MPIX_Reduce_scatter_block_init(const void *sbuf, void *rbuf, int rcount,
+					  MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Info info,
+					  MPI_Request *req)
+{
+	return do_reduce_scatter_block("MPIX_Reduce_scatter_block_init", sbuf, rbuf, rcount, dt, op,
+				       comm, PERSISTENT, info, req);
+}
+
+EXPORT int MPIX_Bcast_init(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+			   MPI_Info info, MPI_Request *req)
+{
+	return do_bcast("MPIX_Bcast_init", buf, count, dt, root, comm, PERSISTENT, info, req);
+}
+
+EXPORT int MPIX_Barrier_init(MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+	return do_barrier("MPIX_Barrier_init", comm, PERSISTENT, info, req);
+}
+
+EXPORT int MPIX_Allgather_init(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			       int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
+			       MPI_Request *req)
+{
+	return do_gather_like("MPIX_Allgather_init", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
+			      rcount, rtype, comm, PERSISTENT, info, req);
+}
+
+EXPORT int MPIX_Alltoall_init(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+			      int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
+			      MPI_Request *req)
+{
+	return do_gather_like("MPIX_Alltoall_init", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf,
+			      rcount, rtype, comm, PERSISTENT, info, req);
+}
+
+EXPORT int MPIX_Allgatherv_init(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+				const int rcounts[], const int displs[], MPI_Datatype rtype,
+				MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+	return do_allgatherv("MPIX_Allgatherv_init", sbuf, scount, stype, rbuf, rcounts, displs,
+			     rtype, comm, PERSISTENT, info, req);
+}
+
+EXPORT int MPIX_Alltoallv_init(const void *sbuf, const int scounts[], const int sdispls[],
+			       MPI_Datatype stype, void *rbuf, const int rcounts[],
+			       const int rdispls[], MPI_Datatype rtype, MPI_Comm comm,
+			       MPI_Info info, MPI_Request *req)
+{
+	return do_alltoallv("MPIX_Alltoallv_init", sbuf, scounts, sdispls, stype, rbuf, rcounts,
+			    rdispls, rtype, comm, PERSISTENT, info, req);
+}
+#endif
+
+/* MPI_Start(all): ours started on the worker, the others by MPI. In array order, as every
+ * rank must start persistent collectives in the same order. */
+EXPORT int MPI_Start(MPI_Request *req)
+{
+	struct op *op;
+
+	progress();
+	if (req == NULL || (op = op_of(*req)) == NULL || !op->persistent)
+		return PMPI_Start(req);
+	return persistent_start(op);
+}
+
+EXPORT int MPI_Startall(int n, MPI_Request reqs[])
+{
+	int i, rc, first = MPI_SUCCESS;
+	struct op *op;
+
+	progress();
+	for (i = 0; i < n; i++) {
+		op = op_of(reqs[i]);
+		rc = op != NULL && op->persistent ? persistent_start(op) : PMPI_Start(&reqs[i]);
+		if (rc != MPI_SUCCESS && first == MPI_SUCCESS)
+			first = rc;
+	}
+	return first;
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Completion calls: our requests are generalized requests, completed by progress(); these
- * progress them while MPI's own requests progress too, and carry a failed collective's error. */
+/* Completion calls: our non-blocking requests are generalized requests, completed by
+ * progress(); our persistent ones are inactive persistent requests of MPI's own, active (for
+ * us) between MPI_Start and the call that returns their completion. These calls progress ours
+ * while MPI's own requests progress too, and carry a failed collective's error. */
+
+/* Whether `op` (ours) has nothing left to wait for. */
+static int op_ready(const struct op *op)
+{
+	return op->persistent ? !op->active || op->done : op->done;
+}
 
 /* The error of each of our requests among `reqs` that completed; MPI_SUCCESS for the rest. Sets
  * `*comm` to the communicator of the first that failed. Returns whether any failed. */
@@ -1142,7 +1705,8 @@ static int errors_of(int n, const MPI_Request reqs[], int errs[], MPI_Comm *comm
 
 	for (i = 0; i < n; i++) {
 		op = op_of(reqs[i]);
-		errs[i] = op != NULL && op->done ? op->error : MPI_SUCCESS;
+		errs[i] = op != NULL && op->done && (!op->persistent || op->active) ? op->error
+										    : MPI_SUCCESS;
 		if (errs[i] != MPI_SUCCESS && !any) {
 			any = 1;
 			*comm = op->comm;
@@ -1158,9 +1722,20 @@ static int ours_done(int n, const MPI_Request reqs[])
 	struct op *op;
 
 	for (i = 0; i < n; i++)
-		if ((op = op_of(reqs[i])) != NULL && !op->done)
+		if ((op = op_of(reqs[i])) != NULL && !op_ready(op))
 			return 0;
 	return 1;
+}
+
+/* Our persistent requests among `reqs`, all complete, become inactive. */
+static void deactivate_all(int n, const MPI_Request reqs[])
+{
+	int i;
+	struct op *op;
+
+	for (i = 0; i < n; i++)
+		if ((op = active_of(reqs[i])) != NULL)
+			op->active = 0;
 }
 
 EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
@@ -1173,13 +1748,16 @@ EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
 	progress();
 	if (req == NULL || (op = op_of(*req)) == NULL)
 		return PMPI_Wait(req, status);
+	if (op->persistent && !op->active)
+		return PMPI_Wait(req, status); /* inactive: an empty status at once */
 	while (!op->done) {
 		idle(&spins);
 		progress();
 	}
 	err = op->error;
 	comm = op->comm;
-	rc = PMPI_Wait(req, status);
+	op->active = 0;
+	rc = PMPI_Wait(req, status); /* persistent: inactive for MPI, the handle stays */
 	if (rc != MPI_SUCCESS || err == MPI_SUCCESS)
 		return rc;
 	if (status != MPI_STATUS_IGNORE)
@@ -1194,7 +1772,7 @@ EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 	MPI_Comm comm;
 
 	progress();
-	if (req == NULL || (op = op_of(*req)) == NULL)
+	if (req == NULL || (op = op_of(*req)) == NULL || (op->persistent && !op->active))
 		return PMPI_Test(req, flag, status);
 	if (!op->done) {
 		unsigned spins = 0;
@@ -1204,6 +1782,7 @@ EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 	}
 	err = op->error;
 	comm = op->comm;
+	op->active = 0;
 	rc = PMPI_Test(req, flag, status);
 	if (rc != MPI_SUCCESS || err == MPI_SUCCESS || !*flag)
 		return rc;
@@ -1244,9 +1823,12 @@ EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
 		progress();
 	}
 	errs = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-	if (errs == NULL)
+	if (errs == NULL) {
+		deactivate_all(n, reqs);
 		return PMPI_Waitall(n, reqs, statuses);
+	}
 	errors_of(n, reqs, errs, &comm);
+	deactivate_all(n, reqs);
 	rc = PMPI_Waitall(n, reqs, statuses);
 	rc = finish_many(n, errs, statuses, rc, comm);
 	free(errs);
@@ -1270,23 +1852,53 @@ EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses
 		return PMPI_Testall(n, reqs, flag, statuses);
 	errors_of(n, reqs, errs, &comm);
 	rc = PMPI_Testall(n, reqs, flag, statuses);
-	if (*flag)
+	if (*flag) {
+		deactivate_all(n, reqs);
 		rc = finish_many(n, errs, statuses, rc, comm);
+	}
 	free(errs);
 	return rc;
 }
 
+/* Whether any of our persistent requests among `reqs` is active (MPI sees it inactive). */
+static int any_active(int n, const MPI_Request reqs[])
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (active_of(reqs[i]) != NULL)
+			return 1;
+	return 0;
+}
+
 EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
 {
-	int rc, *errs;
+	int rc, i, *errs;
+	struct op *op;
 	MPI_Comm comm = MPI_COMM_WORLD;
 
 	progress();
+	/* A persistent request of ours that completed: MPI would skip it as inactive. */
+	for (i = 0; i < n; i++)
+		if ((op = active_of(reqs[i])) != NULL && op->done) {
+			int err = op->error;
+			op->active = 0;
+			*index = i;
+			*flag = 1;
+			rc = PMPI_Wait(&reqs[i], status); /* inactive: an empty status */
+			if (rc != MPI_SUCCESS || err == MPI_SUCCESS)
+				return rc;
+			if (status != MPI_STATUS_IGNORE)
+				status->MPI_ERROR = err;
+			return raise_error(op->comm, err);
+		}
 	errs = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
 	if (errs == NULL)
 		return PMPI_Testany(n, reqs, index, flag, status);
 	errors_of(n, reqs, errs, &comm);
 	rc = PMPI_Testany(n, reqs, index, flag, status);
+	if (rc == MPI_SUCCESS && *flag && *index == MPI_UNDEFINED && any_active(n, reqs))
+		*flag = 0; /* ours still run */
 	if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && errs[*index] != MPI_SUCCESS) {
 		if (status != MPI_STATUS_IGNORE)
 			status->MPI_ERROR = errs[*index];
@@ -1312,7 +1924,8 @@ EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status
 EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
 			MPI_Status statuses[])
 {
-	int rc, i, *errs;
+	int rc, i, k, active = 0, *errs;
+	struct op *op;
 	MPI_Comm comm = MPI_COMM_WORLD;
 
 	progress();
@@ -1321,7 +1934,27 @@ EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
 		return PMPI_Testsome(n, reqs, outcount, indices, statuses);
 	errors_of(n, reqs, errs, &comm);
 	rc = PMPI_Testsome(n, reqs, outcount, indices, statuses);
-	if (rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED && *outcount > 0) {
+	if (rc != MPI_SUCCESS) {
+		free(errs);
+		return rc;
+	}
+	/* Our persistent requests that completed follow MPI's (which sees them inactive). */
+	k = *outcount == MPI_UNDEFINED ? 0 : *outcount;
+	for (i = 0; i < n; i++) {
+		if ((op = active_of(reqs[i])) == NULL)
+			continue;
+		active = 1;
+		if (!op->done)
+			continue;
+		op->active = 0;
+		indices[k] = i;
+		PMPI_Wait(&reqs[i], statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE
+								   : &statuses[k]);
+		k++;
+	}
+	if (k > 0 || active)
+		*outcount = k;
+	if (*outcount != MPI_UNDEFINED && *outcount > 0) {
 		int any = 0;
 		for (i = 0; i < *outcount; i++)
 			if (errs[indices[i]] != MPI_SUCCESS)
@@ -1354,8 +1987,20 @@ EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
 
 EXPORT int MPI_Request_free(MPI_Request *req)
 {
+	struct op *op;
+	int rc;
+
 	progress();
-	/* A generalized request freed before it completed is released when progress() completes
-	 * it; its collective runs to its end. */
-	return PMPI_Request_free(req);
+	if (req == NULL || (op = op_of(*req)) == NULL || !op->persistent)
+		/* A generalized request freed before it completed is released when progress()
+		 * completes it; its collective runs to its end. */
+		return PMPI_Request_free(req);
+	/* A persistent one: its handle goes now; its collective, if it runs, first completes. */
+	rc = PMPI_Request_free(req);
+	op->req = MPI_REQUEST_NULL;
+	if (op->active && !op->done)
+		op->freed = 1;
+	else
+		persistent_destroy(op);
+	return rc;
 }

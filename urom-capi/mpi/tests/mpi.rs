@@ -305,3 +305,104 @@ fn a_worker_killed_during_a_collective_gives_an_mpi_error_and_later_ones_fall_ba
         Some(&daemon),
     );
 }
+
+/// Runs `mode` offloaded on `ranks` ranks; the verbose output says each of `lines`.
+fn offloaded_mode(ranks: u32, mode: &str, lines: &[&str]) {
+    let Some((launcher, mpicc)) = mpi() else {
+        return;
+    };
+    let program = program(&mpicc);
+    let (_plugins, daemon) = daemon();
+    let run = Run {
+        ranks,
+        mode,
+        preload: true,
+        env: vec![("UROM_SERVICE_SOCKET", daemon.socket.display().to_string())],
+    };
+    let output = mpirun(&launcher, &program, &run);
+    assert_ran(&output, &run, lines, Some(&daemon));
+}
+
+/// What the verbose output says of the persistent collectives.
+const PERSISTENT: &[&str] = &[
+    "MPIX_Allreduce_init offloaded to urom: persistent: set up once",
+    "MPIX_Alltoall_init offloaded to urom: persistent: set up once",
+    "MPIX_Bcast_init offloaded to urom: persistent: set up once",
+    "MPIX_Allgather_init offloaded to urom: persistent: set up once",
+    "MPIX_Barrier_init offloaded to urom: persistent: set up once",
+    "MPIX_Allreduce_init passed to PMPI: a user-defined or location operation",
+    "MPI_Iallreduce offloaded to urom",
+];
+
+/// Persistent collectives started 1,000 times, through every completion call, mixed with
+/// non-persistent and point-to-point requests, freed inactive and running.
+#[test]
+fn persistent_collectives_match_pmpi_on_two_ranks() {
+    offloaded_mode(2, "persistent", PERSISTENT);
+}
+
+#[test]
+fn persistent_collectives_match_pmpi_on_three_ranks() {
+    offloaded_mode(3, "persistent", PERSISTENT);
+}
+
+/// The same checks hold against Open MPI's own persistent collectives.
+#[test]
+fn persistent_collectives_pass_without_the_library() {
+    let Some((launcher, mpicc)) = mpi() else {
+        return;
+    };
+    let program = program(&mpicc);
+    let run = Run {
+        ranks: 2,
+        mode: "persistent",
+        preload: false,
+        env: Vec::new(),
+    };
+    let output = mpirun(&launcher, &program, &run);
+    assert_ran(&output, &run, &[], None);
+}
+
+/// A repeated `MPI_Iallreduce` reuses the collective set up by its first call; a rank whose
+/// buffers change rebinds alone; more in flight than the cache keeps per signature, and more
+/// signatures than it keeps, still match PMPI.
+#[test]
+fn repeated_calls_reuse_their_set_up_collective() {
+    offloaded_mode(
+        3,
+        "reuse",
+        &[
+            "MPI_Iallreduce reuses: a collective set up on the worker by an earlier call",
+            "MPI_Iallreduce reuses: a collective set up on the worker, this rank's buffers rebound",
+            "MPI_Allreduce offloaded to urom",
+        ],
+    );
+}
+
+/// With `UROM_MPI_CACHE_DEPTH=0` every call sets its collective up again, with the same
+/// results.
+#[test]
+fn reuse_can_be_turned_off() {
+    let Some((launcher, mpicc)) = mpi() else {
+        return;
+    };
+    let program = program(&mpicc);
+    let (_plugins, daemon) = daemon();
+    let run = Run {
+        ranks: 2,
+        mode: "reuse",
+        preload: true,
+        env: vec![
+            ("UROM_SERVICE_SOCKET", daemon.socket.display().to_string()),
+            ("UROM_MPI_CACHE_DEPTH", "0".to_owned()),
+        ],
+    };
+    let output = mpirun(&launcher, &program, &run);
+    assert_ran(
+        &output,
+        &run,
+        &["MPI_Iallreduce offloaded to urom"],
+        Some(&daemon),
+    );
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("reuses"));
+}

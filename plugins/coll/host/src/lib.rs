@@ -73,7 +73,8 @@ use urom_coll_wire::{
 pub use urom_coll_wire::{CollKind, Datatype, Reason, ReduceOp};
 use urom_host::oob::{OobCollective, OobError};
 use urom_host::{
-    CompletedTask, Domain, Idle, ProgressEngine, Running, Service, StartProgress, Worker,
+    CommandError, CompletedTask, Domain, Idle, ProgressEngine, Running, Service, StartProgress,
+    Worker,
 };
 pub use urom_wire::CpuSet;
 use urom_wire::Status;
@@ -537,6 +538,8 @@ struct TeamInner {
     /// cycle, the same sequence on every rank, so they match across ranks without an exchange.
     live_colls: RefCell<[u64; COLL_IDS as usize / 64]>,
     ptracer: Cell<bool>,
+    /// Posted commands waiting for a task slot, oldest first.
+    deferred: RefCell<std::collections::VecDeque<Vec<u8>>>,
 }
 
 /// How many collective ids a team has (the worker's table); ids are reused in a cycle.
@@ -566,8 +569,38 @@ impl TeamInner {
         }
     }
 
+    /// Sends the commands [`TeamInner::post`] could not send yet, in order; whether none is
+    /// left.
+    fn flush(&self) -> bool {
+        let Ok(mut deferred) = self.deferred.try_borrow_mut() else {
+            return false;
+        };
+        while let Some(bytes) = deferred.front() {
+            let sent = self.worker.submit(self.plugin, |task| {
+                let out = task.payload_mut();
+                match out.get_mut(..bytes.len()) {
+                    Some(out) => {
+                        out.copy_from_slice(bytes);
+                        bytes.len()
+                    }
+                    None => 0,
+                }
+            });
+            match sent {
+                Err(CommandError::Exhausted | CommandError::Full) => return false,
+                // Sent, or never will be (the worker is gone): either way done with it.
+                _ => {
+                    deferred.pop_front();
+                }
+            }
+        }
+        true
+    }
+
     /// Submits `command` for `waiter`.
     fn submit(&self, command: &CollCommand<'_>, waiter: &Rc<Completion>) -> Result<(), CollError> {
+        // Posted commands that waited for a task slot go first where they can.
+        self.flush();
         waiter.launch();
         let user = waiter.user_data();
         let submitted = self.worker.submit(self.plugin, |task| {
@@ -594,22 +627,60 @@ impl TeamInner {
             return Err(SetupError::Spec("the command does not fit a message"));
         }
         let waiter = Completion::new(Vec::new());
-        self.submit(command, &waiter)?;
+        // Every task slot may be in flight (collectives running, a burst of posted commands):
+        // progress until one frees. Posted commands go first, so that the worker sees this
+        // rank's commands in the order they were made.
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        loop {
+            let sent = if self.flush() {
+                match self.submit(command, &waiter) {
+                    Err(CollError::Submit(CommandError::Exhausted | CommandError::Full)) => false,
+                    other => {
+                        other?;
+                        true
+                    }
+                }
+            } else {
+                false
+            };
+            if sent {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(SetupError::Timeout);
+            }
+            engine.progress();
+        }
         wait_for(engine, &waiter, Some(SETUP_TIMEOUT))
             .ok_or(SetupError::Timeout)?
             .map_err(SetupError::Coll)
     }
 
-    /// Sends `command` without waiting for its answer.
+    /// Sends `command` without waiting for its answer. When no task slot is free it waits,
+    /// in order, for the next command this rank submits (or the next post).
     fn post(&self, command: &CollCommand<'_>) {
-        let _ = self.worker.submit(self.plugin, |task| {
-            command.emit(task.payload_mut()).unwrap_or(0)
-        });
+        let sent = self.flush()
+            && !matches!(
+                self.worker.submit(self.plugin, |task| {
+                    command.emit(task.payload_mut()).unwrap_or(0)
+                }),
+                Err(CommandError::Exhausted | CommandError::Full)
+            );
+        if !sent {
+            let mut bytes = vec![0; command.buffer_len()];
+            if let (Ok(len), Ok(mut deferred)) =
+                (command.emit(&mut bytes), self.deferred.try_borrow_mut())
+            {
+                bytes.truncate(len);
+                deferred.push_back(bytes);
+            }
+        }
     }
 }
 
 impl Drop for TeamInner {
     fn drop(&mut self) {
+        self.flush();
         self.post(&CollCommand::TeamDestroy { team: self.key });
     }
 }
@@ -679,6 +750,74 @@ struct Record {
     pid: U32,
     /// The domain id of this rank's worker, for a team spanning nodes.
     domain_id: U64,
+}
+
+/// A v-variant's counts and displacements, one each per rank of `inner`'s team.
+fn check_counts(inner: &TeamInner, spec: &CollSpec<'_>) -> Result<(), SetupError> {
+    if spec.counts.len() != spec.kind.words(inner.size as usize) {
+        return Err(SetupError::Spec(
+            "a v-variant takes its counts and displacements for every rank",
+        ));
+    }
+    Ok(())
+}
+
+/// Sets up this rank's part of collective `coll` on the worker (a round trip); the completion
+/// that keeps its buffers registered.
+fn set_up(
+    inner: &TeamInner,
+    engine: &mut ProgressEngine,
+    spec: &CollSpec<'_>,
+    coll: u32,
+) -> Result<Rc<Completion>, SetupError> {
+    let in_place = spec.in_place;
+    // In place, a scatter's root keeps its send buffer and receives nothing; every other
+    // in-place collective takes its input from the receive buffer.
+    let scatter = spec.kind == CollKind::Scatter;
+    let send = if in_place && !scatter {
+        None
+    } else {
+        spec.send.or(spec.recv)
+    };
+    let recv = if in_place && scatter {
+        None
+    } else {
+        spec.recv.or(spec.send)
+    };
+    let mut busy = Vec::new();
+    for b in [send, recv].into_iter().flatten() {
+        if !busy
+            .iter()
+            .any(|x: &Rc<BufferInner>| Rc::ptr_eq(x, &b.buffer.inner))
+        {
+            busy.push(Rc::clone(&b.buffer.inner));
+        }
+    }
+    let args = CollArgs {
+        coll,
+        kind: spec.kind,
+        datatype: spec.datatype,
+        op: spec.op,
+        root: spec.root,
+        flags: if in_place { FLAG_IN_PLACE } else { 0 },
+        send_buf: send.map_or(u32::MAX, |b| b.buffer.inner.id),
+        recv_buf: recv.map_or(u32::MAX, |b| b.buffer.inner.id),
+        send_off: send.map_or(0, |b| b.offset),
+        recv_off: recv.map_or(0, |b| b.offset),
+        count: spec.count,
+        recv_count: spec.recv_count,
+    };
+    let words: Vec<U64> = spec.counts.iter().map(|&w| U64::new(w)).collect();
+    let answer = inner.call(
+        engine,
+        &CollCommand::CollInit {
+            team: inner.key,
+            args,
+            words: &words,
+        },
+    );
+    answer?;
+    Ok(Completion::new(busy))
 }
 
 impl Team {
@@ -811,6 +950,7 @@ impl Team {
             next_coll: Cell::new(0),
             live_colls: RefCell::new([0; COLL_IDS as usize / 64]),
             ptracer: Cell::new(false),
+            deferred: RefCell::new(std::collections::VecDeque::new()),
         };
         let answer = inner.call(
             engine,
@@ -951,70 +1091,21 @@ impl Team {
         engine: &mut ProgressEngine,
         spec: &CollSpec<'_>,
     ) -> Result<Collective, SetupError> {
-        let n = self.inner.size as usize;
-        if spec.counts.len() != spec.kind.words(n) {
-            return Err(SetupError::Spec(
-                "a v-variant takes its counts and displacements for every rank",
-            ));
-        }
+        check_counts(&self.inner, spec)?;
         let coll = self.inner.take_coll()?;
-        let in_place = spec.in_place;
-        // In place, a scatter's root keeps its send buffer and receives nothing; every other
-        // in-place collective takes its input from the receive buffer.
-        let scatter = spec.kind == CollKind::Scatter;
-        let send = if in_place && !scatter {
-            None
-        } else {
-            spec.send.or(spec.recv)
-        };
-        let recv = if in_place && scatter {
-            None
-        } else {
-            spec.recv.or(spec.send)
-        };
-        let mut busy = Vec::new();
-        for b in [send, recv].into_iter().flatten() {
-            if !busy
-                .iter()
-                .any(|x: &Rc<BufferInner>| Rc::ptr_eq(x, &b.buffer.inner))
-            {
-                busy.push(Rc::clone(&b.buffer.inner));
+        match set_up(&self.inner, engine, spec, coll) {
+            Ok(waiter) => Ok(Collective {
+                team: Rc::clone(&self.inner),
+                coll,
+                waiter,
+            }),
+            Err(e) => {
+                // Refused: the worker holds nothing under the id. (A command that timed out
+                // may leave it there; the id comes round again only after 4,095 others.)
+                self.inner.release_coll(coll);
+                Err(e)
             }
         }
-        let args = CollArgs {
-            coll,
-            kind: spec.kind,
-            datatype: spec.datatype,
-            op: spec.op,
-            root: spec.root,
-            flags: if in_place { FLAG_IN_PLACE } else { 0 },
-            send_buf: send.map_or(u32::MAX, |b| b.buffer.inner.id),
-            recv_buf: recv.map_or(u32::MAX, |b| b.buffer.inner.id),
-            send_off: send.map_or(0, |b| b.offset),
-            recv_off: recv.map_or(0, |b| b.offset),
-            count: spec.count,
-            recv_count: spec.recv_count,
-        };
-        let words: Vec<U64> = spec.counts.iter().map(|&w| U64::new(w)).collect();
-        let answer = self.inner.call(
-            engine,
-            &CollCommand::CollInit {
-                team: self.inner.key,
-                args,
-                words: &words,
-            },
-        );
-        if let Err(e) = answer {
-            // Refused: the worker holds nothing under the id. (A command that timed out may
-            // leave it there; the id comes round again only after 4,095 others.)
-            self.inner.release_coll(coll);
-            return Err(e);
-        }
-        Ok(Collective {
-            team: Rc::clone(&self.inner),
-            coll,
-            waiter: Completion::new(busy),
-        })
     }
 
     /// `MPI_Allreduce_init`: `count` elements of `send` (`None`: in place) reduced into
@@ -1378,6 +1469,35 @@ impl Collective {
     /// Whether it runs.
     pub fn is_running(&self) -> bool {
         self.waiter.in_flight.get()
+    }
+
+    /// Replaces this rank's part of the collective (its buffers, offsets, counts, in-place
+    /// flag) with `spec`'s, keeping its id: this rank alone, no other rank takes part (a round
+    /// trip to the worker). The other ranks keep their parts; the next start checks that all
+    /// parts agree, as after [`Team::init`]. `spec`'s buffers must be the team's. Refused
+    /// while it runs. When the worker refuses the new part, the collective keeps none for
+    /// this rank: its next start fails.
+    pub fn rebind(
+        &mut self,
+        engine: &mut ProgressEngine,
+        spec: &CollSpec<'_>,
+    ) -> Result<(), SetupError> {
+        if self.waiter.in_flight.get() {
+            return Err(SetupError::Coll(CollError::Busy));
+        }
+        check_counts(&self.team, spec)?;
+        // The worker handles this rank's commands in order: the old part goes, the new one
+        // comes, before any later start.
+        self.team.post(&CollCommand::CollDestroy {
+            team: self.team.key,
+            coll: self.coll,
+        });
+        let waiter = set_up(&self.team, engine, spec, self.coll)?;
+        waiter.completed.set(self.waiter.completed.get());
+        let callback = self.waiter.callback.borrow_mut().take();
+        *waiter.callback.borrow_mut() = callback;
+        self.waiter = waiter;
+        Ok(())
     }
 
     /// How many of its starts have completed (each exactly once).

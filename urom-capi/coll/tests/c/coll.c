@@ -207,7 +207,56 @@ static void collectives(struct oob *oob, urom_coll_team_h team, const char *sock
 			      "allreduce element %u: %d", i, b[i]);
 	}
 	CHECK(completions == 20 && last_completion == UROM_OK, "%d completions", completions);
+	/* One rank's part replaced alone: rank 0 sums from another buffer, the others do not
+	 * take part in the rebind. */
+	int32_t *c;
+	urom_coll_buffer_h bc0;
+	OK(urom_coll_mem_alloc(team, count * 4, (void **)&c, &bc0));
+	for (i = 0; i < count; i++)
+		c[i] = a[i] + 1;
+	urom_coll_args_t re = {
+		.coll_type = UROM_COLL_ALLREDUCE, .datatype = UROM_DT_INT32, .op = UROM_OP_SUM,
+		.src = { .buffer = bc0, .count = count }, .dst = { .buffer = bb, .count = count },
+	};
+	if (r == 0)
+		OK(urom_coll_rebind(sum, &re));
+	IS(UROM_ERR_INVALID_PARAM, urom_coll_rebind(NULL, &re));
+	IS(UROM_ERR_INVALID_PARAM, urom_coll_rebind(sum, NULL));
+	for (int round = 0; round < 3; round++) {
+		OK(urom_coll_start(sum));
+		IS(UROM_ERR_BUSY, urom_coll_rebind(sum, &re));
+		OK(urom_coll_wait(sum));
+		for (i = 0; i < count; i++)
+			CHECK(b[i] == (int32_t)(i * n * (n + 1) / 2) - 7 * (int32_t)n + 1,
+			      "rebound allreduce element %u: %d", i, b[i]);
+	}
 	OK(urom_coll_free(sum));
+	OK(urom_coll_mem_free(bc0));
+
+	/* A burst of releases (each a command posted to the worker, 200 of them, more than the
+	 * task slots) without progress between: the next set-up still goes through. */
+	static char burst[200][64];
+	for (i = 0; i < 200; i++) {
+		urom_coll_buffer_h b;
+		OK(urom_coll_mem_register(team, burst[i], sizeof(burst[i]), &b));
+		OK(urom_coll_mem_free(b));
+	}
+	urom_coll_buffer_h held[100];
+	urom_coll_req_h colls[100];
+	for (i = 0; i < 100; i++) {
+		OK(urom_coll_mem_register(team, burst[i], sizeof(burst[i]), &held[i]));
+		colls[i] = init(team, UROM_COLL_BCAST, UROM_DT_UINT8, UROM_OP_SUM, held[i], 64,
+				NULL, 0, 0);
+	}
+	for (i = 0; i < 100; i++) {
+		OK(urom_coll_free(colls[i]));
+		OK(urom_coll_mem_free(held[i]));
+	}
+	urom_coll_req_h after = init(team, UROM_COLL_ALLREDUCE, UROM_DT_INT32, UROM_OP_SUM, ba,
+				     count, bb, count, 0);
+	OK(urom_coll_start(after));
+	OK(urom_coll_wait(after));
+	OK(urom_coll_free(after));
 	for (i = 0; i < count; i++)
 		b[i] = (int32_t)r;
 	urom_coll_req_h max = init(team, UROM_COLL_ALLREDUCE, UROM_DT_INT32, UROM_OP_MAX, NULL,

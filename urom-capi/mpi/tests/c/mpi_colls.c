@@ -8,6 +8,12 @@
  *                    requests mixed with point-to-point ones in MPI_Waitall, MPI_Waitany,
  *                    MPI_Testall, MPI_Waitsome and MPI_Test; fallbacks (a strided derived datatype, a
  *                    user-defined operation, MINLOC) giving the same results.
+ *   mpi_colls persistent   persistent collectives (MPIX_*_init) started 1,000 times and
+ *                    completed through every completion call, mixed with non-persistent and
+ *                    point-to-point requests; in place, zero count, a user-defined operation
+ *                    (MPI's own), freed inactive and while running.
+ *   mpi_colls reuse  the same MPI_Iallreduce 300 times, one rank alternating its buffers, six
+ *                    in flight at once, 40 signatures.
  *   mpi_colls kill   a 64 MiB MPI_Iallreduce during which rank 0 kills the node's urom worker
  *                    (the children of $UROM_TEST_DAEMON_PID) with SIGKILL: every rank's
  *                    MPI_Wait returns MPI_ERR_OTHER; later collectives fall back to PMPI_*.
@@ -24,6 +30,11 @@
 #include <unistd.h>
 
 #include <mpi.h>
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
 
 static int rank, size;
 static long checks;
@@ -416,6 +427,237 @@ static void fallbacks(void)
 }
 
 /* Kills the children of $UROM_TEST_DAEMON_PID: the daemon's workers. */
+/* The persistent collectives (Open MPI's MPIX_*_init): started 1,000 times, completed by every
+ * completion call, mixed with non-persistent and point-to-point requests, freed inactive and
+ * active; results compared with PMPI_*'s. */
+static void persistent(void)
+{
+#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+	const int n = 1000, rounds = 1000, root = size - 1, ring = 20000;
+	int *x = calloc(n, sizeof(int)), *y = calloc(n, sizeof(int)), *yref = calloc(n, sizeof(int));
+	int *x2 = calloc(n, sizeof(int)), *y2 = calloc(n, sizeof(int));
+	int *a = calloc((size_t)size * 8, sizeof(int)), *b = calloc((size_t)size * 8, sizeof(int));
+	int *bref = malloc((size_t)size * 8 * sizeof(int));
+	int *gs = calloc(4, sizeof(int)), *gr = calloc((size_t)size * 4, sizeof(int));
+	int *gref = malloc((size_t)size * 4 * sizeof(int)), bc[64];
+	int *ring_out = malloc(ring * sizeof(int)), *ring_in = malloc(ring * sizeof(int));
+	int i, k, round, done, index, outcount, idx[8], flag;
+	MPI_Request p[8];
+	MPI_Status st[8];
+
+	OK(MPIX_Allreduce_init(x, y, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &p[0]));
+	OK(MPIX_Alltoall_init(a, 8, MPI_INT, b, 8, MPI_INT, MPI_COMM_WORLD, MPI_INFO_NULL, &p[1]));
+	OK(MPIX_Bcast_init(bc, 64, MPI_INT, root, MPI_COMM_WORLD, MPI_INFO_NULL, &p[2]));
+	OK(MPIX_Allgather_init(gs, 4, MPI_INT, gr, 4, MPI_INT, MPI_COMM_WORLD, MPI_INFO_NULL, &p[3]));
+	OK(MPIX_Barrier_init(MPI_COMM_WORLD, MPI_INFO_NULL, &p[4]));
+	/* Inactive: completes at once, the handle stays. */
+	OK(MPI_Wait(&p[0], &st[0]));
+	CHECK(p[0] != MPI_REQUEST_NULL, "an inactive persistent request stays");
+	OK(MPI_Test(&p[1], &flag, MPI_STATUS_IGNORE));
+	CHECK(flag && p[1] != MPI_REQUEST_NULL, "an inactive persistent request tests complete");
+	for (round = 0; round < rounds; round++) {
+		for (i = 0; i < n; i++)
+			x[i] = rank + i + round;
+		for (i = 0; i < size * 8; i++)
+			a[i] = rank * 1000 + i + round;
+		for (i = 0; i < 64; i++)
+			bc[i] = rank == root ? round * 3 + i : -1;
+		for (i = 0; i < 4; i++)
+			gs[i] = rank * 10 + i + round;
+		switch (round % 5) {
+		case 0:
+			OK(MPI_Startall(5, p));
+			OK(MPI_Waitall(5, p, st));
+			break;
+		case 1:
+			for (k = 0; k < 5; k++)
+				OK(MPI_Start(&p[k]));
+			for (k = 4; k >= 0; k--)
+				OK(MPI_Wait(&p[k], &st[k]));
+			break;
+		case 2:
+			/* With a non-persistent collective and a point-to-point ring, in MPI_Waitany. */
+			for (i = 0; i < n; i++)
+				x2[i] = rank * 2 + i;
+			for (i = 0; i < ring; i++)
+				ring_out[i] = rank + i + round;
+			OK(MPI_Irecv(ring_in, ring, MPI_INT, (rank + size - 1) % size, 9, MPI_COMM_WORLD,
+				     &p[5]));
+			OK(MPI_Startall(5, p));
+			OK(MPI_Iallreduce(x2, y2, n, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &p[6]));
+			OK(MPI_Isend(ring_out, ring, MPI_INT, (rank + 1) % size, 9, MPI_COMM_WORLD, &p[7]));
+			for (done = 0;; done++) {
+				OK(MPI_Waitany(8, p, &index, &st[0]));
+				if (index == MPI_UNDEFINED)
+					break;
+				CHECK(index < 5 ? p[index] != MPI_REQUEST_NULL : p[index] == MPI_REQUEST_NULL,
+				      "Waitany: request %d", index);
+			}
+			CHECK(done == 8, "Waitany completed %d of 8", done);
+			for (i = 0; i < n; i++)
+				CHECK(y2[i] == (size - 1) * 2 + i, "Iallreduce max %d: %d", i, y2[i]);
+			for (i = 0; i < ring; i++)
+				CHECK(ring_in[i] == (rank + size - 1) % size + i + round, "ring %d", i);
+			break;
+		case 3:
+			OK(MPI_Startall(5, p));
+			for (flag = 0; !flag;)
+				OK(MPI_Testall(5, p, &flag, st));
+			break;
+		default:
+			OK(MPI_Startall(5, p));
+			for (done = 0;; done += outcount) {
+				OK(MPI_Waitsome(5, p, &outcount, idx, st));
+				if (outcount == MPI_UNDEFINED)
+					break;
+				for (k = 0; k < outcount; k++)
+					CHECK(idx[k] >= 0 && idx[k] < 5, "Waitsome index %d", idx[k]);
+			}
+			CHECK(done == 5, "Waitsome completed %d of 5", done);
+			break;
+		}
+		for (k = 0; k < 5; k++)
+			CHECK(p[k] != MPI_REQUEST_NULL, "persistent request %d stays", k);
+		OK(PMPI_Allreduce(x, yref, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+		CHECK(!memcmp(y, yref, n * sizeof(int)), "persistent allreduce, round %d", round);
+		OK(PMPI_Alltoall(a, 8, MPI_INT, bref, 8, MPI_INT, MPI_COMM_WORLD));
+		CHECK(!memcmp(b, bref, (size_t)size * 8 * sizeof(int)), "persistent alltoall, round %d",
+		      round);
+		for (i = 0; i < 64; i++)
+			CHECK(bc[i] == round * 3 + i, "persistent bcast %d: %d", i, bc[i]);
+		OK(PMPI_Allgather(gs, 4, MPI_INT, gref, 4, MPI_INT, MPI_COMM_WORLD));
+		CHECK(!memcmp(gr, gref, (size_t)size * 4 * sizeof(int)), "persistent allgather");
+	}
+	/* In place, and a zero count. */
+	MPI_Request q, z;
+	OK(MPIX_Allreduce_init(MPI_IN_PLACE, y, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL,
+			       &q));
+	OK(MPIX_Allreduce_init(x, y2, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &z));
+	for (round = 0; round < 10; round++) {
+		for (i = 0; i < n; i++)
+			y[i] = yref[i] = rank * round + i;
+		OK(MPI_Start(&q));
+		OK(MPI_Start(&z));
+		OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+		OK(MPI_Wait(&z, MPI_STATUS_IGNORE));
+		OK(PMPI_Allreduce(MPI_IN_PLACE, yref, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+		CHECK(!memcmp(y, yref, n * sizeof(int)), "in-place persistent allreduce");
+	}
+	OK(MPI_Request_free(&q));
+	OK(MPI_Request_free(&z));
+	CHECK(q == MPI_REQUEST_NULL && z == MPI_REQUEST_NULL, "freed");
+	/* A user-defined operation: MPI's own persistent collective, through the same calls. */
+	MPI_Op mine;
+	OK(MPI_Op_create(user_sum, 1, &mine));
+	OK(MPIX_Allreduce_init(x, y2, n, MPI_INT, mine, MPI_COMM_WORLD, MPI_INFO_NULL, &q));
+	for (round = 0; round < 3; round++) {
+		for (i = 0; i < n; i++)
+			x[i] = rank + i * round;
+		OK(MPI_Start(&q));
+		OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+		OK(PMPI_Allreduce(x, yref, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+		CHECK(!memcmp(y2, yref, n * sizeof(int)), "persistent user-op allreduce");
+	}
+	OK(MPI_Request_free(&q));
+	OK(MPI_Op_free(&mine));
+	/* Freed while it runs: the collective still completes (before the barrier after it).
+	 * Open MPI alone refuses to free an active collective request: with the library only. */
+	const char *preload = getenv("LD_PRELOAD");
+	if (preload != NULL && strstr(preload, "urom_mpi") != NULL) {
+		for (i = 0; i < n; i++)
+			x[i] = rank * 3 + i;
+		OK(MPI_Start(&p[0]));
+		OK(MPI_Request_free(&p[0]));
+		CHECK(p[0] == MPI_REQUEST_NULL, "freed while active");
+		OK(MPI_Barrier(MPI_COMM_WORLD));
+		OK(PMPI_Allreduce(x, yref, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+		CHECK(!memcmp(y, yref, n * sizeof(int)), "allreduce freed while active");
+	} else {
+		OK(MPI_Request_free(&p[0]));
+	}
+	for (k = 1; k < 5; k++)
+		OK(MPI_Request_free(&p[k]));
+	free(x);
+	free(y);
+	free(yref);
+	free(x2);
+	free(y2);
+	free(a);
+	free(b);
+	free(bref);
+	free(gs);
+	free(gr);
+	free(gref);
+	free(ring_out);
+	free(ring_in);
+#else
+	if (rank == 0)
+		printf("no MPIX_*_init in this MPI: persistent mode checks nothing\n");
+#endif
+}
+
+/* Repeated non-blocking collectives: the set-up collective reused, a rank whose buffers change
+ * alone (rank 0 alternates two), more in flight at once than the cache keeps per signature,
+ * and more signatures than it keeps. */
+static void reuse(void)
+{
+	const int n = 4096;
+	int *x[2], *y[2], *ref = malloc(n * sizeof(int)), *xs[6], *ys[6];
+	int i, j, round;
+	MPI_Request reqs[6];
+
+	for (j = 0; j < 2; j++) {
+		x[j] = malloc(n * sizeof(int));
+		y[j] = malloc(n * sizeof(int));
+	}
+	for (j = 0; j < 6; j++) {
+		xs[j] = malloc(n * sizeof(int));
+		ys[j] = malloc(n * sizeof(int));
+	}
+	for (round = 0; round < 300; round++) {
+		int b = rank == 0 ? round % 2 : 0;
+		for (i = 0; i < n; i++)
+			x[b][i] = rank * 7 + i + round;
+		OK(MPI_Iallreduce(x[b], y[b], n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[0]));
+		OK(MPI_Wait(&reqs[0], MPI_STATUS_IGNORE));
+		OK(PMPI_Allreduce(x[b], ref, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+		CHECK(!memcmp(y[b], ref, n * sizeof(int)), "reused Iallreduce, round %d", round);
+		if (round % 50 == 0) {
+			/* Six of one signature in flight. */
+			for (j = 0; j < 6; j++) {
+				for (i = 0; i < n; i++)
+					xs[j][i] = rank + i * j + round;
+				OK(MPI_Iallreduce(xs[j], ys[j], n, MPI_INT, MPI_SUM, MPI_COMM_WORLD,
+						  &reqs[j]));
+			}
+			OK(MPI_Waitall(6, reqs, MPI_STATUSES_IGNORE));
+			for (j = 0; j < 6; j++) {
+				OK(PMPI_Allreduce(xs[j], ref, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+				CHECK(!memcmp(ys[j], ref, n * sizeof(int)), "in flight %d", j);
+			}
+		}
+		if (round % 100 == 0) {
+			/* 40 signatures (counts), more than the cache keeps. */
+			for (j = 1; j <= 40; j++) {
+				for (i = 0; i < j; i++)
+					x[0][i] = rank + i + j;
+				OK(MPI_Allreduce(x[0], y[0], j, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+				OK(PMPI_Allreduce(x[0], ref, j, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+				CHECK(!memcmp(y[0], ref, (size_t)j * sizeof(int)), "count %d", j);
+			}
+		}
+	}
+	for (j = 0; j < 2; j++) {
+		free(x[j]);
+		free(y[j]);
+	}
+	for (j = 0; j < 6; j++) {
+		free(xs[j]);
+		free(ys[j]);
+	}
+	free(ref);
+}
+
 static int kill_workers(void)
 {
 	const char *daemon = getenv("UROM_TEST_DAEMON_PID");
@@ -487,6 +729,10 @@ int main(int argc, char **argv)
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (strcmp(mode, "kill") == 0) {
 		kill_mode();
+	} else if (strcmp(mode, "persistent") == 0) {
+		persistent();
+	} else if (strcmp(mode, "reuse") == 0) {
+		reuse();
 	} else {
 		suite(MPI_COMM_WORLD, "MPI_COMM_WORLD");
 		OK(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &split));
