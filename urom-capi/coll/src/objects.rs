@@ -326,9 +326,7 @@ impl ReqObj {
         let deadline = Instant::now() + SETUP_TIMEOUT;
         loop {
             match coll.start() {
-                Err(CollError::Submit(CommandError::Exhausted | CommandError::Full))
-                    if Instant::now() < deadline =>
-                {
+                Err(CollError::Submit(CommandError::Exhausted)) if Instant::now() < deadline => {
                     self.shared.engine()?.progress();
                 }
                 other => {

@@ -587,7 +587,7 @@ impl TeamInner {
                 }
             });
             match sent {
-                Err(CommandError::Exhausted | CommandError::Full) => return false,
+                Err(CommandError::Exhausted) => return false,
                 // Sent, or never will be (the worker is gone): either way done with it.
                 _ => {
                     deferred.pop_front();
@@ -634,7 +634,7 @@ impl TeamInner {
         loop {
             let sent = if self.flush() {
                 match self.submit(command, &waiter) {
-                    Err(CollError::Submit(CommandError::Exhausted | CommandError::Full)) => false,
+                    Err(CollError::Submit(CommandError::Exhausted)) => false,
                     other => {
                         other?;
                         true
@@ -664,7 +664,7 @@ impl TeamInner {
                 self.worker.submit(self.plugin, |task| {
                     command.emit(task.payload_mut()).unwrap_or(0)
                 }),
-                Err(CommandError::Exhausted | CommandError::Full)
+                Err(CommandError::Exhausted)
             );
         if !sent {
             let mut bytes = vec![0; command.buffer_len()];
