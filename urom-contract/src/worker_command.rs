@@ -50,8 +50,6 @@ pub mod flag {
     pub const DAEMON_LINK: &str = "daemon-link";
     /// Whether rings go on hugepages: `auto`, `never` or `require`.
     pub const HUGEPAGES: &str = "hugepages";
-    /// The most commands a host keeps in flight, which sizes the rings of host channels.
-    pub const MAX_INFLIGHT: &str = "max-inflight";
 }
 
 /// The name of a hugepages choice on the command line (`auto`, `never`, `require`).
@@ -170,10 +168,6 @@ pub struct WorkerCommand {
     pub daemon_link: bool,
     /// Whether the rings of host channels go on hugepages.
     pub hugepages: HugePages,
-    /// The most commands the host that asked for the worker keeps in flight: each ring of a
-    /// host channel gets as many slots (a power of two, within what the message size allows);
-    /// `None`: as many as the message size allows.
-    pub max_inflight: Option<u32>,
     /// Also accept hosts on other machines, over UCX.
     pub ucx: Option<UcxListen>,
 }
@@ -212,7 +206,6 @@ impl WorkerCommand {
             ucx: None,
             daemon_link: false,
             hugepages: HugePages::Auto,
-            max_inflight: None,
         }
     }
 
@@ -254,9 +247,6 @@ impl WorkerCommand {
         switch(&mut args, flag::DAEMON_LINK, self.daemon_link);
         if self.hugepages != HugePages::Auto {
             option(&mut args, flag::HUGEPAGES, hugepages_name(self.hugepages));
-        }
-        if let Some(tasks) = self.max_inflight {
-            option(&mut args, flag::MAX_INFLIGHT, tasks.to_string());
         }
         if let Some(ucx) = &self.ucx {
             option(&mut args, flag::LISTEN_UCX, ucx.address.to_string());
@@ -322,7 +312,6 @@ mod tests {
         });
         command.daemon_link = true;
         command.hugepages = HugePages::Never;
-        command.max_inflight = Some(64);
         let args: Vec<String> = command
             .to_args()
             .into_iter()
@@ -333,7 +322,7 @@ mod tests {
             "--plugin /p/a.so:0x1 --plugin /p/b.so:0x4 --id 0 --gid 0 --cpuset 0-1 \
              --max-msg-size 4096 --log-level 50 --log-dir /tmp/logs --listen /tmp/w.sock \
              --busy-poll --allow-uid 1000 --allow-uid 1001 --exit-with-parent --daemon-link \
-             --hugepages never --max-inflight 64 \
+             --hugepages never \
              --listen-ucx 10.0.0.1:0 --ucx-key-file /tmp/w.key --ucx-address-file /tmp/w.addr"
         );
         for choice in [HugePages::Auto, HugePages::Never, HugePages::Require] {

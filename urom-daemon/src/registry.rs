@@ -120,9 +120,6 @@ pub struct SpawnRequest {
     pub cpuset: CpuSet,
     /// `NAME=value` entries for a new worker.
     pub env: Vec<String>,
-    /// The most commands the host keeps in flight (0: not said), which sizes a new worker's
-    /// rings.
-    pub max_inflight: u32,
 }
 
 struct Worker {
@@ -503,7 +500,6 @@ impl Registry {
             ucx: ucx.as_ref().map(|(_, listen)| listen.clone()),
             daemon_link: true,
             hugepages: self.config.hugepages,
-            max_inflight: (request.max_inflight > 0).then_some(request.max_inflight),
         };
         let mut command = Command::new(&self.config.worker_bin);
         command

@@ -510,7 +510,6 @@ impl Session<'_> {
                     gid: spawn.gid,
                     cpuset: spawn.cpuset,
                     env: spawn.env.iter().map(str::to_owned).collect(),
-                    max_inflight: spawn.max_inflight_tasks,
                 };
                 let result = self.service.registry.spawn_or_attach(
                     self.host,

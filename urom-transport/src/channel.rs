@@ -68,21 +68,6 @@ impl ChannelConfig {
         }
     }
 
-    /// Slots per direction for a peer that keeps at most `inflight` commands in flight, with
-    /// frames of at most `max` bytes: `inflight` rounded up to a power of two, at least
-    /// `shm::MIN_SLOTS` and at most [`ChannelConfig::slots_for`] `max`. A host never has more
-    /// commands in its ring than it has in flight, so more slots would only hold memory.
-    pub const fn slots_for_inflight(max: MaxMsgSize, inflight: u32) -> u32 {
-        let most = Self::slots_for(max);
-        if inflight >= most {
-            most
-        } else if inflight <= MIN_SLOTS {
-            MIN_SLOTS
-        } else {
-            inflight.next_power_of_two()
-        }
-    }
-
     /// Slots per direction for frames of at most `max` bytes: as many as fit in
     /// [`ChannelConfig::RING_BUDGET`], clamped to `shm::MIN_SLOTS..=`[`ChannelConfig::MOST_SLOTS`]
     /// and rounded down to a power of two. 256 up to 256 KiB, 64 at 1 MiB, 4 at 16 MiB; a

@@ -78,12 +78,6 @@ pub struct Args {
     #[arg(long = flag::HUGEPAGES, value_name = "CHOICE", default_value = hugepages_name(HugePages::Auto), value_parser = parse_hugepages)]
     pub hugepages: HugePages,
 
-    /// The most commands a host keeps in flight: each ring of a host channel gets as many
-    /// slots (rounded up to a power of two, within what --max-msg-size allows) [default: as
-    /// many as --max-msg-size allows, 256 up to 256 KiB].
-    #[arg(long = flag::MAX_INFLIGHT, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_inflight: Option<u32>,
-
     /// Also accept hosts on other machines at a front door on TCP `IP:PORT` (port 0: any free
     /// one); each must prove the key in --ucx-key-file before the two connect over UCX. Needs a
     /// build with the `ucx` feature.
@@ -119,7 +113,6 @@ impl From<Args> for WorkerCommand {
             ucx_address_file,
             daemon_link,
             hugepages,
-            max_inflight,
         } = args;
         let ucx = match (listen_ucx, ucx_key_file, ucx_address_file) {
             (Some(address), Some(key_file), Some(address_file)) => Some(UcxListen {
@@ -145,7 +138,6 @@ impl From<Args> for WorkerCommand {
             ucx,
             daemon_link,
             hugepages,
-            max_inflight,
         }
     }
 }
@@ -183,7 +175,6 @@ mod tests {
         command.exit_with_parent = true;
         command.daemon_link = true;
         command.hugepages = HugePages::Require;
-        command.max_inflight = Some(16);
         assert_eq!(parse(command.to_args()).unwrap(), command);
         command.ucx = Some(UcxListen {
             address: "[::1]:18515".parse().unwrap(),

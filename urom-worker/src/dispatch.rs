@@ -143,8 +143,6 @@ pub struct Worker {
     busy_poll: bool,
     /// Whether host channels' rings go on hugepages.
     hugepages: HugePages,
-    /// Slots per ring of host channels accepted after [`Worker::listen`].
-    ring_slots: u32,
     /// The process whose end stops this worker.
     parent: Option<nix::unistd::Pid>,
     /// A descriptor of `parent` that becomes readable when it ends (`pidfd`), when the system
@@ -196,7 +194,6 @@ impl Worker {
             max,
             busy_poll,
             hugepages: HugePages::Auto,
-            ring_slots: ChannelConfig::slots_for(max),
             parent_fd: parent.and_then(|pid| urom_transport::sys::pidfd_open(pid).ok()),
             parent,
             stop_fd: None,
@@ -234,13 +231,6 @@ impl Worker {
         self.stop_fd = Some(fd);
     }
 
-    /// Sizes the rings of hosts accepted after [`Worker::listen`] for hosts that keep at most
-    /// `inflight` commands in flight ([`ChannelConfig::slots_for_inflight`]); by default they
-    /// get as many slots as the message size allows.
-    pub fn set_max_inflight(&mut self, inflight: u32) {
-        self.ring_slots = ChannelConfig::slots_for_inflight(self.max, inflight);
-    }
-
     /// What the worker has counted so far.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -252,7 +242,6 @@ impl Worker {
         let config = ChannelConfig {
             wait: self.wait_mode(),
             hugepages: self.hugepages,
-            slots: self.ring_slots,
             ..ChannelConfig::new(self.max)
         };
         let (arrive, stop) = self.acceptor();

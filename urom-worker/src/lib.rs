@@ -132,16 +132,12 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     info!(
         socket = %args.listen.display(),
         hugepages = urom_contract::worker_command::hugepages_name(args.hugepages),
-        max_inflight = args.max_inflight,
         "accepting hosts"
     );
     let parent = args.exit_with_parent.then(nix::unistd::getppid);
     let mut worker = Worker::new(plugins, max, args.busy_poll, parent);
     worker.stop_on(stop_rx.into());
     worker.set_hugepages(args.hugepages);
-    if let Some(inflight) = args.max_inflight {
-        worker.set_max_inflight(inflight);
-    }
     if args.daemon_link {
         serve_daemon_link(&mut worker, args.id);
     }
