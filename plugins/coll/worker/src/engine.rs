@@ -33,7 +33,9 @@ use crate::internode::{
 use crate::reduce;
 use std::sync::Mutex;
 
-use crate::sys::{CrossMemoryError, PidFd, Pool, SharedMap, allowed_cores, cma_read, cma_write};
+use crate::sys::{
+    CrossMemoryError, PidFd, Pool, SharedMap, allowed_cores, cma_read, cma_write, online_cpus,
+};
 
 /// Bytes a collective moves per step.
 pub const CHUNK: usize = 256 * 1024;
@@ -348,14 +350,11 @@ impl Threads {
     /// The pool and each thread's chunks, started on the worker's cpuset at the first call.
     fn pool(&mut self) -> Option<(&Pool, &[Part])> {
         if !self.started {
-            let mut cores = allowed_cores();
-            if let Some(n) = std::env::var("UROM_COLL_THREADS")
+            let cores = allowed_cores();
+            let limit = std::env::var("UROM_COLL_THREADS")
                 .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-            {
-                cores.truncate(n.max(1));
-            }
-            self.start_on(&cores);
+                .and_then(|v| v.parse::<usize>().ok());
+            self.start_on(&cores[..threads_for(cores.len(), online_cpus(), limit)]);
         }
         Some((self.pool.as_ref()?, &self.parts))
     }
@@ -363,6 +362,24 @@ impl Threads {
 
 /// A thread's pair of chunks.
 type Part = Mutex<(Vec<u64>, Vec<u64>)>;
+
+/// The most threads the worker uses without `UROM_COLL_THREADS`.
+const MAX_THREADS: usize = 8;
+
+/// How many threads a worker whose cpuset has `allowed` cores uses, on a machine of `online`
+/// CPUs, `limit` being `UROM_COLL_THREADS`: the cores of its cpuset (at most [`MAX_THREADS`])
+/// when the host gave it cores of its own, a cpuset smaller than the machine; one when it may
+/// run anywhere, where it shares its cores with the ranks and helpers would take them from
+/// the ranks (and from itself). `UROM_COLL_THREADS` decides either way (up to the cpuset).
+fn threads_for(allowed: usize, online: Option<usize>, limit: Option<usize>) -> usize {
+    let own = online.is_some_and(|online| allowed < online);
+    let n = match limit {
+        Some(n) => n,
+        None if own => MAX_THREADS,
+        None => 1,
+    };
+    n.clamp(1, allowed.max(1)).min(allowed)
+}
 
 /// Where answers go: the plugin's notifier and what every notification carries.
 pub struct Answers<'o, 'n> {
@@ -2515,6 +2532,22 @@ mod tests {
                 assert!(got[s * bytes..(s + 1) * bytes] == sends[s][r * bytes..(r + 1) * bytes]);
             }
         }
+    }
+
+    /// The cpuset decides the threads: cores of its own (fewer than the machine's), up to 8;
+    /// anywhere, one; `UROM_COLL_THREADS` decides either way, within the cpuset.
+    #[test]
+    fn the_cpuset_decides_the_threads() {
+        assert_eq!(threads_for(4, Some(16), None), 4);
+        assert_eq!(threads_for(1, Some(16), None), 1);
+        assert_eq!(threads_for(12, Some(16), None), MAX_THREADS);
+        assert_eq!(threads_for(16, Some(16), None), 1);
+        assert_eq!(threads_for(2, None, None), 1);
+        assert_eq!(threads_for(16, Some(16), Some(4)), 4);
+        assert_eq!(threads_for(4, Some(16), Some(1)), 1);
+        assert_eq!(threads_for(4, Some(16), Some(0)), 1);
+        assert_eq!(threads_for(4, Some(16), Some(64)), 4);
+        assert_eq!(threads_for(0, Some(16), None), 0);
     }
 
     /// Small blocks are batched into one step; large ones move CHUNK bytes per step.

@@ -309,9 +309,9 @@ struct PoolShared {
 /// The most parts of one job (the `parts` field of [`PoolShared::word`] is 8 bits).
 pub const MAX_PARTS: usize = 64;
 
-/// Spins of an idle helper before it parks (tens of microseconds: the next step of a large
-/// collective comes sooner).
-const IDLE_SPINS: u32 = 1 << 14;
+/// How long an idle helper spins before it parks: the next step of a large collective, or the
+/// next large collective of a loop, comes sooner.
+const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 type Job<'a> = &'a (dyn Fn(usize) + Sync);
 
@@ -437,6 +437,7 @@ fn helper(shared: &PoolShared, index: usize) {
     use std::sync::atomic::Ordering::*;
     let mut seen = 0u64;
     loop {
+        let idle = std::time::Instant::now();
         let mut spins = 0u32;
         let epoch = loop {
             if shared.stop.load(Relaxed) {
@@ -446,8 +447,8 @@ fn helper(shared: &PoolShared, index: usize) {
             if epoch != seen {
                 break epoch;
             }
-            if spins < IDLE_SPINS {
-                spins += 1;
+            spins = spins.wrapping_add(1);
+            if spins % 64 != 0 || idle.elapsed() < IDLE_SPIN {
                 core::hint::spin_loop();
                 continue;
             }
@@ -481,6 +482,14 @@ fn pin(core: usize) -> nix::Result<()> {
     let mut set = nix::sched::CpuSet::new();
     set.set(core)?;
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+}
+
+/// The number of online CPUs of the machine, if known.
+pub fn online_cpus() -> Option<usize> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok())
 }
 
 /// The cores this process may run on (its cpuset), in order.
