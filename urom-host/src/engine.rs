@@ -79,7 +79,7 @@ pub struct WaitStats {
     pub sleeps: u64,
     /// Sleeps a context's descriptor ended.
     pub by_context: u64,
-    /// Sleeps ended by the timer of a context that cannot be woken ([`POLL_SOON`]).
+    /// Sleeps ended by the timer of a context that cannot be woken (after 1 ms).
     pub poll_soon: u64,
     /// Sleeps that ran to the call's time-out.
     pub timed_out: u64,
