@@ -354,14 +354,16 @@ impl PoolShared {
 }
 
 impl Pool {
-    /// Starts one helper per core of `cores` after the first, each pinned to its core (the
-    /// calling thread, the worker's, keeps its cpuset). `None` with fewer than two cores.
+    /// Starts one helper per core of `cores` after the first, each pinned to its core, and
+    /// pins the calling thread (the worker's) to the first, so that it never shares a helper's
+    /// core while another stays idle. `None` with fewer than two cores.
     pub fn start(cores: &[usize]) -> Option<Self> {
         use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
         let cores = &cores[..cores.len().min(MAX_PARTS)];
         if cores.len() < 2 {
             return None;
         }
+        let _ = pin(cores[0]);
         let shared = std::sync::Arc::new(PoolShared {
             word: AtomicU64::new(0),
             job: AtomicPtr::new(core::ptr::null_mut()),
