@@ -67,6 +67,26 @@ struct Notifier {
     timer: TimerFd,
 }
 
+/// How the calls of [`ProgressEngine::wait`] went, counted since the engine was made: whether
+/// a waiting thread really sleeps, and what ends its sleeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Calls of [`ProgressEngine::wait`].
+    pub calls: u64,
+    /// Calls that returned without sleeping: some context had work when armed.
+    pub ready: u64,
+    /// Sleeps (`epoll_wait` calls with a time-out; one call may sleep more than once).
+    pub sleeps: u64,
+    /// Sleeps a context's descriptor ended.
+    pub by_context: u64,
+    /// Sleeps ended by the timer of a context that cannot be woken (after 1 ms).
+    pub poll_soon: u64,
+    /// Sleeps that ran to the call's time-out.
+    pub timed_out: u64,
+    /// Sleeps the timer of a fresh arm ended, after which the call slept again.
+    pub first_naps: u64,
+}
+
 /// Polls the contexts connected to it. Single-threaded: create one per thread.
 #[derive(Default)]
 pub struct ProgressEngine {
@@ -75,6 +95,7 @@ pub struct ProgressEngine {
     notifier: Option<Notifier>,
     /// Progress calls in a row that found nothing to do.
     fruitless: u32,
+    stats: WaitStats,
 }
 
 impl ProgressEngine {
@@ -214,13 +235,18 @@ impl ProgressEngine {
     /// then call [`ProgressEngine::progress`]. Returns at once when work is waiting already.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         let deadline = Instant::now().checked_add(timeout);
+        self.stats.calls += 1;
         loop {
             let Arming::Asleep { poll_soon } = self.arm_all()? else {
+                self.stats.ready += 1;
                 return Ok(());
             };
+            self.stats.sleeps += 1;
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            // Whole milliseconds, rounded up: rounded down, a wait of 1 ms (the host
+            // libraries' slice), a few nanoseconds gone already, would not sleep at all.
             let epoll_timeout = left
-                .and_then(|left| EpollTimeout::try_from(left).ok())
+                .and_then(|left| EpollTimeout::try_from(whole_ms(left)).ok())
                 .unwrap_or(EpollTimeout::MAX);
             let mut events = [EpollEvent::empty(); 4];
             let woke = match self.notifier()?.epoll.wait(&mut events, epoll_timeout) {
@@ -234,11 +260,26 @@ impl ProgressEngine {
             let by_context = woke.iter().any(|event| event.data() == CONTEXT_EVENT);
             let timed_out = left.is_some_and(|left| left.is_zero()) || woke.is_empty();
             self.clear_notification();
+            let stats = &mut self.stats;
+            if by_context {
+                stats.by_context += 1;
+            } else if timed_out {
+                stats.timed_out += 1;
+            } else if poll_soon {
+                stats.poll_soon += 1;
+            } else {
+                stats.first_naps += 1;
+            }
             // The timer alone after a fresh arm: every wake-up is certain now; sleep on.
             if by_context || poll_soon || timed_out {
                 return Ok(());
             }
         }
+    }
+
+    /// How the calls of [`ProgressEngine::wait`] went so far.
+    pub fn wait_stats(&self) -> WaitStats {
+        self.stats
     }
 
     fn notifier(&mut self) -> io::Result<&Notifier> {
@@ -253,6 +294,12 @@ impl ProgressEngine {
         }
         Ok(self.notifier.as_ref().expect("made just above"))
     }
+}
+
+/// `d` rounded up to whole milliseconds (`epoll_wait`'s unit).
+fn whole_ms(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -272,5 +319,29 @@ mod tests {
         assert_eq!(yields(1, 1), 0);
         assert_eq!(yields(FRUITLESS_POLLS_BEFORE_YIELD - 1, 0), 0);
         assert_eq!(yields(1, 0), 1);
+    }
+
+    /// A wait shorter than a millisecond, or not a whole number of them, sleeps at least as
+    /// long as asked (it used to be cut to whole milliseconds: 1 ms less a few nanoseconds
+    /// did not sleep at all, and a rank waiting for a long collective spun). Counted by the
+    /// engine, and the time slept is only bounded below: nothing here depends on timing.
+    #[test]
+    fn a_wait_of_less_than_a_millisecond_sleeps() {
+        assert_eq!(
+            whole_ms(Duration::from_nanos(999_999)),
+            Duration::from_millis(1)
+        );
+        assert_eq!(whole_ms(Duration::from_millis(2)), Duration::from_millis(2));
+        assert_eq!(whole_ms(Duration::ZERO), Duration::ZERO);
+        let mut engine = ProgressEngine::new();
+        for wait in [Duration::from_micros(300), Duration::from_micros(1_500)] {
+            let start = Instant::now();
+            engine.wait(wait).unwrap();
+            assert!(start.elapsed() >= wait, "{wait:?}: {:?}", start.elapsed());
+        }
+        let stats = engine.wait_stats();
+        assert_eq!((stats.calls, stats.ready), (2, 0));
+        assert_eq!(stats.sleeps, 2);
+        assert_eq!(stats.timed_out, 2);
     }
 }

@@ -65,7 +65,7 @@ mod worker;
 
 pub use control::ControlError;
 pub use domain::{Domain, DomainBuffer, DomainConfigError, DomainStartError, DomainStartProgress};
-pub use engine::ProgressEngine;
+pub use engine::{ProgressEngine, WaitStats};
 #[cfg(feature = "ucx")]
 pub use memory::HostMemory;
 pub use service::{GidCallback, Service, ServicePlugin, ServiceStartError};

@@ -104,6 +104,16 @@ struct Urom {
     _service: Service<Running>,
 }
 
+/// With `UROM_WAIT_STATS=1`, each rank prints how its engine's waits went (see
+/// [`urom_host::WaitStats`]) when it ends.
+impl Drop for Urom {
+    fn drop(&mut self) {
+        if std::env::var_os("UROM_WAIT_STATS").is_some_and(|v| v == "1") {
+            eprintln!("rank {}: {:?}", self.rank, self.engine.wait_stats());
+        }
+    }
+}
+
 impl Backend for Urom {
     fn name(&self) -> &'static str {
         "urom"

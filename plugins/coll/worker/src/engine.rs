@@ -31,7 +31,11 @@ use crate::internode::{
     ABORT_TAG, CONTROL_SERIAL, Exchange, Links, Net, NetError, SMALL, Span, TOKEN_ABORT_OUT, token,
 };
 use crate::reduce;
-use crate::sys::{CrossMemoryError, PidFd, SharedMap, cma_read, cma_write};
+use std::sync::Mutex;
+
+use crate::sys::{
+    CrossMemoryError, PidFd, Pool, SharedMap, allowed_cores, cma_read, cma_write, online_cpus,
+};
 
 /// Bytes a collective moves per step.
 pub const CHUNK: usize = 256 * 1024;
@@ -295,10 +299,12 @@ pub struct Team {
     told: bool,
 }
 
-/// The scratch the engine copies through: two chunks, 8-byte aligned.
+/// The scratch the engine copies through: two chunks, 8-byte aligned; and, once a large step
+/// needs them, the helper threads and a pair of chunks for each thread (see [`Threads`]).
 pub struct Scratch {
     a: Vec<u64>,
     b: Vec<u64>,
+    threads: Threads,
 }
 
 impl Default for Scratch {
@@ -306,8 +312,73 @@ impl Default for Scratch {
         Self {
             a: vec![0; CHUNK / 8],
             b: vec![0; CHUNK / 8],
+            threads: Threads::default(),
         }
     }
+}
+
+/// A step of at least this many bytes is split among the worker's threads (smaller ones run
+/// on the worker's thread alone).
+pub const PARALLEL_MIN: u64 = 64 * 1024;
+
+/// The fewest bytes of one part of a split step.
+const PART_MIN: u64 = 16 * 1024;
+
+/// The worker's threads: as many as its cpuset has cores (or `UROM_COLL_THREADS`), started
+/// when the first step of at least [`PARALLEL_MIN`] bytes comes.
+#[derive(Default)]
+pub struct Threads {
+    /// Whether the pool was started (or found not needed).
+    started: bool,
+    pool: Option<Pool>,
+    /// Each thread's pair of chunks (a part locks its own: never contended).
+    parts: Vec<Part>,
+}
+
+impl Threads {
+    /// Uses `cores` (the first for the calling thread, one helper on each other); an empty
+    /// list or a single core keeps every step on the calling thread.
+    pub fn start_on(&mut self, cores: &[usize]) {
+        self.started = true;
+        self.pool = Pool::start(cores);
+        let n = self.pool.as_ref().map_or(0, Pool::threads);
+        self.parts = (0..n)
+            .map(|_| Mutex::new((vec![0; CHUNK / 8], vec![0; CHUNK / 8])))
+            .collect();
+    }
+
+    /// The pool and each thread's chunks, started on the worker's cpuset at the first call.
+    fn pool(&mut self) -> Option<(&Pool, &[Part])> {
+        if !self.started {
+            let cores = allowed_cores();
+            let limit = std::env::var("UROM_COLL_THREADS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok());
+            self.start_on(&cores[..threads_for(cores.len(), online_cpus(), limit)]);
+        }
+        Some((self.pool.as_ref()?, &self.parts))
+    }
+}
+
+/// A thread's pair of chunks.
+type Part = Mutex<(Vec<u64>, Vec<u64>)>;
+
+/// The most threads the worker uses without `UROM_COLL_THREADS`.
+const MAX_THREADS: usize = 8;
+
+/// How many threads a worker whose cpuset has `allowed` cores uses, on a machine of `online`
+/// CPUs, `limit` being `UROM_COLL_THREADS`: the cores of its cpuset (at most [`MAX_THREADS`])
+/// when the host gave it cores of its own, a cpuset smaller than the machine; one when it may
+/// run anywhere, where it shares its cores with the ranks and helpers would take them from
+/// the ranks (and from itself). `UROM_COLL_THREADS` decides either way (up to the cpuset).
+fn threads_for(allowed: usize, online: Option<usize>, limit: Option<usize>) -> usize {
+    let own = online.is_some_and(|online| allowed < online);
+    let n = match limit {
+        Some(n) => n,
+        None if own => MAX_THREADS,
+        None => 1,
+    };
+    n.clamp(1, allowed.max(1)).min(allowed)
 }
 
 /// Where answers go: the plugin's notifier and what every notification carries.
@@ -1566,7 +1637,10 @@ impl Team {
 
     /// Moves at most [`CHUNK`] bytes of the running collective: one chunk of a large block, or
     /// as many small blocks as fit (an 8-byte alltoall of 12 ranks, 144 blocks, is one step, not
-    /// 144 turns of the worker); `true` once it is done.
+    /// 144 turns of the worker); `true` once it is done. A step of at least [`PARALLEL_MIN`]
+    /// bytes is split into disjoint byte ranges (whole elements), one per thread of the worker
+    /// (see [`Threads`]): each element is still reduced in rank order, so the result is the
+    /// same bytes as on one thread.
     fn step(&self, active: &mut Active, scratch: &mut Scratch) -> Result<bool, Fault> {
         let state = self
             .colls
@@ -1574,76 +1648,154 @@ impl Team {
             .and_then(Option::as_ref)
             .ok_or(Fault::plain(Reason::UnknownColl))?;
         let plan = Plan::new(state, self.size());
-        let a: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.a[..]);
-        let b: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.b[..]);
-        // Bytes this step may still move (whole elements: blocks and CHUNK are multiples of
-        // the element size).
-        let mut budget = CHUNK as u64;
-        loop {
-            if active.block >= plan.blocks() {
-                return Ok(true);
-            }
-            if budget == 0 {
-                return Ok(false);
-            }
-            let (len, mode) = plan.block(active.block);
-            if len == 0 || matches!(mode, Mode::Skip) || active.off >= len {
-                active.block += 1;
-                active.off = 0;
-                continue;
-            }
-            let off = active.off;
-            let chunk = (len - off).min(budget) as usize;
-            budget -= chunk as u64;
-            let (a, b) = (&mut a[..chunk], &mut b[..chunk]);
-            match mode {
-                Mode::Skip => {}
-                Mode::Copy(src) => {
-                    let block = active.block;
-                    let mut dsts = (0..self.size()).filter_map(|q| plan.dst(block, q));
-                    // One copy per destination straight from a shared source, or from a user
-                    // buffer to its only destination; else read once, write to each.
-                    let direct = self.shared(src) || {
-                        let mut probe = dsts.clone();
-                        probe.next().is_some() && probe.next().is_none()
+        let from = (active.block, active.off);
+        // Bytes this step may move (whole elements: blocks and CHUNK are multiples of the
+        // element size).
+        let budget = CHUNK as u64;
+        let (end, total) = self.walk(&plan, from, 0, budget, None)?;
+        let pool = if total >= PARALLEL_MIN {
+            scratch.threads.pool()
+        } else {
+            None
+        };
+        match pool {
+            Some((pool, slots)) => {
+                let threads = pool.threads() as u64;
+                let parts = threads.min(total / PART_MIN).max(1);
+                // Part boundaries on whole elements (and cache lines) of every block.
+                let align = 64 * plan.es.max(1);
+                let part = total.div_ceil(parts).div_ceil(align) * align;
+                let fault: Mutex<Option<(usize, Fault)>> = Mutex::new(None);
+                let run = |i: usize| {
+                    let skip = i as u64 * part;
+                    let take = part.min(total.saturating_sub(skip));
+                    if take == 0 {
+                        return;
+                    }
+                    let Ok(mut bufs) = slots[i].lock() else {
+                        return;
                     };
-                    if direct {
-                        for dst in dsts {
-                            self.copy(src.at(off), dst.at(off), a)?;
-                        }
-                    } else {
-                        self.read(src.at(off), a)?;
-                        for dst in &mut dsts {
-                            self.write(dst.at(off), a)?;
-                        }
-                    }
-                }
-                Mode::Reduce => {
-                    self.read(plan.src(active.block, 0).at(off), a)?;
-                    for r in 1..self.size() {
-                        self.read(plan.src(active.block, r).at(off), b)?;
-                        reduce::reduce(plan.datatype(), plan.op(), a, b)
-                            .map_err(|_| Fault::plain(Reason::InvalidArgs))?;
-                    }
-                    for q in 0..self.size() {
-                        if let Some(dst) = plan.dst(active.block, q) {
-                            self.write(dst.at(off), a)?;
+                    let (a, b) = &mut *bufs;
+                    let a: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut a[..]);
+                    let b: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut b[..]);
+                    if let Err(f) = self.walk(&plan, from, skip, take, Some((a, b))) {
+                        let mut first = fault.lock().unwrap_or_else(|e| e.into_inner());
+                        if first.as_ref().is_none_or(|(j, _)| i < *j) {
+                            *first = Some((i, f));
                         }
                     }
-                }
-                Mode::Swap(x, y) => {
-                    self.read(x.at(off), a)?;
-                    self.read(y.at(off), b)?;
-                    self.write(y.at(off), a)?;
-                    self.write(x.at(off), b)?;
+                };
+                pool.run(parts as usize, &run);
+                if let Some((_, f)) = fault.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                    return Err(f);
                 }
             }
-            active.off += chunk as u64;
-            if active.off >= len {
-                active.block += 1;
-                active.off = 0;
+            None => {
+                let a: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.a[..]);
+                let b: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut scratch.b[..]);
+                self.walk(&plan, from, 0, total, Some((a, b)))?;
             }
         }
+        (active.block, active.off) = end;
+        Ok(active.block >= plan.blocks())
+    }
+
+    /// Walks the blocks from `from` (block, byte), passes `skip` bytes of them, then moves the
+    /// next `take` (with `work`'s two chunks, each at least `take` long; without, only
+    /// counts); returns where it stopped and how many bytes it took.
+    fn walk(
+        &self,
+        plan: &Plan<'_>,
+        from: (u64, u64),
+        mut skip: u64,
+        take: u64,
+        mut work: Option<(&mut [u8], &mut [u8])>,
+    ) -> Result<((u64, u64), u64), Fault> {
+        let (mut block, mut off) = from;
+        let mut left = take;
+        let blocks = plan.blocks();
+        while block < blocks && left > 0 {
+            let (len, mode) = plan.block(block);
+            if len == 0 || matches!(mode, Mode::Skip) || off >= len {
+                block += 1;
+                off = 0;
+                continue;
+            }
+            if skip >= len - off {
+                skip -= len - off;
+                block += 1;
+                off = 0;
+                continue;
+            }
+            off += skip;
+            skip = 0;
+            let piece = (len - off).min(left);
+            if let Some((a, b)) = work.as_mut() {
+                let n = piece as usize;
+                self.move_piece(plan, block, mode, off, &mut a[..n], &mut b[..n])?;
+            }
+            left -= piece;
+            off += piece;
+            if off >= len {
+                block += 1;
+                off = 0;
+            }
+        }
+        Ok(((block, off), take - left))
+    }
+
+    /// Moves `a.len()` bytes at `off` of block `block` (`b`: a second chunk as long).
+    fn move_piece(
+        &self,
+        plan: &Plan<'_>,
+        block: u64,
+        mode: Mode,
+        off: u64,
+        a: &mut [u8],
+        b: &mut [u8],
+    ) -> Result<(), Fault> {
+        match mode {
+            Mode::Skip => {}
+            Mode::Copy(src) => {
+                let mut dsts = (0..self.size()).filter_map(|q| plan.dst(block, q));
+                // One copy per destination straight from a shared source, or from a user
+                // buffer to its only destination; else read once, write to each.
+                let direct = self.shared(src) || {
+                    let mut probe = dsts.clone();
+                    probe.next().is_some() && probe.next().is_none()
+                };
+                if direct {
+                    for dst in dsts {
+                        self.copy(src.at(off), dst.at(off), a)?;
+                    }
+                } else {
+                    self.read(src.at(off), a)?;
+                    for dst in &mut dsts {
+                        self.write(dst.at(off), a)?;
+                    }
+                }
+            }
+            Mode::Reduce => {
+                self.read(plan.src(block, 0).at(off), a)?;
+                for r in 1..self.size() {
+                    self.read(plan.src(block, r).at(off), b)?;
+                    reduce::reduce(plan.datatype(), plan.op(), a, b)
+                        .map_err(|_| Fault::plain(Reason::InvalidArgs))?;
+                }
+                for q in 0..self.size() {
+                    if let Some(dst) = plan.dst(block, q) {
+                        self.write(dst.at(off), a)?;
+                    }
+                }
+            }
+            Mode::Swap(x, y) => {
+                self.read(x.at(off), a)?;
+                self.read(y.at(off), b)?;
+                self.write(y.at(off), a)?;
+                self.write(x.at(off), b)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -2225,14 +2377,21 @@ mod tests {
         (Access::Shared(map.expect("mapping it")), file)
     }
 
-    /// An alltoall of `bytes` per block over `n` ranks (all this process) run step by step;
-    /// the steps it took, after checking every rank's result.
-    fn alltoall_steps(n: usize, bytes: usize) -> usize {
+    /// Runs one collective of `args` over `n` ranks (all this process) step by step, each
+    /// rank sending `sends[r]` and receiving into a buffer of `recv_len` bytes, with the
+    /// helper threads on `cores` (empty: the worker's thread alone); the steps it took and
+    /// every rank's receive buffer.
+    fn run_steps(
+        args: CollArgs,
+        sends: &[Vec<u8>],
+        recv_len: usize,
+        cores: &[usize],
+    ) -> (usize, Vec<Vec<u8>>) {
+        let n = sends.len();
         let pid = std::process::id();
         let mut team = Team::new(1, 0, &vec![pid; n], None);
-        let pattern = |from: usize, to: usize, j: usize| (from * 31 + to * 7 + j) as u8;
         let mut recvs = Vec::new();
-        for r in 0..n {
+        for (r, send) in sends.iter().enumerate() {
             team.members[r] = Some(Member {
                 dest_id: r as u64,
                 plugin: 0,
@@ -2241,31 +2400,14 @@ mod tests {
                 queue: Ring::new(),
                 create_ctx: None,
             });
-            let send: Vec<u8> = (0..n * bytes)
-                .map(|k| pattern(r, k / bytes, k % bytes))
-                .collect();
-            let (send, _file) = shared(&send);
-            let (recv, file) = shared(&vec![0xee; n * bytes]);
-            team.register(r, 0, send, (n * bytes) as u64).unwrap();
-            team.register(r, 1, recv, (n * bytes) as u64).unwrap();
+            let (send_buf, _file) = shared(send);
+            let (recv, file) = shared(&vec![0xee; recv_len]);
+            team.register(r, 0, send_buf, send.len() as u64).unwrap();
+            team.register(r, 1, recv, recv_len as u64).unwrap();
             recvs.push(file);
         }
         team.joined = n;
         team.formed = true;
-        let args = CollArgs {
-            coll: 0,
-            kind: CollKind::Alltoall,
-            datatype: Datatype::U8,
-            op: ReduceOp::Sum,
-            root: 0,
-            flags: 0,
-            send_buf: 0,
-            recv_buf: 1,
-            send_off: 0,
-            recv_off: 0,
-            count: bytes as u64,
-            recv_count: bytes as u64,
-        };
         for r in 0..n {
             team.init(r, args, &[]).unwrap();
             team.start(r, 0, 0).unwrap();
@@ -2277,6 +2419,7 @@ mod tests {
             off: 0,
         };
         let mut scratch = Scratch::default();
+        scratch.threads.start_on(cores);
         let mut steps = 0;
         loop {
             steps += 1;
@@ -2284,14 +2427,127 @@ mod tests {
                 break;
             }
         }
-        for (r, file) in recvs.iter().enumerate() {
-            let mut got = vec![0; n * bytes];
-            file.read_exact_at(&mut got, 0).unwrap();
+        let got = recvs
+            .iter()
+            .map(|file| {
+                let mut got = vec![0; recv_len];
+                file.read_exact_at(&mut got, 0).unwrap();
+                got
+            })
+            .collect();
+        (steps, got)
+    }
+
+    fn args(kind: CollKind, datatype: Datatype, count: u64) -> CollArgs {
+        CollArgs {
+            coll: 0,
+            kind,
+            datatype,
+            op: ReduceOp::Sum,
+            root: 0,
+            flags: 0,
+            send_buf: 0,
+            recv_buf: 1,
+            send_off: 0,
+            recv_off: 0,
+            count,
+            recv_count: count,
+        }
+    }
+
+    /// An alltoall of `bytes` per block over `n` ranks run step by step; the steps it took,
+    /// after checking every rank's result.
+    fn alltoall_steps(n: usize, bytes: usize) -> usize {
+        let pattern = |from: usize, to: usize, j: usize| (from * 31 + to * 7 + j) as u8;
+        let sends: Vec<Vec<u8>> = (0..n)
+            .map(|r| {
+                (0..n * bytes)
+                    .map(|k| pattern(r, k / bytes, k % bytes))
+                    .collect()
+            })
+            .collect();
+        let args = args(CollKind::Alltoall, Datatype::U8, bytes as u64);
+        let (steps, got) = run_steps(args, &sends, n * bytes, &[]);
+        for (r, got) in got.iter().enumerate() {
             for (k, &b) in got.iter().enumerate() {
                 assert_eq!(b, pattern(k / bytes, r, k % bytes), "rank {r}, byte {k}");
             }
         }
         steps
+    }
+
+    /// A step split among threads gives exactly the bytes of one thread: every float element
+    /// is still summed in rank order (values of mixed magnitude, where the order shows), and
+    /// every block of an alltoall lands where it does on one thread; with uneven parts (a
+    /// count that is no multiple of the part size) and more threads than cores.
+    #[test]
+    fn parallel_steps_give_the_single_threaded_bytes() {
+        let core = allowed_cores().first().copied().unwrap_or(0);
+        let many = [core; 4];
+        let n = 5;
+        // 300,007 f32 per rank: 1.2 MB, five steps, the last one short.
+        let count = 300_007usize;
+        let sends: Vec<Vec<u8>> = (0..n)
+            .map(|r| {
+                (0..count)
+                    .flat_map(|i| {
+                        let x = ((i * 7919 + r * 104_729) % 1000) as f32;
+                        let v = if (i + r) % 3 == 0 {
+                            x * 1.0e7
+                        } else {
+                            x * 1.0e-3 + 0.1
+                        };
+                        let v = if (i + r) % 2 == 0 { v } else { -v };
+                        v.to_le_bytes()
+                    })
+                    .collect()
+            })
+            .collect();
+        let reduce = args(CollKind::Allreduce, Datatype::F32, count as u64);
+        let (steps1, one) = run_steps(reduce, &sends, count * 4, &[]);
+        let (steps4, four) = run_steps(reduce, &sends, count * 4, &many);
+        assert_eq!(steps1, steps4);
+        assert!(one == four, "the parallel allreduce differs");
+        // And it is the rank-order sum.
+        for i in (0..count).step_by(997) {
+            let mut acc = f32::from_le_bytes(sends[0][4 * i..4 * i + 4].try_into().unwrap());
+            for send in &sends[1..] {
+                acc += f32::from_le_bytes(send[4 * i..4 * i + 4].try_into().unwrap());
+            }
+            let got = f32::from_le_bytes(one[n - 1][4 * i..4 * i + 4].try_into().unwrap());
+            assert_eq!(got.to_bits(), acc.to_bits(), "element {i}");
+        }
+        // An alltoall of 12 ranks, 40,001 bytes per block: steps across many blocks.
+        let n = 12;
+        let bytes = 40_001usize;
+        let sends: Vec<Vec<u8>> = (0..n)
+            .map(|r| (0..n * bytes).map(|k| (k * 13 + r * 101) as u8).collect())
+            .collect();
+        let exchange = args(CollKind::Alltoall, Datatype::U8, bytes as u64);
+        let (_, one) = run_steps(exchange, &sends, n * bytes, &[]);
+        let (_, four) = run_steps(exchange, &sends, n * bytes, &many);
+        assert!(one == four, "the parallel alltoall differs");
+        for (r, got) in one.iter().enumerate() {
+            for s in 0..n {
+                assert!(got[s * bytes..(s + 1) * bytes] == sends[s][r * bytes..(r + 1) * bytes]);
+            }
+        }
+    }
+
+    /// The cpuset decides the threads: cores of its own (fewer than the machine's), up to 8;
+    /// anywhere, one; `UROM_COLL_THREADS` decides either way, within the cpuset.
+    #[test]
+    fn the_cpuset_decides_the_threads() {
+        assert_eq!(threads_for(4, Some(16), None), 4);
+        assert_eq!(threads_for(1, Some(16), None), 1);
+        assert_eq!(threads_for(12, Some(16), None), MAX_THREADS);
+        assert_eq!(threads_for(16, Some(16), None), 1);
+        assert_eq!(threads_for(2, None, None), 1);
+        assert_eq!(threads_for(16, Some(16), Some(4)), 4);
+        assert_eq!(threads_for(4, Some(16), Some(1)), 1);
+        assert_eq!(threads_for(4, Some(16), Some(0)), 1);
+        assert_eq!(threads_for(4, Some(16), Some(64)), 4);
+        assert_eq!(threads_for(0, Some(16), None), 0);
     }
 
     /// Small blocks are batched into one step; large ones move CHUNK bytes per step.

@@ -275,3 +275,231 @@ impl std::fmt::Debug for PidFd {
         write!(f, "PidFd({})", self.0.as_raw_fd())
     }
 }
+
+/// Helper threads that run the parts of one step in parallel with the worker's thread, each
+/// pinned to one core of the worker's cpuset (see [`Pool::start`]).
+///
+/// [`Pool::run`] publishes a job (a closure over part indexes) and takes parts itself; each
+/// part is claimed exactly once, by whichever thread gets to it first, so a helper that is not
+/// running (a busy or oversubscribed core) never holds the step up: the worker's thread then
+/// runs its parts. An idle helper spins briefly for the next job, then parks (a futex), so an
+/// idle worker costs nothing.
+pub struct Pool {
+    shared: std::sync::Arc<PoolShared>,
+    helpers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// What the worker's thread and the helpers share.
+struct PoolShared {
+    /// `epoch << 16 | next part << 8 | parts`: a job is claimed part by part with a
+    /// compare-and-swap on this word, so a helper late for one job cannot claim a part of the
+    /// next with the previous job's closure.
+    word: std::sync::atomic::AtomicU64,
+    /// Points at the current job's `&dyn Fn(usize) + Sync`, on the stack of [`Pool::run`].
+    job: std::sync::atomic::AtomicPtr<()>,
+    /// Parts of the current job finished.
+    done: std::sync::atomic::AtomicUsize,
+    /// Whether a part panicked.
+    panicked: std::sync::atomic::AtomicBool,
+    /// Per helper: parked, to be unparked by the next job.
+    parked: Vec<std::sync::atomic::AtomicBool>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// The most parts of one job (the `parts` field of [`PoolShared::word`] is 8 bits).
+pub const MAX_PARTS: usize = 64;
+
+/// How long an idle helper spins before it parks: the next step of a large collective, or the
+/// next large collective of a loop, comes sooner.
+const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+type Job<'a> = &'a (dyn Fn(usize) + Sync);
+
+impl PoolShared {
+    /// Claims the next part of job `epoch`; `None` when all are claimed or the job changed.
+    fn claim(&self, epoch: u64) -> Option<usize> {
+        use std::sync::atomic::Ordering::*;
+        let mut word = self.word.load(Acquire);
+        loop {
+            let (e, next, parts) = (word >> 16, (word >> 8) & 0xff, word & 0xff);
+            if e != epoch || next >= parts {
+                return None;
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, word + (1 << 8), AcqRel, Acquire)
+            {
+                Ok(_) => return Some(next as usize),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Runs part `part` of the job published with the epoch it was claimed under.
+    fn run_part(&self, part: usize) {
+        use std::sync::atomic::Ordering::*;
+        let job = self.job.load(Acquire).cast::<Job<'static>>().cast_const();
+        // SAFETY: the part was claimed under the current epoch (`claim`), and `Pool::run`
+        // published `job` (a pointer to its local `&dyn Fn`) before that epoch and does not
+        // return, nor let the closure go, until `done` counts every part, this one included
+        // (incremented below, after the call). So the pointer and the closure it points to
+        // are alive here. The lifetime written `'static` is never relied upon past that.
+        let f: Job<'_> = unsafe { *job };
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(part))).is_ok();
+        if !ok {
+            self.panicked.store(true, Relaxed);
+        }
+        self.done.fetch_add(1, Release);
+    }
+}
+
+impl Pool {
+    /// Starts one helper per core of `cores` after the first, each pinned to its core, and
+    /// pins the calling thread (the worker's) to the first, so that it never shares a helper's
+    /// core while another stays idle. `None` with fewer than two cores.
+    pub fn start(cores: &[usize]) -> Option<Self> {
+        use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+        let cores = &cores[..cores.len().min(MAX_PARTS)];
+        if cores.len() < 2 {
+            return None;
+        }
+        let _ = pin(cores[0]);
+        let shared = std::sync::Arc::new(PoolShared {
+            word: AtomicU64::new(0),
+            job: AtomicPtr::new(core::ptr::null_mut()),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            parked: (1..cores.len()).map(|_| AtomicBool::new(false)).collect(),
+            stop: AtomicBool::new(false),
+        });
+        let mut helpers = Vec::with_capacity(cores.len() - 1);
+        for (i, &core) in cores[1..].iter().enumerate() {
+            let shared = shared.clone();
+            let helper = std::thread::Builder::new()
+                .name(format!("coll-helper-{i}"))
+                .spawn(move || {
+                    let _ = pin(core);
+                    helper(&shared, i);
+                });
+            match helper {
+                Ok(handle) => helpers.push(handle),
+                Err(_) => break,
+            }
+        }
+        Some(Self { shared, helpers })
+    }
+
+    /// Threads a job runs on: the helpers and the caller.
+    pub fn threads(&self) -> usize {
+        self.helpers.len() + 1
+    }
+
+    /// Runs `f(0)`, ..., `f(parts - 1)`, each once, on the helpers and the calling thread;
+    /// returns once all returned. The parts must touch disjoint memory where they write (the
+    /// engine gives each a disjoint byte range of the step, and its own scratch).
+    pub fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) {
+        use std::sync::atomic::Ordering::*;
+        let parts = parts.min(MAX_PARTS);
+        if parts == 0 {
+            return;
+        }
+        let shared = &*self.shared;
+        let job: Job<'_> = f;
+        shared.done.store(0, Relaxed);
+        shared
+            .job
+            .store((&raw const job).cast_mut().cast(), Release);
+        let epoch = (shared.word.load(Relaxed) >> 16) + 1;
+        shared.word.store(epoch << 16 | parts as u64, SeqCst);
+        for (i, handle) in self.helpers.iter().enumerate().take(parts - 1) {
+            if shared.parked[i].load(SeqCst) {
+                handle.thread().unpark();
+            }
+        }
+        while let Some(part) = shared.claim(epoch) {
+            shared.run_part(part);
+        }
+        let mut spins = 0u32;
+        while shared.done.load(Acquire) < parts {
+            spins += 1;
+            if spins % 1024 == 0 {
+                std::thread::yield_now();
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        shared.job.store(core::ptr::null_mut(), Release);
+        if shared.panicked.swap(false, Relaxed) {
+            panic!("a part of a parallel step panicked");
+        }
+    }
+}
+
+fn helper(shared: &PoolShared, index: usize) {
+    use std::sync::atomic::Ordering::*;
+    let mut seen = 0u64;
+    loop {
+        let idle = std::time::Instant::now();
+        let mut spins = 0u32;
+        let epoch = loop {
+            if shared.stop.load(Relaxed) {
+                return;
+            }
+            let epoch = shared.word.load(Acquire) >> 16;
+            if epoch != seen {
+                break epoch;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 != 0 || idle.elapsed() < IDLE_SPIN {
+                core::hint::spin_loop();
+                continue;
+            }
+            shared.parked[index].store(true, SeqCst);
+            if shared.word.load(SeqCst) >> 16 == seen && !shared.stop.load(SeqCst) {
+                std::thread::park();
+            }
+            shared.parked[index].store(false, SeqCst);
+        };
+        seen = epoch;
+        while let Some(part) = shared.claim(epoch) {
+            shared.run_part(part);
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for handle in self.helpers.drain(..) {
+            handle.thread().unpark();
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Pins the calling thread to `core`.
+fn pin(core: usize) -> nix::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(core)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+}
+
+/// The number of online CPUs of the machine, if known.
+pub fn online_cpus() -> Option<usize> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok())
+}
+
+/// The cores this process may run on (its cpuset), in order.
+pub fn allowed_cores() -> Vec<usize> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
