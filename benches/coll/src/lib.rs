@@ -2,9 +2,8 @@
 //! the CPU time a rank (and a worker) spends per collective, for one implementation at a time
 //! under `mpirun`, beside Open MPI's own collectives.
 //!
-//! - [`harness`] (feature `mpi`) holds the [`harness::Collective`] trait every implementation
-//!   provides and the measurement loops; [`openmpi`] is Open MPI's implementation, [`urom`] the
-//!   place the urom collectives plug in.
+//! - `harness` (feature `mpi`) holds the `Collective` trait every implementation provides and
+//!   the measurement loops; `openmpi` is Open MPI's implementation, `urom` the urom collectives'.
 //! - [`record`] is the tab-separated line rank 0 prints per collective and size; [`report`]
 //!   turns the rounds' lines into medians of per-round ratios, [`chart`] into an SVG chart.
 //!

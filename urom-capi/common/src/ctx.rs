@@ -10,11 +10,11 @@
 //! submit tasks and connect new contexts.
 //!
 //! Notifications (`doca_pe_get_notification_handle()` and friends): the engine's handle is an
-//! epoll set ([`Notifier`]) holding an eventfd, a timer and, once requested, each context's own
+//! epoll set (`Notifier`) holding an eventfd, a timer and, once requested, each context's own
 //! descriptor (a worker's or service's Rust progress engine's, itself an epoll set of that
 //! context's wake-up descriptors). Requesting a notification asks every context for its
 //! descriptor: one with work waiting (or a state change whose callback has not run) makes the
-//! eventfd readable at once, one that cannot wake a sleeper sets the timer to [`POLL_SOON`].
+//! eventfd readable at once, one that cannot wake a sleeper sets the timer to `POLL_SOON`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
