@@ -64,6 +64,11 @@ pub fn alive(pid: i32) -> bool {
     state_and_parent(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
 }
 
+/// Whether `pid` is stopped by a signal (`SIGSTOP`): it runs nothing until `SIGCONT`.
+pub fn stopped(pid: i32) -> bool {
+    state_and_parent(pid).is_some_and(|(state, _)| state == 'T')
+}
+
 /// The real user of `pid`.
 pub fn uid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

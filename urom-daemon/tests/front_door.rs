@@ -38,7 +38,7 @@
 //!   claiming 4 GiB (13 bytes in all) does the same. So any peer that can reach a worker's UCX
 //!   port can kill the worker, without any key: the daemon lives,
 //!   reports `worker ended abnormally worker=9 ... signal=6`, and a host streaming to the worker
-//!   gets its tasks in flight failed once (64 of them here) while its other worker goes on.
+//!   finds it failed, each of its tasks in flight failed once, while its other worker goes on.
 //! * UCX 1.22.0 (the wheel under `/tmp/ucxwheel`, run with `LD_LIBRARY_PATH`; built with
 //!   `--disable-assertions`): the same for the plain garbage (reset at once, silent); the magic
 //!   number followed by any of the four or by the 4 GiB header: held open (3 s at least),
@@ -865,13 +865,15 @@ fn garbage_at_the_ports_ucx_listens_on(setup: &Setup) {
                 );
                 thread::sleep(Duration::from_millis(20));
             }
-            assert_eq!(streaming.line(setup), "failing");
+            // The host found the worker failed: by then each of its tasks in flight failed
+            // (how many, the moment of the death decides: it may have answered all of them;
+            // two_machines kills one with a full window in flight and counts them).
+            assert_eq!(streaming.line(setup), format!("failing {TARGET}"));
             streaming.end_input();
             let line = streaming.line(setup);
             let [good, bad, submitted] = completed(&line);
             println!("the host streaming to worker {TARGET}: {line}");
             assert_eq!(good + bad, submitted, "every task completed exactly once");
-            assert!(bad > 0, "the dead worker's tasks in flight failed: {line}");
             assert_eq!(streaming.line(setup), "answering");
         }
         None => {

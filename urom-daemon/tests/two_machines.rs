@@ -116,6 +116,7 @@ fn two_machines() {
     a_host_cannot_destroy_or_attach_to_another_hosts_worker(&setup);
     workers_hold_no_descriptor_of_the_daemon_or_of_another_session(&setup);
     a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(&setup);
+    a_worker_killed_with_no_task_in_flight_is_found_failed(&setup);
 }
 
 fn the_bootstrap_sample_runs_against_a_daemon_on_another_machine(setup: &Setup) {
@@ -253,45 +254,107 @@ fn open_sockets(pid: i32) -> std::collections::BTreeSet<u64> {
         .collect()
 }
 
+/// `urom-remote-host load` on workers `ids`, once it runs: the process, its standard input
+/// (which steers it) and its lines.
+struct Load {
+    host: std::process::Child,
+    input: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Load {
+    fn start(setup: &Setup, ids: [u64; 2]) -> Self {
+        let [a, b] = ids.map(|id| id.to_string());
+        let mut host = setup
+            .remote_host(&setup.key, "rank-0", &["load", &a, &b])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = host.stdin.take().unwrap();
+        let lines = BufReader::new(host.stdout.take().unwrap()).lines();
+        let mut load = Self { host, input, lines };
+        load.expect("running", setup);
+        load
+    }
+
+    /// The host's next line.
+    fn line(&mut self) -> String {
+        self.lines
+            .next()
+            .expect("the load host ended early")
+            .unwrap()
+    }
+
+    fn expect(&mut self, line: &str, setup: &Setup) {
+        assert_eq!(self.line(), line, "{}", setup.daemon.log());
+    }
+
+    fn order(&mut self, order: &str) {
+        use std::io::Write;
+        writeln!(self.input, "{order}").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    /// Ends the load: returns how many tasks succeeded and failed, after checking that every
+    /// one submitted completed exactly once and that a worker still answers.
+    fn end(mut self) -> (u64, u64) {
+        drop(self.input);
+        let completed = self.lines.next().unwrap().unwrap();
+        let numbers: Vec<u64> = completed
+            .strip_prefix("completed ")
+            .unwrap_or_else(|| panic!("{completed}"))
+            .split(' ')
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let [good, bad, submitted] = numbers[..] else {
+            panic!("{completed}")
+        };
+        assert_eq!(good + bad, submitted, "every task completed exactly once");
+        assert_eq!(self.lines.next().unwrap().unwrap(), "answering");
+        assert!(self.host.wait().unwrap().success());
+        (good, bad)
+    }
+}
+
+/// Waits until `pid` is stopped by the `SIGSTOP` it was sent.
+fn wait_stopped(pid: i32) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !urom_testkit::process::stopped(pid) {
+        assert!(Instant::now() < deadline, "process {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Worker 1 dies with a full window of its host's tasks in flight (stopped first, so none of
+/// them can be answered): each of them fails, once, and the load on worker 2 goes on.
 fn a_worker_killed_under_load_fails_its_tasks_once_and_others_go_on(setup: &Setup) {
-    let mut host = setup
-        .remote_host(&setup.key, "rank-0", &["load", "1", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
-    assert_eq!(
-        lines.next().unwrap().unwrap(),
-        "running",
-        "{}",
-        setup.daemon.log()
-    );
-    // The load lasts until its standard input ends, so the kill lands in it.
+    let mut load = Load::start(setup, [1, 2]);
+    // Under load, then idle with none of its tasks in flight, then stopped: whatever the host
+    // submits to it from now on stays in flight until it dies.
+    load.order("drain");
+    load.expect("drained", setup);
     let victim = setup.daemon.worker_pid(1).expect("worker 1 runs");
+    signal(victim, Signal::SIGSTOP);
+    wait_stopped(victim);
+    load.order("fill");
+    load.expect("filled 64", setup);
     signal(victim, Signal::SIGKILL);
-    assert_eq!(
-        lines.next().unwrap().unwrap(),
-        "failing",
-        "no task failed after worker 1 was killed: {}",
-        setup.daemon.log()
-    );
-    drop(host.stdin.take());
-    let completed = lines.next().unwrap().unwrap();
-    let numbers: Vec<u64> = completed
-        .strip_prefix("completed ")
-        .unwrap_or_else(|| panic!("{completed}"))
-        .split(' ')
-        .map(|n| n.parse().unwrap())
-        .collect();
-    let [good, bad, submitted] = numbers[..] else {
-        panic!("{completed}")
-    };
-    assert_eq!(good + bad, submitted, "every task completed exactly once");
-    assert!(
-        bad > 0,
-        "the killed worker's tasks in flight failed: {completed}"
-    );
-    assert_eq!(lines.next().unwrap().unwrap(), "answering");
-    assert!(host.wait().unwrap().success());
+    load.expect("failing 1", setup);
+    let (_, bad) = load.end();
+    assert_eq!(bad, 64, "each task in flight to the killed worker failed");
+}
+
+/// Worker 3 dies with nothing of its host's in flight (the race a kill under load can land
+/// in: every task answered just before): the host still finds it failed, with no task
+/// failed, and the load on worker 4 goes on.
+fn a_worker_killed_with_no_task_in_flight_is_found_failed(setup: &Setup) {
+    let mut load = Load::start(setup, [3, 4]);
+    load.order("drain");
+    load.expect("drained", setup);
+    let victim = setup.daemon.worker_pid(3).expect("worker 3 runs");
+    signal(victim, Signal::SIGKILL);
+    load.expect("failing 3", setup);
+    let (_, bad) = load.end();
+    assert_eq!(bad, 0, "no task was in flight to the killed worker");
 }

@@ -6,11 +6,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
 use std::time::Duration;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use urom_transport::auth::{self, SealedKey, SessionKeys, SharedSecret, Side, Transcript};
 use urom_transport::stream::{self, StreamReader, StreamWriter};
@@ -211,7 +214,37 @@ impl Reply {
 }
 
 type Waiters = Mutex<HashMap<u64, mpsc::Sender<Reply>>>;
-type ExitWatchers = Mutex<HashMap<u64, Vec<mpsc::Sender<WorkerExit>>>>;
+type ExitWatchers = Mutex<HashMap<u64, Vec<Weak<ExitWatch>>>>;
+
+/// A watch on a worker's process: where the service's reader thread leaves the daemon's word
+/// that it ended, and a descriptor that becomes readable then, so that an engine asleep wakes
+/// for it. The second way a host learns that a worker died, independent of the data
+/// channel's. The reader thread holds it weakly: a watch dropped with its worker context
+/// (stopped, or failed otherwise) closes its descriptor at once.
+pub(crate) struct ExitWatch {
+    exit: OnceLock<WorkerExit>,
+    /// Non-blocking; written once `exit` is set.
+    wake: EventFd,
+}
+
+impl ExitWatch {
+    /// The daemon's word that the worker ended, once it came. One atomic load.
+    #[inline]
+    pub(crate) fn exited(&self) -> Option<WorkerExit> {
+        self.exit.get().copied()
+    }
+
+    /// Readable once the word came, until [`ExitWatch::quiet`].
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    /// Makes the descriptor quiet again (the word stays).
+    pub(crate) fn quiet(&self) {
+        // Non-blocking: nothing to read is fine.
+        let _ = self.wake.read();
+    }
+}
 
 /// A service on another machine, as [`ControlChannel::open`] authenticates with it.
 #[derive(Clone, Copy)]
@@ -434,11 +467,20 @@ impl ControlChannel {
         Ok(reply)
     }
 
-    /// A receiver told when worker `id` ends (or disconnected when the daemon goes away).
-    pub(crate) fn watch_exit(&self, id: u64) -> mpsc::Receiver<WorkerExit> {
-        let (sender, receiver) = mpsc::channel();
-        lock(&self.exits).entry(id).or_default().push(sender);
-        receiver
+    /// A watch told when worker `id` ends (never, if the daemon goes away first).
+    pub(crate) fn watch_exit(&self, id: u64) -> io::Result<Arc<ExitWatch>> {
+        let watch = Arc::new(ExitWatch {
+            exit: OnceLock::new(),
+            wake: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+        });
+        let mut exits = lock(&self.exits);
+        // Forget the watches of contexts that are gone.
+        exits.retain(|_, watches| {
+            watches.retain(|watch| watch.strong_count() > 0);
+            !watches.is_empty()
+        });
+        exits.entry(id).or_default().push(Arc::downgrade(&watch));
+        Ok(watch)
     }
 
     /// Closes the connection: the daemon tears down the workers only this host used.
@@ -469,9 +511,10 @@ fn route_replies(
 ) {
     while let Ok(reply) = read_frame(&mut reader, max) {
         if let ControlMessage::WorkerExited(exit) = reply.message() {
-            if let Some(watchers) = lock(exits).remove(&exit.worker_id) {
-                for watcher in watchers {
-                    let _ = watcher.send(exit);
+            let watches = lock(exits).remove(&exit.worker_id).unwrap_or_default();
+            for watch in watches.iter().filter_map(Weak::upgrade) {
+                if watch.exit.set(exit).is_ok() {
+                    let _ = watch.wake.write(1);
                 }
             }
             continue;

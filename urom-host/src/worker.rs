@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use super::control::{ControlError, Reply};
+use super::control::{ControlError, ExitWatch, Reply};
 use super::engine::Poll;
 use super::service::{Shared, WorkerSlot};
 use super::task::{
@@ -302,15 +302,12 @@ enum Spawn {
 struct Link {
     conn: Channel,
     tasks: TaskSlots,
-    exit: mpsc::Receiver<WorkerExit>,
+    /// The daemon's word that the process ended: a second way to learn that the worker died,
+    /// which does not depend on the channel noticing.
+    exit: Arc<ExitWatch>,
     /// Replies to a domain start, while one waits for them.
     domain: DomainInbox,
-    /// Polls that found nothing, counted to look at `exit` only now and then.
-    quiet_polls: u32,
 }
-
-/// How many quiet polls of a worker pass between two looks at whether its process ended.
-const EXIT_CHECK_EVERY: u32 = 64;
 
 impl Link {
     /// The link to worker `id` over `conn`: task slots for `max_inflight` tasks and the watch on
@@ -327,13 +324,15 @@ impl Link {
         let max = shared.max_msg_size;
         let tasks = TaskSlots::new(max_inflight, max.get(), max_notify_payload(max))
             .map_err(|_| WorkerStartError::MaxInflight(max_inflight))?;
-        let exit = shared.channel.watch_exit(id);
+        let exit = shared
+            .channel
+            .watch_exit(id)
+            .map_err(|e| WorkerStartError::Connect(format!("an event descriptor: {e}")))?;
         Ok(Self {
             conn,
             tasks,
             exit,
             domain: DomainInbox::default(),
-            quiet_polls: 0,
         })
     }
 
@@ -344,18 +343,15 @@ impl Link {
         // Commands queued while the channel was full go as the worker frees room.
         self.flush()
             .map_err(|e| (completed, WorkerFailure::Lost(send_failure(e))))?;
-        // A worker that answers still runs: its exit is looked for when it is quiet, now and
-        // then (its death also hangs up the channel, which `receive` reports at once).
+        // A worker that answers still runs: its exit is looked for when it is quiet (its
+        // death also hangs up the channel, which `receive` reports at once, but the daemon's
+        // word does not depend on the channel noticing).
         if completed > 0 {
             return Ok(completed);
         }
-        self.quiet_polls = self.quiet_polls.wrapping_add(1);
-        if self.quiet_polls % EXIT_CHECK_EVERY != 0 {
-            return Ok(0);
-        }
-        match self.exit.try_recv() {
-            Ok(exit) => Err((completed, WorkerFailure::Exited(exit))),
-            Err(_) => Ok(completed),
+        match self.exit.exited() {
+            Some(exit) => Err((completed, WorkerFailure::Exited(exit))),
+            None => Ok(0),
         }
     }
 }
@@ -599,13 +595,19 @@ impl Poll for Core {
             // The daemon's answer comes through the service's reader thread.
             Phase::Starting(Spawn::Asked(_)) => Armed::Unsupported,
             Phase::Running(link) => {
+                // A worker that dies hangs up the channel, which wakes the engine; and the
+                // daemon says so, which wakes it too, whether or not the channel noticed.
+                if link.exit.exited().is_some() {
+                    return Armed::Ready;
+                }
                 let (_, rx) = link.conn.split();
-                // A worker that dies hangs up the channel too, which wakes the engine.
                 let armed = rx.arm().unwrap_or(Armed::Ready);
                 if matches!(armed, Armed::Armed { .. }) {
                     for fd in rx.wake_fds().into_iter().flatten() {
                         watch(fd);
                     }
+                    // Readable already if the word came since the look above.
+                    watch(link.exit.wake_fd());
                 }
                 armed
             }
@@ -617,6 +619,8 @@ impl Poll for Core {
     fn disarm(&mut self) {
         if let Phase::Running(link) = &mut self.phase {
             link.conn.split().1.disarm();
+            // The word itself stays for the next poll.
+            link.exit.quiet();
         }
     }
 }

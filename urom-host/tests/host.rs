@@ -1,5 +1,6 @@
 //! The host API against a real daemon and real workers: the bootstrap flow of the DOCA UROM
-//! guide, attach by id, group queries, environment, and a worker killed with tasks in flight.
+//! guide, attach by id, group queries, environment, and a worker killed with tasks in flight
+//! (noticed by the channel, or by the daemon's word alone).
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{TIMEOUT, run_worker, start_daemon, start_service};
 use urom_graph::{GraphHost, loopback_result};
 use urom_host::CompletedTask;
-use urom_host::{ProgressEngine, Worker, WorkerState};
+use urom_host::{ProgressEngine, Worker, WorkerFailure, WorkerState};
 use urom_testkit::process::{Signal, signal};
 use urom_wire::Status;
 
@@ -339,6 +340,67 @@ fn a_killed_worker_fails_every_task_in_flight_once() {
     // The other worker still answers.
     graph.loopback(&survivor, 5, 55, record).unwrap();
     assert_eq!(wait_for(&mut engine, 1), vec![(Status::Success, 55, 5)]);
+}
+
+/// The daemon's word that a worker ended fails the tasks in flight on a channel to it that
+/// says nothing (one this test holds open, silent), and wakes an engine asleep on it: a host
+/// learns of a dead worker within a bounded time whatever its transport notices.
+#[test]
+fn the_daemons_word_fails_a_dead_workers_tasks_when_the_channel_says_nothing() {
+    let (_plugins, daemon) = start_daemon();
+    let service = start_service(&daemon);
+    let graph = urom_testkit::host::graph_host(&service);
+    // Worker 11, started through this service (so the daemon tells it when the worker ends) on
+    // an engine of its own that nobody progresses: its channel's hang-up wakes nothing here.
+    let mut other = ProgressEngine::new();
+    let _spawned = run_worker(
+        &mut other,
+        Worker::new()
+            .set_service(&service)
+            .set_id(11)
+            .set_plugins(graph.id()),
+    );
+    // A second context for worker 11, over a channel whose far end this test keeps.
+    let (near, far) = std::os::unix::net::UnixStream::pair().unwrap();
+    let config = urom_transport::ChannelConfig::new(urom_wire::MaxMsgSize::DEFAULT);
+    let accepting = config;
+    let far = std::thread::spawn(move || urom_transport::Channel::accept(far, &accepting));
+    let near = urom_transport::Channel::offer(near, &config).unwrap();
+    let _far = far.join().unwrap().unwrap();
+    let mut engine = ProgressEngine::new();
+    let silent = Worker::new()
+        .set_service(&service)
+        .set_id(11)
+        .set_plugins(graph.id())
+        .attach(&mut engine, near)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    for i in 0..8 {
+        graph.loopback(&silent, i, i, record).unwrap();
+    }
+    engine.progress();
+    assert_eq!(silent.state(), WorkerState::Running);
+
+    signal(
+        daemon.worker_pid(11).expect("worker 11 runs"),
+        Signal::SIGKILL,
+    );
+    let start = Instant::now();
+    while DONE.with(|done| done.borrow().len()) < 8 {
+        assert!(start.elapsed() < TIMEOUT, "the tasks did not fail");
+        engine.wait(TIMEOUT).unwrap();
+        engine.progress();
+    }
+    let done = wait_for(&mut engine, 8);
+    assert!(
+        done.iter()
+            .all(|(status, _, _)| *status == Status::NotConnected),
+        "{done:?}"
+    );
+    let WorkerState::Failed(WorkerFailure::Exited(exit)) = silent.state() else {
+        panic!("{:?}", silent.state());
+    };
+    assert_eq!((exit.worker_id, exit.signal), (11, 9));
 }
 
 /// A daemon that accepts and then says nothing: the host's error names what it waited for.

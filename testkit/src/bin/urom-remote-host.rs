@@ -7,41 +7,79 @@
 //!   `running ID`, and keeps the worker until its standard input ends.
 //! * `attach ID`: tries to use worker ID; prints `attached ID`.
 //! * `load ID1 ID2`: starts workers ID1 and ID2, prints `running`, then keeps up to 64
-//!   loopbacks in flight to each, and prints `failing` when the first of them fails. Once its
-//!   standard input ends it submits no more, prints `completed GOOD BAD SUBMITTED` when every
-//!   one submitted has completed, then checks that a worker still answers and prints
-//!   `answering`. The test ends the load, so however fast loopbacks run it lasts until the
-//!   test has seen what it waits for.
+//!   loopbacks in flight to each, and prints `failing ID` when it first finds a worker failed
+//!   (by then every task that worker had in flight has completed, with an error; a worker that
+//!   died with none in flight fails none). Lines on its standard input steer the load on ID1:
+//!   `drain` stops submitting to it and prints `drained` once none of its tasks is in flight;
+//!   `fill` submits to it again and prints `filled N` once its N task slots are all in flight.
+//!   Once its standard input ends it submits no more, prints `completed GOOD BAD SUBMITTED`
+//!   when every one submitted has completed, then checks that a worker still answers and
+//!   prints `answering`. The test ends the load, so however fast loopbacks run it lasts until
+//!   the test has seen what it waits for.
 //!
 //! A refusal or failure prints `refused <reason>` and exits 3; a bad command line exits 2.
 
 use std::cell::Cell;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use urom_graph::{GraphHost, loopback_result};
-use urom_host::{CompletedTask, Idle, ProgressEngine, Running, Service, Worker};
+use urom_host::{
+    CommandError, CompletedTask, Idle, ProgressEngine, Running, Service, Worker, WorkerState,
+};
 
 /// How long anything may take.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The most tasks in flight to a worker.
+const MAX_INFLIGHT: usize = 64;
+
+/// The cookie bit that says which of the load's two workers a task went to.
+const SECOND: u64 = 1 << 63;
+
 thread_local! {
-    static DONE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Tasks completed (succeeded, failed), for each of the load's two workers (the other
+    /// commands' count as the first's).
+    static DONE: Cell<[(u64, u64); 2]> = const { Cell::new([(0, 0); 2]) };
 }
 
 fn record(task: &CompletedTask<'_>) {
     let ok = loopback_result(task).is_ok();
+    let cookie = u64::from_le_bytes(task.user_data[..8].try_into().expect("8 bytes"));
+    let which = usize::from(cookie & SECOND != 0);
     DONE.with(|done| {
-        let (good, bad) = done.get();
-        done.set(if ok { (good + 1, bad) } else { (good, bad + 1) });
+        let mut all = done.get();
+        let (good, bad) = &mut all[which];
+        if ok {
+            *good += 1;
+        } else {
+            *bad += 1;
+        }
+        done.set(all);
     });
 }
 
+/// Tasks completed (succeeded, failed), in all.
+fn tally() -> (u64, u64) {
+    DONE.with(|done| {
+        let [a, b] = done.get();
+        (a.0 + b.0, a.1 + b.1)
+    })
+}
+
+/// Tasks completed for the load's worker `which`.
+fn completed_on(which: usize) -> u64 {
+    DONE.with(|done| {
+        let (good, bad) = done.get()[which];
+        good + bad
+    })
+}
+
 fn completed() -> u64 {
-    DONE.with(|done| done.get().0 + done.get().1)
+    let (good, bad) = tally();
+    good + bad
 }
 
 fn main() -> ExitCode {
@@ -120,7 +158,7 @@ fn start(
         .set_service(service)
         .set_id(id)
         .set_plugins(graph.id())
-        .set_max_inflight_tasks(64)
+        .set_max_inflight_tasks(MAX_INFLIGHT)
         .start(engine)
         .map_err(|(_, e)| e.to_string())?
         .wait_running(engine, PATIENCE)
@@ -161,6 +199,24 @@ fn attach(service: &Service<Running>, id: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// What the load does with its first worker.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum First {
+    /// Keeps its tasks in flight.
+    Load,
+    /// Submits nothing to it; `drained` is said once none of its tasks is in flight.
+    Drain { said: bool },
+    /// Submits to it; `filled` is said once every slot is in flight.
+    Fill { said: bool },
+}
+
+/// What the standard input says to the load.
+enum Order {
+    Drain,
+    Fill,
+    End,
+}
+
 fn load(service: &Service<Running>, ids: [u64; 2]) -> Result<(), String> {
     let graph = graph(service)?;
     let mut engine = ProgressEngine::new();
@@ -168,35 +224,86 @@ fn load(service: &Service<Running>, ids: [u64; 2]) -> Result<(), String> {
         start(&mut engine, service, &graph, ids[0])?,
         start(&mut engine, service, &graph, ids[1])?,
     ];
-    let input_ended = Arc::new(AtomicBool::new(false));
-    let watching = Arc::clone(&input_ended);
+    let (orders, input) = mpsc::channel();
     std::thread::spawn(move || {
-        for _ in std::io::stdin().lock().lines() {}
-        watching.store(true, Ordering::Relaxed);
+        for line in std::io::stdin().lock().lines() {
+            let order = match line.as_deref().map(str::trim) {
+                Ok("drain") => Order::Drain,
+                Ok("fill") => Order::Fill,
+                _ => continue,
+            };
+            if orders.send(order).is_err() {
+                return;
+            }
+        }
+        let _ = orders.send(Order::End);
     });
     say("running");
     let deadline = Instant::now() + PATIENCE;
-    let mut submitted = 0;
-    let mut failing = false;
-    while !input_ended.load(Ordering::Relaxed) {
-        for worker in &workers {
-            if graph.loopback(worker, submitted, 0, record).is_ok() {
-                submitted += 1;
+    let mut submitted = [0u64; 2];
+    let mut first = First::Load;
+    let mut failed = [false; 2];
+    loop {
+        match input.try_recv() {
+            Ok(Order::Drain) => first = First::Drain { said: false },
+            Ok(Order::Fill) => first = First::Fill { said: false },
+            Ok(Order::End) | Err(mpsc::TryRecvError::Disconnected) => break,
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        for (which, worker) in workers.iter().enumerate() {
+            if which == 0 && matches!(first, First::Drain { .. }) {
+                continue;
+            }
+            let cookie = submitted[which] | if which == 1 { SECOND } else { 0 };
+            match graph.loopback(worker, cookie, 0, record) {
+                Ok(_) => submitted[which] += 1,
+                Err(CommandError::Exhausted) if which == 0 => {
+                    if let First::Fill { said: false } = first {
+                        let in_flight = submitted[0] - completed_on(0);
+                        say(&format!("filled {in_flight}"));
+                        first = First::Fill { said: true };
+                    }
+                }
+                Err(_) => {}
             }
         }
         engine.progress();
-        if !failing && DONE.with(Cell::get).1 > 0 {
-            failing = true;
-            say("failing");
+        if let First::Drain { said: false } = first
+            && submitted[0] == completed_on(0)
+        {
+            say("drained");
+            first = First::Drain { said: true };
+        }
+        for (worker, failed) in workers.iter().zip(&mut failed) {
+            if !*failed && matches!(worker.state(), WorkerState::Failed(_)) {
+                *failed = true;
+                say(&format!("failing {}", worker.id()));
+            }
         }
         if Instant::now() > deadline {
+            let (good, bad) = tally();
+            let states: Vec<String> = workers
+                .iter()
+                .zip(submitted)
+                .enumerate()
+                .map(|(which, (worker, submitted))| {
+                    format!(
+                        "worker {}: {:?}, {submitted} submitted, {} completed",
+                        worker.id(),
+                        worker.state(),
+                        completed_on(which)
+                    )
+                })
+                .collect();
             return Err(format!(
-                "the load still ran after {PATIENCE:?} ({submitted} tasks)"
+                "the load still ran after {PATIENCE:?} ({good} tasks succeeded, {bad} failed; {})",
+                states.join("; ")
             ));
         }
     }
+    let submitted = submitted[0] + submitted[1];
     wait_for(&mut engine, submitted)?;
-    let (good, bad) = DONE.with(Cell::get);
+    let (good, bad) = tally();
     say(&format!("completed {good} {bad} {submitted}"));
     // Some worker still answers.
     let answering = workers
@@ -206,7 +313,7 @@ fn load(service: &Service<Running>, ids: [u64; 2]) -> Result<(), String> {
         return Err("no worker takes commands any more".into());
     }
     wait_for(&mut engine, submitted + 1)?;
-    let (good_after, _) = DONE.with(Cell::get);
+    let (good_after, _) = tally();
     if good_after != good + 1 {
         return Err("the last loopback failed".into());
     }
