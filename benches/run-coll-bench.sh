@@ -119,18 +119,7 @@ if ((${#impls[@]} == 0)); then
 fi
 
 # The urom side's daemon: private socket directory, the collective plugin alone.
-daemon_pid=""
-daemon_dir=""
-stop_daemon() {
-    if [ -n "$daemon_pid" ]; then
-        kill "$daemon_pid" 2>/dev/null || true
-        wait "$daemon_pid" 2>/dev/null || true
-        daemon_pid=""
-    fi
-    [ -n "$daemon_dir" ] && rm -rf "$daemon_dir"
-    daemon_dir=""
-}
-trap stop_daemon EXIT
+. benches/coll-daemon.sh
 case " ${impls[*]} " in
 *" urom "*)
     busy_poll=${WORKER_BUSY_POLL:-}
@@ -142,23 +131,7 @@ case " ${impls[*]} " in
     else
         placement="$placement; the urom worker naps when idle"
     fi
-    daemon_dir=$(mktemp -d "${TMPDIR:-/tmp}/urom-coll-bench.XXXXXX")
-    mkdir "$daemon_dir/plugins"
-    cp "$bin_dir/libworker_coll.so" "$daemon_dir/plugins/worker_coll.so"
-    UROM_PLUGIN_PATH=$daemon_dir/plugins "${launcher[@]}" "$bin_dir/urom-daemon" \
-        --listen "$daemon_dir/urom.sock" --log-dir "$daemon_dir" \
-        --worker-bin "$bin_dir/urom-worker" "${daemon_args[@]}" >/dev/null 2>&1 &
-    daemon_pid=$!
-    for _ in $(seq 300); do
-        [ -S "$daemon_dir/urom.sock" ] && break
-        kill -0 "$daemon_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ ! -S "$daemon_dir/urom.sock" ]; then
-        echo "run-coll-bench: the urom daemon did not come up:" >&2
-        cat "$daemon_dir"/*.log >&2 2>/dev/null || true
-        exit 1
-    fi
+    start_coll_daemon coll-bench "$bin_dir" "${daemon_args[@]}"
     export UROM_SERVICE_SOCKET=$daemon_dir/urom.sock
     mpirun_args+=(-x UROM_SERVICE_SOCKET)
     ;;
