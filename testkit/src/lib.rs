@@ -104,8 +104,10 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
     build(package, name)
 }
 
-/// The packages whose programs and plugins speak UCX when built with their `ucx` feature.
-const UCX_PACKAGES: [&str; 6] = [
+/// The packages whose programs, plugins and libraries speak UCX when built with their `ucx`
+/// feature (libdoca_urom reaches services on other machines with it).
+const UCX_PACKAGES: [&str; 7] = [
+    "urom-capi-urom",
     "urom-daemon",
     "urom-worker",
     "urom-samples",
@@ -117,7 +119,7 @@ const UCX_PACKAGES: [&str; 6] = [
 /// Runs `cargo build -p package` in the running test's target directory and profile, once per
 /// process, and returns the path of `artifact` in the profile directory (with
 /// `UROM_TESTKIT_PREBUILT` set, builds nothing: the artifact must be there already). With this crate's
-/// `ucx` feature, the daemon, the worker and the samples are built with theirs; with its `mpi`
+/// `ucx` feature, the [`UCX_PACKAGES`] are built with theirs; with its `mpi`
 /// feature, this crate's programs and the samples are built with it.
 fn build(package: &str, artifact: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();

@@ -106,7 +106,9 @@ pub(crate) struct ServiceInner {
     done: RefCell<VecDeque<Answer>>,
 }
 
-/// The DOCA status for why a service did not start.
+/// The DOCA status for why a service did not start: `NOT_SUPPORTED` for a service on another
+/// machine in a library built without UCX; `BAD_CONFIG` for a key file that cannot be used;
+/// the daemon's own for a refusal (`AUTHENTICATION` for a wrong key).
 fn start_status(error: &ServiceStartError) -> Status {
     match error {
         ServiceStartError::ServiceFile(urom_host::ServiceFileError::NoMatch { .. }) => {
@@ -117,6 +119,18 @@ fn start_status(error: &ServiceStartError) -> Status {
         ServiceStartError::Connect(_) => Status::NotConnected,
         ServiceStartError::Control(ControlError::Refused { status, .. }) => *status,
         ServiceStartError::Control(_) => Status::NotConnected,
+    }
+}
+
+/// Why a service did not start, in words; a service on another machine names the feature
+/// this library lacks.
+fn start_message(error: &ServiceStartError) -> String {
+    match error {
+        ServiceStartError::Remote { .. } => format!(
+            "the service did not start: {error} (libdoca_urom was built without UCX: build it \
+             with `--features ucx`, or install with `scripts/install.sh --features ucx`)"
+        ),
+        _ => format!("the service did not start: {error}"),
     }
 }
 
@@ -252,7 +266,7 @@ impl ServiceObj {
             }
             Err((idle, error)) => {
                 *state = ServiceState::Idle(idle);
-                log::error("service", &format!("the service did not start: {error}"));
+                log::error("service", &start_message(&error));
                 Err(start_status(&error))
             }
         }

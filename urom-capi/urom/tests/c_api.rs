@@ -27,7 +27,13 @@
 //! * `ping_pong.c` (with this crate's `ucx` feature, which builds the daemon, its workers and
 //!   the sandbox plugin with UCX; skipped with a note otherwise): DOCA's ping-pong flow between
 //!   two forked ranks through `doca_urom_service_*`, `doca_urom_worker_*` command tasks carrying
-//!   the sandbox plugin's bytes, and `doca_urom_domain_*`.
+//!   the sandbox plugin's bytes, and `doca_urom_domain_*`;
+//! * `start_fails.c`: a service-file line naming another machine; without the `ucx` feature the
+//!   service's start gives `DOCA_ERROR_NOT_SUPPORTED`, saying the library was built without UCX;
+//! * `flood.c` and `start_fails.c` on two machines (with the `ucx` feature, as root; skipped
+//!   with a note otherwise): two network namespaces, the daemon with its front door in one,
+//!   the C host in the other reaching it through its service file's line and the key file;
+//!   a wrong key and a missing key file fail the start with their own statuses.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -83,12 +89,17 @@ fn compile_with(name: &str, flags: &[String]) -> PathBuf {
     out
 }
 
-/// A service file whose line for this host names `mlx5_0` and `mlx5_1` at `03:00.0`.
-fn service_file(dir: &TempDir) -> PathBuf {
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+/// This host's name, as the service file's lines name hosts.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .expect("reading this host's name")
         .trim()
-        .to_owned();
+        .to_owned()
+}
+
+/// A service file whose line for this host names `mlx5_0` and `mlx5_1` at `03:00.0`.
+fn service_file(dir: &TempDir) -> PathBuf {
+    let hostname = hostname();
     let path = dir.path().join("urom_service.txt");
     let text = format!(
         "# the daemon of this host\nother-host dpu other-bf 04:00.0 mlx5_9:1\n{hostname} dpu {hostname} 03:00.0 mlx5_0:1,mlx5_1:1\n"
@@ -309,4 +320,217 @@ fn the_ping_pong_runs_through_the_c_api() {
             "{line}\n{stdout}"
         );
     }
+}
+
+/// How long a C program may run before it counts as hung (and is killed): far beyond what
+/// any of them needs, only so that a hang fails the test instead of stalling it.
+const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` to its end and returns its output; kills it and fails if it hangs.
+fn output_unless_hung(command: &mut Command) -> Output {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let mut guard = urom_testkit::ChildGuard(child);
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(guard.0.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(guard.0.stderr.take().expect("piped")));
+    let status = guard.wait_timeout(HANG);
+    // Killed here if it hung, which closes its pipes.
+    drop(guard);
+    Output {
+        status: status.unwrap_or_else(|| panic!("{command:?} hung (killed after {HANG:?})")),
+        stdout: stdout.join().expect("reading the program's output"),
+        stderr: stderr.join().expect("reading the program's errors"),
+    }
+}
+
+/// A service-file line naming another machine. Without the `ucx` feature the service's start
+/// says that this libdoca_urom was built without UCX (`DOCA_ERROR_NOT_SUPPORTED`); with it, the
+/// library goes to that machine, here an address where nothing listens
+/// (`DOCA_ERROR_NOT_CONNECTED`, naming the address).
+#[test]
+fn a_service_file_line_for_another_machine_needs_the_ucx_feature() {
+    let program = compile("start_fails");
+    let dir = TempDir::new("urom-capi-remote-line");
+    let services = dir.path().join("services");
+    std::fs::write(
+        &services,
+        format!("{} dpu 127.0.0.2:1 0000:03:00.0 lo\n", hostname()),
+    )
+    .expect("writing the service file");
+    let (expected, says) = if cfg!(feature = "ucx") {
+        ("DOCA_ERROR_NOT_CONNECTED", "connecting to 127.0.0.2:1")
+    } else {
+        ("DOCA_ERROR_NOT_SUPPORTED", "built without UCX")
+    };
+    let output = output_unless_hung(
+        Command::new(&program)
+            .arg(expected)
+            .current_dir(dir.path())
+            .env("DOCA_UROM_SERVICE_FILE", &services)
+            .env_remove("UROM_SERVICE_SOCKET")
+            .env_remove("UROM_KEY_FILE"),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(&format!("start failed: {expected}")),
+        "{}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    assert!(
+        stderr.contains(says),
+        "the log does not say `{says}`:\n{stderr}"
+    );
+}
+
+/// A C host on one machine and its service on another: two network namespaces joined by a
+/// veth pair (`urom_testkit::netns`), the daemon with its front door and its workers in the
+/// first, the C programs in the second, started with `ip netns exec`, over UCX on TCP. The
+/// service file's line for this host names the daemon's address and the device towards it;
+/// `UROM_KEY_FILE` the shared key. `flood.c` keeps 64 command tasks in flight through 10,000
+/// graph loopbacks on a worker of that daemon, each completing once; `start_fails.c` with a
+/// wrong key is refused (`DOCA_ERROR_AUTHENTICATION`, saying why, the daemon logging the failed
+/// authentication), and without a key file fails at once (`DOCA_ERROR_BAD_CONFIG`). Skips with a
+/// printed reason when not root or `ip` is missing.
+#[test]
+#[cfg_attr(
+    not(feature = "ucx"),
+    ignore = "a service on another machine is reached over UCX: run with `--features urom-capi-urom/ucx` (needs libucx-dev)"
+)]
+fn a_c_host_uses_a_service_on_another_machine() {
+    use std::os::unix::fs::PermissionsExt;
+
+    const SERVICE: usize = 0;
+    const HOSTS: usize = 1;
+    let network = match urom_testkit::netns::Network::create("capi", 2) {
+        Ok(network) => network,
+        Err(why) => {
+            urom_testkit::skip(&why);
+            return;
+        }
+    };
+    let flood = compile("flood");
+    let start_fails = compile("start_fails");
+    let dir = TempDir::new("urom-capi-two-machines");
+    // The workers' user (`nobody`) reads the plugins from here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("opening the directory to the workers' user");
+    let write_key = |name: &str, secret: &str| {
+        let key = dir.path().join(name);
+        std::fs::write(&key, secret).expect("writing a key file");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .expect("making the key file private");
+        key
+    };
+    let key = write_key("key", "a secret shared by both machines");
+    let wrong = write_key("wrong", "not the secret the daemon holds");
+    let plugins = plugin_dir(&dir, &urom_testkit::daemon::GRAPH_AND_FAULTY);
+    let ip = network.hub_address(HOSTS);
+    let port = network.run_in(SERVICE, || {
+        std::net::TcpListener::bind((ip, 0))
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port on the service's address")
+            .port()
+    });
+    let address = format!("{ip}:{port}");
+    let mut command = network.command(SERVICE, binary("urom-daemon", "urom-daemon"));
+    command
+        .env("UCX_TLS", "tcp")
+        .env("UCX_NET_DEVICES", network.device(SERVICE, HOSTS))
+        .env("UCX_WARN_UNUSED_ENV_VARS", "n");
+    let key_path = key.to_str().expect("a UTF-8 path");
+    let daemon = urom_testkit::daemon::start_daemon_command(
+        command,
+        plugins.to_str().expect("a UTF-8 path"),
+        &[
+            "--listen-ucx",
+            &address,
+            "--key-file",
+            key_path,
+            "--remote-user",
+            "nobody",
+        ],
+        true,
+    );
+    let services = dir.path().join("services");
+    std::fs::write(
+        &services,
+        format!(
+            "{} dpu {address} 0000:03:00.0 {}\n",
+            hostname(),
+            network.device(HOSTS, SERVICE)
+        ),
+    )
+    .expect("writing the service file");
+    // A C program on the hosts' machine, with `key` when given.
+    let host = |program: &PathBuf, key: Option<&PathBuf>, args: &[&str]| {
+        let mut command = network.command(HOSTS, program);
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env("DOCA_UROM_SERVICE_FILE", &services)
+            .env_remove("UROM_SERVICE_SOCKET")
+            .env_remove("UROM_KEY_FILE")
+            .env("UCX_TLS", "tcp")
+            .env("UCX_WARN_UNUSED_ENV_VARS", "n");
+        if let Some(key) = key {
+            command.env("UROM_KEY_FILE", key);
+        }
+        output_unless_hung(&mut command)
+    };
+
+    let output = host(&flood, Some(&key), &["64", "10000"]);
+    assert_ran(&output, &daemon, "flood ok: 10000 loopbacks, 64 in flight");
+    assert!(
+        daemon.log().contains("remote host authenticated"),
+        "{}",
+        daemon.log()
+    );
+
+    for (key, expected, says) in [
+        (
+            Some(&wrong),
+            "DOCA_ERROR_AUTHENTICATION",
+            "wrong proof of the shared secret",
+        ),
+        (None, "DOCA_ERROR_BAD_CONFIG", "no key file given"),
+    ] {
+        let output = host(&start_fails, key, &[expected]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success()
+                && stdout.contains(&format!("start failed: {expected}"))
+                && stderr.contains(says),
+            "{expected}, saying `{says}` ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- daemon log\n{}",
+            output.status,
+            daemon.log()
+        );
+    }
+    let deadline = std::time::Instant::now() + HANG;
+    while !daemon.log().contains("failed authentication") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not log the failed authentication:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The daemon and its workers go before their namespaces do.
+    drop(daemon);
+    drop(network);
 }
