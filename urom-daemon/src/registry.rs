@@ -18,14 +18,16 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, Uid, User};
@@ -48,6 +50,10 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The name of a worker's socket inside its directory.
 const WORKER_SOCKET: &str = "worker.sock";
+/// How often a starting worker is checked for having ended while its socket is awaited.
+const DEATH_CHECK: Duration = Duration::from_millis(50);
+/// How often a starting worker's socket is looked for when its directory cannot be watched.
+const POLL_WITHOUT_WATCH: Duration = Duration::from_millis(2);
 /// The worker's key for hosts on other machines, in its directory until it has read it.
 const WORKER_UCX_KEY: &str = "ucx.key";
 /// Where in its directory the worker says where it listens over UCX.
@@ -625,7 +631,6 @@ impl Registry {
         }
     }
 
-    /// Waits for a new worker's socket, or for it to die trying.
     /// Makes a fresh key for a worker that listens over UCX and writes it where only the
     /// worker's user can read it (the worker removes it once read).
     fn worker_key(
@@ -660,8 +665,13 @@ impl Registry {
         Ok((key, listen))
     }
 
-    fn wait_until_listening(&self, id: u64, socket: &std::path::Path) -> Result<(), ServiceError> {
+    /// Waits for a new worker's socket, or for it to die trying. The socket's directory is
+    /// watched, so the wait ends as the worker publishes it; the worker's end is seen within
+    /// [`DEATH_CHECK`].
+    fn wait_until_listening(&self, id: u64, socket: &Path) -> Result<(), ServiceError> {
         let deadline = Instant::now() + START_TIMEOUT;
+        // Watching before the first look, so that a socket published in between is not missed.
+        let watch = socket.parent().and_then(|dir| SocketWatch::new(dir).ok());
         loop {
             if !self.lock().workers.contains_key(&id) {
                 return Err(ServiceError::new(
@@ -680,14 +690,19 @@ impl Registry {
                 }
                 return Ok(());
             }
-            if Instant::now() > deadline {
+            let now = Instant::now();
+            if now > deadline {
                 self.stop(id);
                 return Err(ServiceError::new(
                     Status::TimeOut,
                     format!("worker {id} did not start within {START_TIMEOUT:?}"),
                 ));
             }
-            std::thread::sleep(Duration::from_millis(5));
+            match &watch {
+                Some(watch) => watch.wait(DEATH_CHECK.min(deadline - now)),
+                // Out of inotify instances: look again soon.
+                None => std::thread::sleep(POLL_WITHOUT_WATCH),
+            }
         }
     }
 
@@ -907,6 +922,28 @@ fn reap_all(set: &Epoll, registry: &Weak<Registry>) {
 /// Creates a worker's own directory at `path` (replacing one a predecessor left): only its
 /// owner may enter it, or, with `others_search`, others may reach the socket inside by name
 /// but not list it. `owner` is the worker's user and group when not the daemon's.
+/// Wakes a waiter when an entry appears in a directory (a worker publishes its socket by
+/// linking it in).
+struct SocketWatch(Inotify);
+
+impl SocketWatch {
+    fn new(dir: &Path) -> nix::Result<Self> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        inotify.add_watch(dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)?;
+        Ok(Self(inotify))
+    }
+
+    /// Sleeps until an entry appears or `timeout` passes; the caller looks for itself.
+    fn wait(&self, timeout: Duration) {
+        let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
+        if matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+            // Drained, so that the next wait sleeps until the next entry.
+            while matches!(self.0.read_events(), Ok(events) if !events.is_empty()) {}
+        }
+    }
+}
+
 fn worker_dir(
     path: &Path,
     owner: Option<(Uid, nix::unistd::Gid)>,
