@@ -81,6 +81,16 @@ pub fn open_files(pid: i32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
 }
 
+/// Raises this process's soft limit on open files to hold `files`, if the hard limit allows;
+/// whether it holds them now.
+pub fn raise_open_file_limit(files: u64) -> bool {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return false;
+    };
+    soft >= files || (hard >= files && setrlimit(Resource::RLIMIT_NOFILE, files, hard).is_ok())
+}
+
 /// Sends `signal` to `pid`; panics if it cannot be sent.
 pub fn signal(pid: i32, signal: Signal) {
     kill(Pid::from_raw(pid), signal).unwrap_or_else(|e| panic!("kill -{signal} {pid}: {e}"));

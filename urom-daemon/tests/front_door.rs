@@ -570,22 +570,10 @@ fn half_handshakes_are_closed_by_the_hello_deadline(setup: &Setup) {
     );
 }
 
-/// Raises the soft limit on open files to hold `files`, if the hard limit allows.
-fn room_for_files(files: u64) -> bool {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return false;
-    };
-    if soft >= files {
-        return true;
-    }
-    hard >= files && setrlimit(Resource::RLIMIT_NOFILE, files.min(hard), hard).is_ok()
-}
-
 /// Case 4; returns the host that owns the worker it spawned, [`TARGET`], still running.
 fn a_flood_from_one_address_keeps_no_host_out(setup: &Setup) -> Host {
     assert!(
-        room_for_files(FLOOD as u64 + 256),
+        urom_testkit::process::raise_open_file_limit(FLOOD as u64 + 256),
         "the test cannot hold {FLOOD} connections open (RLIMIT_NOFILE)"
     );
     let flooding = Instant::now();
