@@ -60,9 +60,10 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_parser = urom_cli::parse_cpuset)]
     pub cpuset: Option<CpuSet>,
 
-    /// Most workers at once.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub max_workers: u32,
+    /// Most workers at once [default: one per 16 MiB of the machine's memory, from 64 to
+    /// 4096].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_WORKERS as i64))]
+    pub max_workers: Option<u32>,
 
     /// Workers never sleep when idle: they spin, yielding only a core they share with another
     /// process (lowest latency; best with a core each).
@@ -116,6 +117,39 @@ pub struct Args {
 
 impl urom_cli::JsonArgs for Args {}
 
+/// The most `--max-workers` allows.
+pub const MAX_WORKERS: u32 = 4096;
+/// Memory the default `--max-workers` counts per worker: its own pages (about a third of a
+/// MiB), its share of the rings of a few host channels at the default sizes, and headroom.
+const MEMORY_PER_WORKER: u64 = 16 << 20;
+/// The fewest workers the default allows, however small the machine.
+const MIN_DEFAULT_WORKERS: u32 = 64;
+
+impl Args {
+    /// `--max-workers`, or its default for a machine of `memory` bytes.
+    pub fn max_workers(&self, memory: u64) -> u32 {
+        self.max_workers.unwrap_or_else(|| {
+            let fits = u32::try_from(memory / MEMORY_PER_WORKER).unwrap_or(MAX_WORKERS);
+            fits.clamp(MIN_DEFAULT_WORKERS, MAX_WORKERS)
+        })
+    }
+}
+
+/// The machine's memory in bytes (0 when the system does not say).
+pub fn machine_memory() -> u64 {
+    use nix::unistd::{SysconfVar, sysconf};
+    let value = |var| {
+        sysconf(var)
+            .ok()
+            .flatten()
+            .and_then(|v| u64::try_from(v).ok())
+    };
+    match (value(SysconfVar::_PHYS_PAGES), value(SysconfVar::PAGE_SIZE)) {
+        (Some(pages), Some(page)) => pages.saturating_mul(page),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,7 +175,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.log_level, 30);
-        assert_eq!(args.max_workers, 8);
+        assert_eq!(args.max_workers(1 << 40), 8);
         assert_eq!(args.allow_uids, vec![1000, 1001]);
         assert!(args.log_stderr);
         assert_eq!(args.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
@@ -154,6 +188,19 @@ mod tests {
         assert!(
             error.contains("--max-workers") && error.contains("1..=4096"),
             "{error}"
+        );
+
+        let default = Args::parse_with_json(["urom-daemon"]).unwrap();
+        assert_eq!(default.max_workers(0), 64, "the fewest on a small machine");
+        assert_eq!(default.max_workers(24 << 30), 1536, "one per 16 MiB");
+        assert_eq!(
+            default.max_workers(1 << 40),
+            MAX_WORKERS,
+            "at most the limit"
+        );
+        assert!(
+            machine_memory() > 0,
+            "this machine says how much memory it has"
         );
 
         std::fs::write(&file, "[1, 2]").unwrap();

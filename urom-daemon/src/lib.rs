@@ -207,6 +207,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     let started_at = Instant::now();
     let hugepages = hugepages::HugePagesPlan::new(args.hugepages, hugepages::HugePagePool::read())
         .map_err(DaemonRunError::HugePages)?;
+    let max_workers = args.max_workers(args::machine_memory());
     let allowed = current_cpuset()?;
     let cpuset = match args.cpuset {
         Some(requested) if !requested.is_subset(&allowed) => {
@@ -267,7 +268,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             log_level: args.sdk_log_level,
             socket_dir,
             cpuset,
-            max_workers: args.max_workers,
+            max_workers,
             busy_poll: args.worker_busy_poll,
             ucx_listen: args
                 .listen_ucx
@@ -282,7 +283,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         metrics: metrics_addr,
         ucx_listen: std::sync::OnceLock::new(),
         hugepages: args.hugepages,
-        max_workers: args.max_workers,
+        max_workers,
     });
     // Probe in the background from now on, so that the first hosts find the plugins known.
     service.discovery.prefetch(plugin_path().as_deref());
@@ -290,7 +291,7 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
         socket = %socket.display(),
         log_dir = %log_dir.display(),
         %cpuset,
-        max_workers = args.max_workers,
+        max_workers,
         max_connections = limits.total,
         max_connections_per_user = limits.per_user,
         max_msg_size = args.max_msg_size.as_u32(),
