@@ -201,14 +201,11 @@ impl Ucp {
         // SAFETY: `cell` is a field of the state, which lives until its sends completed;
         // nothing else writes or reads it now (each close is sent once, and not yet).
         unsafe { cell.write(bytes) };
-        // SAFETY: as above; from here on only UCX reads it.
-        let header = unsafe { &*cell };
-        // SAFETY: `ep` is live (invariants); the header cell lives until its send completed.
-        let sent = unsafe {
-            self.worker
-                .send_detached(self.ep, self.peer_am + AM_CONTROL, header, &[], 0, None)
-        };
-        if let Err(status) = sent {
+        let (ep, id, header): (_, _, *const [u8]) = (self.ep, self.peer_am + AM_CONTROL, cell);
+        // SAFETY: `ep` is live (invariants); the header cell lives until its send completed,
+        // and from here on only UCX reads it.
+        let sent = unsafe { ucp::am_send(ep, id, header, &[], 0, ucp::Completion::Later) };
+        if let Err(status) = ucp::detach_request(sent) {
             self.state().failed.get_or_insert(status);
         }
         self.worker.progress();

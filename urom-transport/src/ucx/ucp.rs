@@ -445,50 +445,6 @@ impl Worker {
         check(status)
     }
 
-    /// Starts sending one active message; the request (or status) for [`wait_unlocked`] or
-    /// [`detach_request`].
-    ///
-    /// # Safety
-    ///
-    /// `ep` must be a live endpoint of this worker, and the caller the only thread in it;
-    /// `header` and `data` must stay valid and unchanged until the send completed.
-    pub(super) unsafe fn send_request(
-        &self,
-        ep: sys::ucp_ep_h,
-        id: u32,
-        header: &[u8],
-        data: &[u8],
-        flags: u32,
-    ) -> sys::ucs_status_ptr_t {
-        // SAFETY: the caller guarantees `ep` and the buffers' lifetime.
-        unsafe { am_send(ep, id, header, data, flags, Completion::Later) }
-    }
-
-    /// Sends one active message whose buffers stay valid until the worker is destroyed. With
-    /// `wait`, waits until `wait`'s deadline for the send to complete; otherwise releases the
-    /// request at once (UCX frees it when done).
-    ///
-    /// # Safety
-    ///
-    /// `ep` must be a live endpoint of this worker; `header` and `data` must stay valid and
-    /// unchanged until the worker is destroyed.
-    pub(super) unsafe fn send_detached(
-        &self,
-        ep: sys::ucp_ep_h,
-        id: u32,
-        header: &[u8],
-        data: &[u8],
-        flags: u32,
-        wait: Option<Option<Instant>>,
-    ) -> Result<(), sys::ucs_status_t> {
-        // SAFETY: the caller guarantees `ep` and the buffers' lifetime.
-        let sent = unsafe { am_send(ep, id, header, data, flags, Completion::Later) };
-        match wait {
-            Some(until) => self.wait(sent, until),
-            None => detach_request(sent),
-        }
-    }
-
     /// Sends one active message with `header` and `data` to `id` on `ep`: at once when UCX can
     /// take it (it then keeps no pointer to them), else from where `queue` puts it (or not at
     /// all when `queue` has no room: [`Sent::Deferred`]). A queued send completes through its
@@ -606,7 +562,8 @@ pub(super) enum Sent {
 }
 
 /// Starts sending one active message with `header` and `data` (UCP_AM_SEND_FLAG_* `flags`)
-/// to `id` on `ep`, completing as `completion` says; the request or status.
+/// to `id` on `ep`, completing as `completion` says; the request or status (for
+/// [`Worker::wait`], [`wait_unlocked`] or [`detach_request`]).
 ///
 /// # Safety
 ///
