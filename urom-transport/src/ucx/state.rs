@@ -762,20 +762,12 @@ pub(super) unsafe extern "C" fn on_sent(
     status: sys::ucs_status_t,
     user_data: *mut c_void,
 ) {
-    // SAFETY: the context UCX was given for this send; it lives as long as the state.
-    let ctx = unsafe { &*user_data.cast::<CallbackCtx>() };
-    // SAFETY: the registered state, called back while its lock is held.
+    // SAFETY: the callback's own contract.
     unsafe {
-        with_state(ctx.state.cast(), (), |state| {
-            state.tx.busy[ctx.index] = false;
-            if status != sys::UCS_OK {
-                state.failed.get_or_insert(status);
-            }
-            state.wake(TX);
+        send_completed(request, status, user_data, TX, |state, index| {
+            state.tx.busy[index] = false;
         });
     }
-    // SAFETY: the request of this send, freed once, after it completed.
-    unsafe { sys::ucp_request_free(request) };
 }
 
 /// A credit message that did not go out at once went out.
@@ -788,16 +780,38 @@ pub(super) unsafe extern "C" fn on_credit_sent(
     status: sys::ucs_status_t,
     user_data: *mut c_void,
 ) {
+    // SAFETY: the callback's own contract.
+    unsafe {
+        send_completed(request, status, user_data, RX, |state, _| {
+            state.controls.credit_busy = false;
+        });
+    }
+}
+
+/// What a queued send's completion does: `done` frees what the send held (given the context's
+/// index), a failure is recorded, `half` is woken and the request freed.
+///
+/// # Safety
+///
+/// Called from UCX's send callbacks only, with their arguments; `user_data` is the send's
+/// [`CallbackCtx`].
+unsafe fn send_completed(
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    user_data: *mut c_void,
+    half: usize,
+    done: impl FnOnce(&mut State, usize),
+) {
     // SAFETY: the context UCX was given for this send; it lives as long as the state.
     let ctx = unsafe { &*user_data.cast::<CallbackCtx>() };
     // SAFETY: the registered state, called back while its lock is held.
     unsafe {
         with_state(ctx.state.cast(), (), |state| {
-            state.controls.credit_busy = false;
+            done(state, ctx.index);
             if status != sys::UCS_OK {
                 state.failed.get_or_insert(status);
             }
-            state.wake(RX);
+            state.wake(half);
         });
     }
     // SAFETY: the request of this send, freed once, after it completed.
