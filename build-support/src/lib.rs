@@ -73,3 +73,35 @@ pub fn soname(name: &str) {
         );
     }
 }
+
+/// Makes the calling package's shared library need urom's library `lib<name>.so` (recorded by
+/// its SONAME, [`soname_of`]) and find it beside itself (RUNPATH `$ORIGIN`). Cargo cannot
+/// build another package's library first, so the link uses a stand-in: an empty shared object
+/// with that SONAME, built in `OUT_DIR` with the C compiler (`CC`, else `cc`). The symbols the
+/// library uses from it stay undefined until the real one is loaded.
+pub fn link_stand_in(name: &str) {
+    println!("cargo:rerun-if-env-changed=CC");
+    let out = std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR");
+    let dir = std::path::Path::new(&out).join("link-stub");
+    std::fs::create_dir_all(&dir).expect("creating the stub directory");
+    let source = dir.join(format!("{name}.c"));
+    std::fs::write(
+        &source,
+        format!("/* stands in for lib{name}.so at link time */\n"),
+    )
+    .expect("writing the stub source");
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = std::process::Command::new(&compiler)
+        .args(["-shared", "-fPIC"])
+        .arg(format!("-Wl,-soname,{}", soname_of(name)))
+        .arg("-o")
+        .arg(dir.join(format!("lib{name}.so")))
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
+    assert!(status.success(), "building the lib{name} stand-in failed");
+    // Only the library links it.
+    println!("cargo:rustc-cdylib-link-arg=-L{}", dir.display());
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-l{name},--pop-state");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
+}

@@ -175,29 +175,25 @@ pub fn as_nobody(command: &mut Command) -> &mut Command {
     command.uid(NOBODY).gid(NOBODY)
 }
 
-/// A directory under the system's temporary directory, removed with its contents on drop.
-pub struct TempDir(PathBuf);
+/// A directory under the system's temporary directory, removed with its contents on drop: a
+/// `tempfile` directory that every user may enter, as the programs tests run as `nobody` must.
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     /// Creates a fresh directory whose name starts with `prefix`.
     pub fn new(prefix: &str) -> Self {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("creating a temporary directory");
-        Self(path)
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{prefix}-"))
+            .permissions(std::fs::Permissions::from_mode(0o755))
+            .tempdir()
+            .expect("creating a temporary directory");
+        Self(dir)
     }
 
     /// The directory.
     pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 

@@ -8,7 +8,8 @@
 //!   the two scripts).
 //! * `liburom_coll.so.0` (package `urom-capi-coll`) is recorded as needed, linked against a
 //!   stand-in with its SONAME, as libdoca_urom links libdoca_common: Cargo cannot build another
-//!   package's cdylib first. The real one is found at load time through RUNPATH `$ORIGIN`.
+//!   package's cdylib first. The real one is found at load time through RUNPATH `$ORIGIN`
+//!   (`urom_build_support::link_stand_in`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -81,33 +82,7 @@ fn main() {
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static:+whole-archive=urom_mpi_shim");
 
-    // The stand-in for liburom_coll.so.
-    let stub = out.join("link-stub");
-    std::fs::create_dir_all(&stub).expect("creating the stub directory");
-    let source = stub.join("empty.c");
-    std::fs::write(
-        &source,
-        "/* stands in for liburom_coll.so at link time */\n",
-    )
-    .expect("writing the stub source");
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let status = Command::new(&compiler)
-        .args(["-shared", "-fPIC"])
-        .arg(format!(
-            "-Wl,-soname,{}",
-            urom_build_support::soname_of("urom_coll")
-        ))
-        .arg("-o")
-        .arg(stub.join("liburom_coll.so"))
-        .arg(&source)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
-    assert!(
-        status.success(),
-        "building the liburom_coll stand-in failed"
-    );
-    println!("cargo:rustc-cdylib-link-arg=-L{}", stub.display());
-    println!("cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-lurom_coll,--pop-state");
+    urom_build_support::link_stand_in("urom_coll");
     for flag in &link {
         if flag.starts_with("-L") || flag.starts_with("-l") || flag.starts_with("-Wl,") {
             println!("cargo:rustc-cdylib-link-arg={flag}");
@@ -118,5 +93,4 @@ fn main() {
         manifest.join("exports.map").display()
     );
     urom_build_support::soname("urom_mpi");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,$ORIGIN");
 }

@@ -11,8 +11,12 @@
 //! libraries share no Rust data layout.
 //!
 //! Also here: the C types both use ([`DocaData`], [`CtxState`]), the status conversions and the
-//! panic guard every exported function runs its body in ([`guard`]).
+//! panic guard every exported function runs its body in ([`guard`]); and a C program's
+//! out-of-band allgather as the host API's collective ([`oob`]), which `liburom_coll`
+//! (package `urom-capi-coll`) uses too.
 #![deny(unsafe_code)]
+
+pub mod oob;
 
 use core::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};

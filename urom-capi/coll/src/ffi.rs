@@ -1,5 +1,5 @@
 //! The C boundary: the exported `urom_*` functions of `urom_coll.h`, and the caller's
-//! out-of-band allgather (`urom_coll_oob_t`) as an [`OobCollective`]. The crate's only unsafe
+//! out-of-band allgather (`urom_coll_oob_t`) as a [`CallbackOob`]. The crate's only unsafe
 //! code: raw handles, C strings and arrays, C callbacks, memory registered by address.
 //!
 //! Every exported function runs its body in [`guard`] (no panic unwinds into C; a caught one
@@ -11,12 +11,11 @@
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
-use urom_host::oob::{OobCollective, OobError, OobRequest};
+use urom_capi_abi::oob::{AllgatherFn, CallbackOob, OobCallbacks, OobStatus, RequestFn};
 
 use crate::objects::{Args, BufferObj, ContextObj, Part, ReqObj, Shared, TeamObj, magic};
 use crate::status::{Failure, RawStatus, UromStatus, last_error_ptr, report};
@@ -106,165 +105,48 @@ unsafe fn reclaim<T: Handle>(ptr: *mut T) -> Result<Box<T>, Failure> {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct OobColl {
-    allgather: Option<
-        unsafe extern "C" fn(
-            sbuf: *mut c_void,
-            rbuf: *mut c_void,
-            msglen: usize,
-            coll_info: *mut c_void,
-            req: *mut *mut c_void,
-        ) -> RawStatus,
-    >,
-    req_test: Option<unsafe extern "C" fn(req: *mut c_void) -> RawStatus>,
-    req_free: Option<unsafe extern "C" fn(req: *mut c_void) -> RawStatus>,
+    allgather: Option<AllgatherFn>,
+    req_test: Option<RequestFn>,
+    req_free: Option<RequestFn>,
     coll_info: *mut c_void,
     n_oob_eps: u32,
     oob_ep: u32,
 }
 
-/// An allgather of the caller's in flight, with the buffers it reads and writes.
-struct Gather {
-    // INVARIANTS: the caller may read `send` and write `recv` until its req_test said the
-    // request completed (`done`); until then neither is freed (a request released before it
-    // completed leaks them).
-    req: *mut c_void,
-    send: Box<[u8]>,
-    recv: Box<[u8]>,
-    received: usize,
-    done: bool,
-}
-
-/// The caller's collective as an [`OobCollective`].
-struct CallbackOob {
-    coll: OobColl,
-    next_id: u64,
-    in_flight: HashMap<u64, Gather>,
-}
-
-impl CallbackOob {
-    fn new(coll: OobColl) -> Result<Self, Failure> {
-        if coll.allgather.is_none() || coll.req_test.is_none() || coll.req_free.is_none() {
-            return Err(invalid(
-                "the out-of-band collective needs its allgather, req_test and req_free",
-            ));
-        }
-        if coll.oob_ep >= coll.n_oob_eps {
-            return Err(invalid("oob_ep must be below n_oob_eps"));
-        }
-        Ok(Self {
-            coll,
-            next_id: 0,
-            in_flight: HashMap::new(),
-        })
-    }
-
-    fn release(&self, gather: Gather) {
-        if let Some(req_free) = self.coll.req_free {
-            // SAFETY: the caller's req_free, with the request its allgather returned, released
-            // once.
-            unsafe { req_free(gather.req) };
-        }
-        if !gather.done {
-            // The caller may still write into them.
-            Box::leak(gather.send);
-            Box::leak(gather.recv);
-        }
-    }
-}
-
-impl OobCollective for CallbackOob {
-    fn size(&self) -> u32 {
-        self.coll.n_oob_eps
-    }
-
-    fn rank(&self) -> u32 {
-        self.coll.oob_ep
-    }
-
-    fn allgather(&mut self, send: &[u8]) -> Result<OobRequest, OobError> {
-        let allgather = self
-            .coll
-            .allgather
-            .ok_or_else(|| OobError::new("no allgather"))?;
-        let received = send.len().saturating_mul(self.size() as usize);
-        let mut storage = vec![0u8; send.len().max(1)];
-        storage[..send.len()].copy_from_slice(send);
-        let mut send_buf: Box<[u8]> = storage.into();
-        let mut recv: Box<[u8]> = vec![0u8; received.max(1)].into();
-        let mut req: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the caller's allgather with urom_coll_oob_t's signature; `send_buf` holds
-        // `send.len()` bytes and `recv` that many per member, and both stay where they are
-        // until the request completes (see `Gather`); `req` is a local.
-        let status = unsafe {
-            allgather(
-                send_buf.as_mut_ptr().cast(),
-                recv.as_mut_ptr().cast(),
-                send.len(),
-                self.coll.coll_info,
-                &mut req,
+impl OobColl {
+    /// The collective, or why it cannot be used.
+    fn collective(&self) -> Result<CallbackOob<CollStatus>, Failure> {
+        // SAFETY: the caller's callbacks with urom_coll_oob_t's signatures and contract, which
+        // are `OobCallbacks::new`'s.
+        let calls = unsafe {
+            OobCallbacks::new(
+                self.allgather,
+                self.req_test,
+                self.req_free,
+                self.coll_info,
+                self.n_oob_eps,
+                self.oob_ep,
             )
         };
-        if status != UromStatus::Ok.raw() {
-            return Err(OobError::new(format!(
-                "the out-of-band allgather returned {status}"
-            )));
+        let calls = calls.ok_or_else(|| {
+            invalid("the out-of-band collective needs its allgather, req_test and req_free")
+        })?;
+        if self.oob_ep >= self.n_oob_eps {
+            return Err(invalid("oob_ep must be below n_oob_eps"));
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.in_flight.insert(
-            id,
-            Gather {
-                req,
-                send: send_buf,
-                recv,
-                received,
-                done: false,
-            },
-        );
-        Ok(OobRequest::new(id, send.len(), self.size()))
-    }
-
-    fn test(&mut self, request: &mut OobRequest) -> Result<bool, OobError> {
-        let req_test = self.coll.req_test;
-        let gather = self
-            .in_flight
-            .get_mut(&request.id())
-            .ok_or_else(|| OobError::new("not an allgather of this collective"))?;
-        if !gather.done {
-            let req_test = req_test.ok_or_else(|| OobError::new("no req_test"))?;
-            // SAFETY: the caller's req_test, with the request its allgather returned, not yet
-            // released.
-            let status = unsafe { req_test(gather.req) };
-            match UromStatus::from_raw(status) {
-                Some(UromStatus::Ok) => gather.done = true,
-                Some(UromStatus::InProgress) => return Ok(false),
-                _ => {
-                    return Err(OobError::new(format!(
-                        "the out-of-band req_test returned {status}"
-                    )));
-                }
-            }
-        }
-        let blocks = gather
-            .recv
-            .get(..gather.received)
-            .ok_or_else(|| OobError::new("short receive buffer"))?;
-        request.fill(blocks)?;
-        Ok(true)
-    }
-
-    fn free(&mut self, request: OobRequest) {
-        if let Some(gather) = self.in_flight.remove(&request.id()) {
-            self.release(gather);
-        }
+        Ok(CallbackOob::new(calls))
     }
 }
 
-impl Drop for CallbackOob {
-    fn drop(&mut self) {
-        for (_, gather) in std::mem::take(&mut self.in_flight) {
-            self.release(gather);
-        }
+/// How the caller's callbacks say how they did: `urom_status_t`.
+struct CollStatus;
+
+impl OobStatus for CollStatus {
+    const DONE: RawStatus = UromStatus::Ok.raw();
+    const IN_PROGRESS: RawStatus = UromStatus::InProgress.raw();
+
+    fn describe(status: RawStatus) -> String {
+        status.to_string()
     }
 }
 
@@ -317,7 +199,7 @@ pub extern "C" fn urom_coll_context_create(
                     .map_err(|_| invalid("service_socket is not UTF-8"))?,
             ))
         };
-        let mut oob = CallbackOob::new(params.oob)?;
+        let mut oob = params.oob.collective()?;
         export(ContextObj::create(&mut oob, socket)?, out)
     })
 }
@@ -359,7 +241,7 @@ pub extern "C" fn urom_coll_team_create(
         let context = live(context)?;
         let params = params.ok_or_else(|| invalid("params is NULL"))?;
         let out = team.ok_or_else(|| invalid("team is NULL"))?;
-        let mut oob = CallbackOob::new(params.oob)?;
+        let mut oob = params.oob.collective()?;
         export(TeamObj::create(&context.shared, &mut oob)?, out)
     })
 }

@@ -63,7 +63,7 @@ impl UromStatus {
     ];
 
     /// The value C sees.
-    pub fn raw(self) -> RawStatus {
+    pub const fn raw(self) -> RawStatus {
         self as RawStatus
     }
 

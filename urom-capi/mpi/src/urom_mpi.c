@@ -1085,13 +1085,16 @@ static struct desc desc_of(urom_coll_type_t type, urom_datatype_t dt)
 	return d;
 }
 
-/* Hands `d` to urom as `how` asks; FALLBACK when urom cannot take it, else an MPI code. */
+/* Hands `d` to urom as `how` asks; FALLBACK (`*why` says why) when urom cannot take it, else
+ * an MPI code. */
 static int offload(const char *call, MPI_Comm comm, struct comm_state *st, struct desc *d,
-		   int trivial, enum how how, MPI_Request *req)
+		   int trivial, enum how how, MPI_Request *req, const char **why)
 {
 	int rc = how == PERSISTENT ? run_init(call, st, comm, d, trivial, req)
 				   : run(call, comm, st, d, trivial, how == BLOCKING ? NULL : req);
 
+	if (rc == FALLBACK)
+		*why = "the urom worker is gone";
 	return rc == REGISTRATION_FAILED ? registration_failed(call, comm) : rc;
 }
 
@@ -1100,6 +1103,53 @@ static int offload(const char *call, MPI_Comm comm, struct comm_state *st, struc
 #else
 #define PCOLL(x) MPI_ERR_OTHER
 #endif
+
+/* Ends a collective's do_* function where urom did not take the call: notes why and passes it
+ * to MPI's own collective in the form `how` asks, with the arguments `...`: PMPI_<Name>
+ * (blocking), PMPI_<Iname> (non-blocking, its request `req`) or PMPIX_<Name>_init (persistent,
+ * `info` and `req`). */
+#define PASS_ON(Name, Iname, ...)                                                               \
+	do {                                                                                    \
+		note(call, PASSED, why);                                                        \
+		(void)info;                                                                     \
+		switch (how) {                                                                  \
+		case BLOCKING:                                                                  \
+			return PMPI_##Name(__VA_ARGS__);                                        \
+		case NONBLOCKING:                                                               \
+			return PMPI_##Iname(__VA_ARGS__, req);                                  \
+		default:                                                                        \
+			return PCOLL(PMPIX_##Name##_init(__VA_ARGS__, info, req));              \
+		}                                                                               \
+	} while (0)
+
+#define UNPAREN(...) __VA_ARGS__
+
+#if UROM_MPI_PCOLL
+#define PERSISTENT_ENTRY(Name, impl, params, args)                                              \
+	EXPORT int MPIX_##Name##_init(UNPAREN params, MPI_Info info, MPI_Request *req)          \
+	{                                                                                       \
+		return impl("MPIX_" #Name "_init", UNPAREN args, PERSISTENT, info, req);        \
+	}
+#else
+#define PERSISTENT_ENTRY(Name, impl, params, args)
+#endif
+
+/* The entry points of the collective `impl` (a do_* function) does: MPI_<Name> (blocking),
+ * MPI_<Iname> (non-blocking) and, with Open MPI's persistent collectives, MPIX_<Name>_init.
+ * `params` are the blocking form's parameters and `args` the arguments `impl` takes between
+ * the call's name and its form, each in parentheses. */
+#define ENTRY_POINTS(Name, Iname, impl, params, args)                                           \
+	EXPORT int MPI_##Name(UNPAREN params)                                                   \
+	{                                                                                       \
+		return impl("MPI_" #Name, UNPAREN args, BLOCKING, MPI_INFO_NULL, NULL);         \
+	}                                                                                       \
+                                                                                                \
+	EXPORT int MPI_##Iname(UNPAREN params, MPI_Request *req)                                \
+	{                                                                                       \
+		return impl("MPI_" #Iname, UNPAREN args, NONBLOCKING, MPI_INFO_NULL, req);      \
+	}                                                                                       \
+                                                                                                \
+	PERSISTENT_ENTRY(Name, impl, params, args)
 
 static int do_allreduce(const char *call, const void *sbuf, void *rbuf, int count,
 			MPI_Datatype dt, MPI_Op op, MPI_Comm comm, enum how how, MPI_Info info,
@@ -1124,36 +1174,16 @@ static int do_allreduce(const char *call, const void *sbuf, void *rbuf, int coun
 	d.daddr = rbuf;
 	d.dlen = bytes;
 	d.a.src.count = d.a.dst.count = (uint64_t)count;
-	int rc = offload(call, comm, st, &d, count == 0, how, req);
+	int rc = offload(call, comm, st, &d, count == 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
-	case NONBLOCKING:
-		return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
-	default:
-		return PCOLL(PMPIX_Allreduce_init(sbuf, rbuf, count, dt, op, comm, info, req));
-	}
+	PASS_ON(Allreduce, Iallreduce, sbuf, rbuf, count, dt, op, comm);
 }
 
-EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-			 MPI_Comm comm)
-{
-	return do_allreduce("MPI_Allreduce", sbuf, rbuf, count, dt, op, comm, BLOCKING,
-			    MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-			  MPI_Comm comm, MPI_Request *req)
-{
-	return do_allreduce("MPI_Iallreduce", sbuf, rbuf, count, dt, op, comm, NONBLOCKING,
-			    MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Allreduce, Iallreduce, do_allreduce,
+	     (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+	     (sbuf, rbuf, count, dt, op, comm))
 
 static int do_reduce(const char *call, const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 		     MPI_Op op, int root, MPI_Comm comm, enum how how, MPI_Info info,
@@ -1181,36 +1211,17 @@ static int do_reduce(const char *call, const void *sbuf, void *rbuf, int count, 
 	d.daddr = rank == root ? rbuf : NULL;
 	d.dlen = rank == root ? bytes : 0;
 	d.a.src.count = d.a.dst.count = (uint64_t)count;
-	int rc = offload(call, comm, st, &d, count == 0, how, req);
+	int rc = offload(call, comm, st, &d, count == 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
-	case NONBLOCKING:
-		return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
-	default:
-		return PCOLL(PMPIX_Reduce_init(sbuf, rbuf, count, dt, op, root, comm, info, req));
-	}
+	PASS_ON(Reduce, Ireduce, sbuf, rbuf, count, dt, op, root, comm);
 }
 
-EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-		      int root, MPI_Comm comm)
-{
-	return do_reduce("MPI_Reduce", sbuf, rbuf, count, dt, op, root, comm, BLOCKING,
-			 MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-		       int root, MPI_Comm comm, MPI_Request *req)
-{
-	return do_reduce("MPI_Ireduce", sbuf, rbuf, count, dt, op, root, comm, NONBLOCKING,
-			 MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Reduce, Ireduce, do_reduce,
+	     (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, int root,
+	      MPI_Comm comm),
+	     (sbuf, rbuf, count, dt, op, root, comm))
 
 static int do_reduce_scatter_block(const char *call, const void *sbuf, void *rbuf, int rcount,
 				   MPI_Datatype dt, MPI_Op op, MPI_Comm comm, enum how how,
@@ -1235,37 +1246,16 @@ static int do_reduce_scatter_block(const char *call, const void *sbuf, void *rbu
 	d.daddr = rbuf;
 	d.dlen = in_place ? all : block;
 	d.a.src.count = d.a.dst.count = (uint64_t)rcount;
-	int rc = offload(call, comm, st, &d, rcount == 0, how, req);
+	int rc = offload(call, comm, st, &d, rcount == 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Reduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm);
-	case NONBLOCKING:
-		return PMPI_Ireduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm, req);
-	default:
-		return PCOLL(PMPIX_Reduce_scatter_block_init(sbuf, rbuf, rcount, dt, op, comm, info,
-							     req));
-	}
+	PASS_ON(Reduce_scatter_block, Ireduce_scatter_block, sbuf, rbuf, rcount, dt, op, comm);
 }
 
-EXPORT int MPI_Reduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
-				    MPI_Op op, MPI_Comm comm)
-{
-	return do_reduce_scatter_block("MPI_Reduce_scatter_block", sbuf, rbuf, rcount, dt, op, comm,
-				       BLOCKING, MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Ireduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
-				     MPI_Op op, MPI_Comm comm, MPI_Request *req)
-{
-	return do_reduce_scatter_block("MPI_Ireduce_scatter_block", sbuf, rbuf, rcount, dt, op,
-				       comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Reduce_scatter_block, Ireduce_scatter_block, do_reduce_scatter_block,
+	     (const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+	     (sbuf, rbuf, rcount, dt, op, comm))
 
 static int do_bcast(const char *call, void *buf, int count, MPI_Datatype dt, int root,
 		    MPI_Comm comm, enum how how, MPI_Info info, MPI_Request *req)
@@ -1285,33 +1275,16 @@ static int do_bcast(const char *call, void *buf, int count, MPI_Datatype dt, int
 	d.saddr = buf;
 	d.slen = bytes;
 	d.a.src.count = bytes;
-	int rc = offload(call, comm, st, &d, bytes == 0, how, req);
+	int rc = offload(call, comm, st, &d, bytes == 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Bcast(buf, count, dt, root, comm);
-	case NONBLOCKING:
-		return PMPI_Ibcast(buf, count, dt, root, comm, req);
-	default:
-		return PCOLL(PMPIX_Bcast_init(buf, count, dt, root, comm, info, req));
-	}
+	PASS_ON(Bcast, Ibcast, buf, count, dt, root, comm);
 }
 
-EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
-{
-	return do_bcast("MPI_Bcast", buf, count, dt, root, comm, BLOCKING, MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
-		      MPI_Request *req)
-{
-	return do_bcast("MPI_Ibcast", buf, count, dt, root, comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Bcast, Ibcast, do_bcast,
+	     (void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm),
+	     (buf, count, dt, root, comm))
 
 static int do_barrier(const char *call, MPI_Comm comm, enum how how, MPI_Info info,
 		      MPI_Request *req)
@@ -1323,32 +1296,16 @@ static int do_barrier(const char *call, MPI_Comm comm, enum how how, MPI_Info in
 	if ((st = state_of(comm, &why)) == NULL)
 		goto fallback;
 	struct desc d = desc_of(UROM_COLL_BARRIER, UROM_DT_UINT8);
-	int rc = offload(call, comm, st, &d, 0, how, req);
+	int rc = offload(call, comm, st, &d, 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Barrier(comm);
-	case NONBLOCKING:
-		return PMPI_Ibarrier(comm, req);
-	default:
-		return PCOLL(PMPIX_Barrier_init(comm, info, req));
-	}
+	PASS_ON(Barrier, Ibarrier, comm);
 }
 
-EXPORT int MPI_Barrier(MPI_Comm comm)
-{
-	return do_barrier("MPI_Barrier", comm, BLOCKING, MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
-{
-	return do_barrier("MPI_Ibarrier", comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Barrier, Ibarrier, do_barrier,
+	     (MPI_Comm comm),
+	     (comm))
 
 /* Allgather and alltoall move bytes: any dense datatype, the same byte count on both sides. */
 static int do_gather_like(const char *call, urom_coll_type_t type, const void *sbuf, int scount,
@@ -1378,61 +1335,24 @@ static int do_gather_like(const char *call, urom_coll_type_t type, const void *s
 	d.daddr = rbuf;
 	d.dlen = rblock * n;
 	d.a.src.count = d.a.dst.count = rblock;
-	int rc = offload(call, comm, st, &d, rblock == 0, how, req);
+	int rc = offload(call, comm, st, &d, rblock == 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
 	if (type == UROM_COLL_ALLGATHER)
-		switch (how) {
-		case BLOCKING:
-			return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
-		case NONBLOCKING:
-			return PMPI_Iallgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, req);
-		default:
-			return PCOLL(PMPIX_Allgather_init(sbuf, scount, stype, rbuf, rcount, rtype, comm,
-							  info, req));
-		}
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
-	case NONBLOCKING:
-		return PMPI_Ialltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, req);
-	default:
-		return PCOLL(PMPIX_Alltoall_init(sbuf, scount, stype, rbuf, rcount, rtype, comm, info,
-						 req));
-	}
+		PASS_ON(Allgather, Iallgather, sbuf, scount, stype, rbuf, rcount, rtype, comm);
+	PASS_ON(Alltoall, Ialltoall, sbuf, scount, stype, rbuf, rcount, rtype, comm);
 }
 
-EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			 int rcount, MPI_Datatype rtype, MPI_Comm comm)
-{
-	return do_gather_like("MPI_Allgather", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
-			      rcount, rtype, comm, BLOCKING, MPI_INFO_NULL, NULL);
-}
+ENTRY_POINTS(Allgather, Iallgather, do_gather_like,
+	     (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+	      MPI_Datatype rtype, MPI_Comm comm),
+	     (UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf, rcount, rtype, comm))
 
-EXPORT int MPI_Iallgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			  int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
-{
-	return do_gather_like("MPI_Iallgather", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
-			      rcount, rtype, comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
-
-EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
-			MPI_Datatype rtype, MPI_Comm comm)
-{
-	return do_gather_like("MPI_Alltoall", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount,
-			      rtype, comm, BLOCKING, MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Ialltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			 int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
-{
-	return do_gather_like("MPI_Ialltoall", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount,
-			      rtype, comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Alltoall, Ialltoall, do_gather_like,
+	     (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+	      MPI_Datatype rtype, MPI_Comm comm),
+	     (UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf, rcount, rtype, comm))
 
 /* The end, in bytes, of the furthest non-empty block of counts/displs (in elements of `size`). */
 static size_t v_end(const int *counts, const int *displs, int n, size_t size)
@@ -1480,38 +1400,17 @@ static int do_allgatherv(const char *call, const void *sbuf, int scount, MPI_Dat
 	d.dlen = v_end(rcounts, displs, st->size, rsize);
 	d.a.counts = words;
 	d.a.counts_len = 2 * (size_t)st->size;
-	int rc = offload(call, comm, st, &d, 0, how, req);
+	int rc = offload(call, comm, st, &d, 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Allgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm);
-	case NONBLOCKING:
-		return PMPI_Iallgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm, req);
-	default:
-		return PCOLL(PMPIX_Allgatherv_init(sbuf, scount, stype, rbuf, rcounts, displs, rtype,
-						   comm, info, req));
-	}
+	PASS_ON(Allgatherv, Iallgatherv, sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm);
 }
 
-EXPORT int MPI_Allgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			  const int *rcounts, const int *displs, MPI_Datatype rtype, MPI_Comm comm)
-{
-	return do_allgatherv("MPI_Allgatherv", sbuf, scount, stype, rbuf, rcounts, displs, rtype,
-			     comm, BLOCKING, MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Iallgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			   const int *rcounts, const int *displs, MPI_Datatype rtype, MPI_Comm comm,
-			   MPI_Request *req)
-{
-	return do_allgatherv("MPI_Iallgatherv", sbuf, scount, stype, rbuf, rcounts, displs, rtype,
-			     comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
+ENTRY_POINTS(Allgatherv, Iallgatherv, do_allgatherv,
+	     (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int *rcounts,
+	      const int *displs, MPI_Datatype rtype, MPI_Comm comm),
+	     (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm))
 
 static int do_alltoallv(const char *call, const void *sbuf, const int *scounts, const int *sdispls,
 			MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
@@ -1550,112 +1449,19 @@ static int do_alltoallv(const char *call, const void *sbuf, const int *scounts, 
 	d.dlen = v_end(rcounts, rdispls, n, rsize);
 	d.a.counts = words;
 	d.a.counts_len = 4 * (size_t)n;
-	int rc = offload(call, comm, st, &d, 0, how, req);
+	int rc = offload(call, comm, st, &d, 0, how, req, &why);
 	if (rc != FALLBACK)
 		return rc;
-	why = "the urom worker is gone";
 fallback:
-	note(call, PASSED, why);
-	(void)info;
-	switch (how) {
-	case BLOCKING:
-		return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
-				      comm);
-	case NONBLOCKING:
-		return PMPI_Ialltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
-				       comm, req);
-	default:
-		return PCOLL(PMPIX_Alltoallv_init(sbuf, scounts, sdispls, stype, rbuf, rcounts,
-						  rdispls, rtype, comm, info, req));
-	}
+	PASS_ON(Alltoallv, Ialltoallv, sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+		comm);
 }
 
-EXPORT int MPI_Alltoallv(const void *sbuf, const int *scounts, const int *sdispls,
-			 MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
-			 MPI_Datatype rtype, MPI_Comm comm)
-{
-	return do_alltoallv("MPI_Alltoallv", sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls,
-			    rtype, comm, BLOCKING, MPI_INFO_NULL, NULL);
-}
-
-EXPORT int MPI_Ialltoallv(const void *sbuf, const int *scounts, const int *sdispls,
-			  MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls,
-			  MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
-{
-	return do_alltoallv("MPI_Ialltoallv", sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls,
-			    rtype, comm, NONBLOCKING, MPI_INFO_NULL, req);
-}
-
-#if UROM_MPI_PCOLL
-/* The persistent forms (Open MPI's pcollreq extension): set up once on the worker, their
- * buffers registered once, started by MPI_Start / MPI_Startall. */
-
-EXPORT int MPIX_Allreduce_init(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-			       MPI_Op op, MPI_Comm comm, MPI_Info info, MPI_Request *req)
-{
-	return do_allreduce("MPIX_Allreduce_init", sbuf, rbuf, count, dt, op, comm, PERSISTENT,
-			    info, req);
-}
-
-EXPORT int MPIX_Reduce_init(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-			    int root, MPI_Comm comm, MPI_Info info, MPI_Request *req)
-{
-	return do_reduce("MPIX_Reduce_init", sbuf, rbuf, count, dt, op, root, comm, PERSISTENT,
-			 info, req);
-}
-
-EXPORT int MPIX_Reduce_scatter_block_init(const void *sbuf, void *rbuf, int rcount,
-					  MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Info info,
-					  MPI_Request *req)
-{
-	return do_reduce_scatter_block("MPIX_Reduce_scatter_block_init", sbuf, rbuf, rcount, dt, op,
-				       comm, PERSISTENT, info, req);
-}
-
-EXPORT int MPIX_Bcast_init(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
-			   MPI_Info info, MPI_Request *req)
-{
-	return do_bcast("MPIX_Bcast_init", buf, count, dt, root, comm, PERSISTENT, info, req);
-}
-
-EXPORT int MPIX_Barrier_init(MPI_Comm comm, MPI_Info info, MPI_Request *req)
-{
-	return do_barrier("MPIX_Barrier_init", comm, PERSISTENT, info, req);
-}
-
-EXPORT int MPIX_Allgather_init(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			       int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
-			       MPI_Request *req)
-{
-	return do_gather_like("MPIX_Allgather_init", UROM_COLL_ALLGATHER, sbuf, scount, stype, rbuf,
-			      rcount, rtype, comm, PERSISTENT, info, req);
-}
-
-EXPORT int MPIX_Alltoall_init(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-			      int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Info info,
-			      MPI_Request *req)
-{
-	return do_gather_like("MPIX_Alltoall_init", UROM_COLL_ALLTOALL, sbuf, scount, stype, rbuf,
-			      rcount, rtype, comm, PERSISTENT, info, req);
-}
-
-EXPORT int MPIX_Allgatherv_init(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-				const int rcounts[], const int displs[], MPI_Datatype rtype,
-				MPI_Comm comm, MPI_Info info, MPI_Request *req)
-{
-	return do_allgatherv("MPIX_Allgatherv_init", sbuf, scount, stype, rbuf, rcounts, displs,
-			     rtype, comm, PERSISTENT, info, req);
-}
-
-EXPORT int MPIX_Alltoallv_init(const void *sbuf, const int scounts[], const int sdispls[],
-			       MPI_Datatype stype, void *rbuf, const int rcounts[],
-			       const int rdispls[], MPI_Datatype rtype, MPI_Comm comm,
-			       MPI_Info info, MPI_Request *req)
-{
-	return do_alltoallv("MPIX_Alltoallv_init", sbuf, scounts, sdispls, stype, rbuf, rcounts,
-			    rdispls, rtype, comm, PERSISTENT, info, req);
-}
-#endif
+ENTRY_POINTS(Alltoallv, Ialltoallv, do_alltoallv,
+	     (const void *sbuf, const int *scounts, const int *sdispls, MPI_Datatype stype,
+	      void *rbuf, const int *rcounts, const int *rdispls, MPI_Datatype rtype,
+	      MPI_Comm comm),
+	     (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm))
 
 /* MPI_Start(all): ours started on the worker, the others by MPI. In array order, as every
  * rank must start persistent collectives in the same order. */

@@ -19,7 +19,7 @@ use urom_host::{
 };
 
 use crate::borrow;
-use crate::ffi::{self, CallbackOob, OobColl};
+use crate::ffi::{self, OobColl};
 use crate::log;
 use crate::worker::{WorkerInner, WorkerObj};
 
@@ -110,7 +110,7 @@ impl DomainObj {
 
     /// `doca_urom_domain_set_oob()`: a copy of the program's collective.
     pub(crate) fn set_oob(&self, oob: OobColl) -> Result<(), Status> {
-        if let Err(why) = oob.check() {
+        if let Err(why) = oob.collective() {
             log::error("domain", &why);
             return Err(Status::InvalidValue);
         }
@@ -263,7 +263,9 @@ impl Settings {
     fn domain(&self) -> Result<Domain<Idle>, Status> {
         let mut domain = Domain::new();
         if let Some(oob) = self.oob {
-            domain = domain.set_oob(CallbackOob::new(oob));
+            // Checked when it was set.
+            let oob = oob.collective().map_err(|_| Status::InvalidValue)?;
+            domain = domain.set_oob(oob);
         }
         let mut running: Vec<Ref<'_, Worker<Running>>> = Vec::with_capacity(self.workers.len());
         for (id, worker) in self.ids.iter().zip(&self.workers) {

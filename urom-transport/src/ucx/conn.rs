@@ -21,7 +21,7 @@ use super::UcxConnectError;
 use super::state::{
     self, AM_BATCH, AM_CONTROL, AM_DATA, BATCH_BYTES, PeerEp, RX, Slot, State, StateBox, TX,
 };
-use super::ucp::{self, Remote, Shared, Worker};
+use super::ucp::{self, Queued, Remote, Sent, Shared, Worker};
 use crate::sync::spin_hint;
 use crate::{
     Armed, ChannelConfig, FrameReceiver, FrameRecvError, FrameSendError, FrameSender, HalfControl,
@@ -201,14 +201,11 @@ impl Ucp {
         // SAFETY: `cell` is a field of the state, which lives until its sends completed;
         // nothing else writes or reads it now (each close is sent once, and not yet).
         unsafe { cell.write(bytes) };
-        // SAFETY: as above; from here on only UCX reads it.
-        let header = unsafe { &*cell };
-        // SAFETY: `ep` is live (invariants); the header cell lives until its send completed.
-        let sent = unsafe {
-            self.worker
-                .send_detached(self.ep, self.peer_am + AM_CONTROL, header, &[], 0, None)
-        };
-        if let Err(status) = sent {
+        let (ep, id, header): (_, _, *const [u8]) = (self.ep, self.peer_am + AM_CONTROL, cell);
+        // SAFETY: `ep` is live (invariants); the header cell lives until its send completed,
+        // and from here on only UCX reads it.
+        let sent = unsafe { ucp::am_send(ep, id, header, &[], 0, ucp::Completion::Later) };
+        if let Err(status) = ucp::detach_request(sent) {
             self.state().failed.get_or_insert(status);
         }
         self.worker.progress();
@@ -227,101 +224,51 @@ impl Ucp {
             value,
         }
         .to_bytes();
-        let param = ucp::request_param(
-            sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
-            None,
-            std::ptr::null_mut(),
-        );
-        // SAFETY: `ep` is live; with immediate completion forced, UCX keeps no pointer to the
-        // header after the call.
+        let (ep, id) = (self.ep, self.peer_am + AM_CONTROL);
+        let state = &mut self.state;
+        // SAFETY: `ep` is live (invariants).
         let sent = unsafe {
-            sys::ucp_am_send_nbx(
-                self.ep,
-                self.peer_am + AM_CONTROL,
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                std::ptr::null(),
-                0,
-                &param,
-            )
+            self.worker
+                .send_or_queue(ep, id, &bytes, &[], 0, || state.get().queue_credit(bytes))
         };
         let state = self.state();
-        match sys::status_ptr(sent) {
-            sys::StatusPtr::Done => state.rx.reported = value,
-            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) if !state.controls.credit_busy => {
-                state.controls.credit = bytes;
-                let ctx = state.controls.credit_ctx();
-                let header: *const [u8; 16] = &state.controls.credit;
-                let param = ucp::request_param(0, Some(state::on_credit_sent), ctx);
-                // SAFETY: `ep` is live; the header cell and the callback context are fields of
-                // the state, which lives until its sends completed; the cell is not written
-                // again until the callback clears `credit_busy`.
-                let sent = unsafe {
-                    sys::ucp_am_send_nbx(
-                        self.ep,
-                        self.peer_am + AM_CONTROL,
-                        header.cast(),
-                        16,
-                        std::ptr::null(),
-                        0,
-                        &param,
-                    )
-                };
-                let state = self.state();
-                match sys::status_ptr(sent) {
-                    sys::StatusPtr::Done => state.rx.reported = value,
-                    sys::StatusPtr::Request(_) => {
-                        state.controls.credit_busy = true;
-                        state.rx.reported = value;
-                    }
-                    sys::StatusPtr::Failed(status) => {
-                        state.failed.get_or_insert(status);
-                    }
-                }
+        match sent {
+            Ok(Sent::Done) => state.rx.reported = value,
+            Ok(Sent::Queued) => {
+                state.controls.credit_busy = true;
+                state.rx.reported = value;
             }
             // Busy: tried again when the receiver next finds nothing to do.
-            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => {}
-            sys::StatusPtr::Failed(status) => {
+            Ok(Sent::Deferred) => {}
+            Err(status) => {
                 state.failed.get_or_insert(status);
-            }
-            sys::StatusPtr::Request(request) => {
-                // Not expected with immediate completion forced; wait so that the header on
-                // the stack is not used after this returns.
-                let _ = self.worker.wait(request, None);
-                self.state().rx.reported = value;
             }
         }
     }
 
     /// Sends the frame numbered `seq`; the caller checked that a credit and its send buffer
-    /// are free.
+    /// are free. A frame UCX cannot take at once (a large or a queued one) goes from a copy in
+    /// its send buffer, which stays busy until UCX is done with it.
     fn send_frame(&mut self, seq: u64, frame: &[u8]) -> Result<(), FrameSendError> {
         let header = UcxDataRepr { seq }.to_bytes();
-        let param = ucp::request_param(
-            sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
-            None,
-            std::ptr::null_mut(),
-        );
-        // SAFETY: `ep` is live; with immediate completion forced, UCX keeps no pointer to the
-        // header or the frame after the call.
+        let (ep, id) = (self.ep, self.peer_am + AM_DATA);
+        let state = &mut self.state;
+        // SAFETY: `ep` is live (invariants).
         let sent = unsafe {
-            sys::ucp_am_send_nbx(
-                self.ep,
-                self.peer_am + AM_DATA,
-                header.as_ptr().cast(),
-                header.len(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                &param,
-            )
+            self.worker.send_or_queue(ep, id, &header, frame, 0, || {
+                Some(state.get().queue_frame(seq, header, frame))
+            })
         };
-        let outcome = match sys::status_ptr(sent) {
-            sys::StatusPtr::Done => Ok(()),
-            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => self.send_copy(seq, header, frame),
-            sys::StatusPtr::Failed(status) => Err(status),
-            sys::StatusPtr::Request(request) => self.worker.wait(request, None),
-        };
-        outcome.map_err(|status| self.send_failed(status))
+        match sent {
+            Ok(Sent::Queued) => {
+                let tx = &mut self.state().tx;
+                let index = tx.slot(seq);
+                tx.busy[index] = true;
+                Ok(())
+            }
+            Ok(Sent::Done | Sent::Deferred) => Ok(()),
+            Err(status) => Err(self.send_failed(status)),
+        }
     }
 
     /// Holds the frame numbered `seq` for the next batch message, sending the batch first
@@ -373,37 +320,23 @@ impl Ucp {
             return self.send_frame(first, frame);
         }
         let header = UcxDataRepr { seq: first }.to_bytes();
-        let send = |ucp: &Self, op_attr| {
-            let mut param = ucp::request_param(
-                op_attr | sys::UCP_OP_ATTR_FIELD_FLAGS,
-                None,
-                std::ptr::null_mut(),
-            );
-            param.flags = sys::UCP_AM_SEND_FLAG_EAGER;
-            // SAFETY: `ep` is live; the header and the `len` bytes of entries stay put and
-            // unchanged until the send completed: at once, or in the wait below.
-            unsafe {
-                sys::ucp_am_send_nbx(
-                    ucp.ep,
-                    ucp.peer_am + AM_BATCH,
-                    header.as_ptr().cast(),
-                    header.len(),
-                    entries.cast(),
-                    len,
-                    &param,
-                )
-            }
+        // SAFETY: the buffer holds `len` bytes of entries; nothing writes it until this send
+        // returned.
+        let entries = unsafe { std::slice::from_raw_parts(entries, len) };
+        // UCX cannot take it at once: send it from where it lies and wait until it left.
+        // SAFETY: the header and the entries stay put and unchanged until that wait returned.
+        let queue = || Some(unsafe { Queued::new(&header, entries, None) });
+        let (ep, id, flags) = (
+            self.ep,
+            self.peer_am + AM_BATCH,
+            sys::UCP_AM_SEND_FLAG_EAGER,
+        );
+        // SAFETY: `ep` is live (invariants).
+        let sent = unsafe {
+            self.worker
+                .send_or_queue(ep, id, &header, entries, flags, queue)
         };
-        let outcome = match sys::status_ptr(send(self, sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL)) {
-            sys::StatusPtr::Done => Ok(()),
-            // UCX cannot take it at once: send it from where it lies and wait until it left.
-            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => {
-                self.worker.wait(send(self, 0), None)
-            }
-            sys::StatusPtr::Failed(status) => Err(status),
-            sys::StatusPtr::Request(request) => self.worker.wait(request, None),
-        };
-        outcome.map_err(|status| self.send_failed(status))
+        sent.map(|_| ()).map_err(|status| self.send_failed(status))
     }
 
     /// Records that a send failed with `status` and says how the peer went.
@@ -412,50 +345,6 @@ impl Ucp {
         // What the peer said before it went (a close) tells how it went.
         self.worker.progress_all();
         FrameSendError::PeerGone(self.state().tx_gone().unwrap_or(PeerGoneError::Died))
-    }
-
-    /// Sends a frame that cannot go out at once (a large or a queued one) from a copy in its
-    /// send buffer, which stays busy until UCX is done with it.
-    fn send_copy(
-        &mut self,
-        seq: u64,
-        header: [u8; 8],
-        frame: &[u8],
-    ) -> Result<(), sys::ucs_status_t> {
-        let max = self.state().max;
-        let state = self.state();
-        let index = (seq % state.tx.slots as u64) as usize;
-        state.tx.headers[index] = header;
-        let dst = state.tx.buf.at(index * max);
-        if !frame.is_empty() {
-            // SAFETY: the send buffer has `max >= frame.len()` bytes for slot `index`, which is
-            // not busy (the caller checked), so UCX does not read it now.
-            unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len()) };
-        }
-        let ctx = state.tx.ctx(index);
-        let header: *const [u8; 8] = &state.tx.headers[index];
-        let param = ucp::request_param(0, Some(state::on_sent), ctx);
-        // SAFETY: `ep` is live; header cell, buffer and callback context belong to the state,
-        // which lives until its sends completed, and stay untouched while the slot is busy.
-        let sent = unsafe {
-            sys::ucp_am_send_nbx(
-                self.ep,
-                self.peer_am + AM_DATA,
-                header.cast(),
-                8,
-                dst.cast_const().cast(),
-                frame.len(),
-                &param,
-            )
-        };
-        match sys::status_ptr(sent) {
-            sys::StatusPtr::Done => Ok(()),
-            sys::StatusPtr::Request(_) => {
-                self.state().tx.busy[index] = true;
-                Ok(())
-            }
-            sys::StatusPtr::Failed(status) => Err(status),
-        }
     }
 
     /// Progresses the worker until the next frame in order is ready or nothing more happens

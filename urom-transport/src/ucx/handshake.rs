@@ -231,7 +231,7 @@ fn send_message(
     let data = unsafe { std::slice::from_raw_parts(at, len) };
     // SAFETY: `ep` is a live endpoint of the shared worker, whose lock is held; `data` lives
     // until the state is freed, after every send of the end completed.
-    let request = unsafe { ucp.worker.send_request(ep, id, &[], data, flags) };
+    let request = unsafe { ucp::am_send(ep, id, &[], data, flags, ucp::Completion::Later) };
     match until {
         None => {
             let sent = ucp::detach_request(request);

@@ -12,12 +12,10 @@ use std::ffi::c_void;
 use std::os::fd::RawFd;
 
 use ucx_sys as sys;
-use urom_wire::ucx::{
-    UCX_CONTROL_LEN, UcxBatchFrames, UcxControlKind, UcxControlRepr, UcxDataRepr,
-};
+use urom_wire::ucx::{UcxBatchFrames, UcxControlKind, UcxControlRepr, UcxDataRepr};
 
 use super::UcxConnectError;
-use super::ucp::{self, Worker};
+use super::ucp::{self, Queued, Worker};
 use crate::PeerGoneError;
 
 /// Active-message ids, as offsets from an end's first id (`am_base`, exchanged in the
@@ -294,7 +292,9 @@ impl StateBox {
     /// The state. Borrowing the box mutably is what makes this sound: the owner (a connection
     /// end, under the shared worker's lock) holds the box beside its worker handle, so the
     /// compiler keeps the reference from living across a call into the worker, where UCX's
-    /// callbacks reach the state through the raw pointer.
+    /// callbacks reach the state through the raw pointer. (A closure that holds the box, such
+    /// as [`Worker::send_or_queue`]'s queue, makes the reference only while it runs, between
+    /// calls into the worker.)
     pub(super) fn get(&mut self) -> &mut State {
         // SAFETY: see the type's invariants; `&mut self` excludes every other reference made
         // through the box, and callbacks run only inside calls into the worker, which need the
@@ -383,25 +383,59 @@ impl State {
             value: 0,
         }
         .to_bytes();
-        let param = ucp::request_param(0, None, std::ptr::null_mut());
+        let header: *const [u8] = &raw const self.controls.close_seen;
         // SAFETY: `ep` is the live data endpoint; the header cell belongs to the state, which
         // lives until its sends completed, and is written only once (above). Sending from
         // inside a callback is allowed (only progressing the worker is not).
         let sent = unsafe {
-            sys::ucp_am_send_nbx(
+            ucp::am_send(
                 self.ep,
                 self.peer_am + AM_CONTROL,
-                self.controls.close_seen.as_ptr().cast(),
-                UCX_CONTROL_LEN,
-                std::ptr::null(),
+                header,
+                &[],
                 0,
-                &param,
+                ucp::Completion::Later,
             )
         };
-        if let sys::StatusPtr::Request(request) = sys::status_ptr(sent) {
-            // SAFETY: a live request, freed once; UCX releases it when it completes.
-            unsafe { sys::ucp_request_free(request) };
+        // Nothing waits for it: without it the peer lingers until its close gives up.
+        let _ = ucp::detach_request(sent);
+    }
+
+    /// Queues the frame numbered `seq` and its `header` in the frame's send slot (which the
+    /// caller checked is free), copying the frame into the slot's send buffer; the slot is
+    /// busy from when UCX takes it until [`on_sent`].
+    pub(super) fn queue_frame(&mut self, seq: u64, header: [u8; 8], frame: &[u8]) -> Queued {
+        let index = self.tx.slot(seq);
+        self.tx.headers[index] = header;
+        let dst = self.tx.buf.at(index * self.max);
+        if !frame.is_empty() {
+            // SAFETY: the send buffer has `max >= frame.len()` bytes for slot `index`, which is
+            // not busy (the caller checked), so UCX does not read it now.
+            unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len()) };
         }
+        let ctx = self.tx.ctx(index);
+        let header: *const [u8] = &raw const self.tx.headers[index];
+        let data = std::ptr::slice_from_raw_parts(dst.cast_const(), frame.len());
+        // SAFETY: header cell, buffer and callback context belong to the state, which lives
+        // until its sends completed, and stay untouched while the slot is busy.
+        unsafe { Queued::new(header, data, Some((on_sent, ctx))) }
+    }
+
+    /// Queues the credit message `bytes` in its header cell, unless a credit message is still
+    /// being sent from there; the cell is busy from when UCX takes it until
+    /// [`on_credit_sent`].
+    pub(super) fn queue_credit(&mut self, bytes: [u8; 16]) -> Option<Queued> {
+        let controls = &mut self.controls;
+        if controls.credit_busy {
+            return None;
+        }
+        controls.credit = bytes;
+        let ctx = controls.credit_ctx();
+        let header: *const [u8] = &raw const controls.credit;
+        // SAFETY: the header cell and the callback context are fields of the state, which
+        // lives until its sends completed; the cell is not written again until the callback
+        // clears `credit_busy`.
+        Some(unsafe { Queued::new(header, &[], Some((on_credit_sent, ctx))) })
     }
 
     /// The peer broke the protocol: the connection is unusable.
@@ -728,20 +762,12 @@ pub(super) unsafe extern "C" fn on_sent(
     status: sys::ucs_status_t,
     user_data: *mut c_void,
 ) {
-    // SAFETY: the context UCX was given for this send; it lives as long as the state.
-    let ctx = unsafe { &*user_data.cast::<CallbackCtx>() };
-    // SAFETY: the registered state, called back while its lock is held.
+    // SAFETY: the callback's own contract.
     unsafe {
-        with_state(ctx.state.cast(), (), |state| {
-            state.tx.busy[ctx.index] = false;
-            if status != sys::UCS_OK {
-                state.failed.get_or_insert(status);
-            }
-            state.wake(TX);
+        send_completed(request, status, user_data, TX, |state, index| {
+            state.tx.busy[index] = false;
         });
     }
-    // SAFETY: the request of this send, freed once, after it completed.
-    unsafe { sys::ucp_request_free(request) };
 }
 
 /// A credit message that did not go out at once went out.
@@ -754,16 +780,38 @@ pub(super) unsafe extern "C" fn on_credit_sent(
     status: sys::ucs_status_t,
     user_data: *mut c_void,
 ) {
+    // SAFETY: the callback's own contract.
+    unsafe {
+        send_completed(request, status, user_data, RX, |state, _| {
+            state.controls.credit_busy = false;
+        });
+    }
+}
+
+/// What a queued send's completion does: `done` frees what the send held (given the context's
+/// index), a failure is recorded, `half` is woken and the request freed.
+///
+/// # Safety
+///
+/// Called from UCX's send callbacks only, with their arguments; `user_data` is the send's
+/// [`CallbackCtx`].
+unsafe fn send_completed(
+    request: *mut c_void,
+    status: sys::ucs_status_t,
+    user_data: *mut c_void,
+    half: usize,
+    done: impl FnOnce(&mut State, usize),
+) {
     // SAFETY: the context UCX was given for this send; it lives as long as the state.
     let ctx = unsafe { &*user_data.cast::<CallbackCtx>() };
     // SAFETY: the registered state, called back while its lock is held.
     unsafe {
         with_state(ctx.state.cast(), (), |state| {
-            state.controls.credit_busy = false;
+            done(state, ctx.index);
             if status != sys::UCS_OK {
                 state.failed.get_or_insert(status);
             }
-            state.wake(RX);
+            state.wake(half);
         });
     }
     // SAFETY: the request of this send, freed once, after it completed.
@@ -778,6 +826,11 @@ impl Controls {
 }
 
 impl Tx {
+    /// The send slot of the frame numbered `seq`.
+    pub(super) fn slot(&self, seq: u64) -> usize {
+        (seq % self.slots as u64) as usize
+    }
+
     /// The context the send of slot `index` gets.
     pub(super) fn ctx(&mut self, index: usize) -> *mut c_void {
         (&raw mut self.ctx[index]).cast()

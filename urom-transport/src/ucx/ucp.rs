@@ -445,85 +445,51 @@ impl Worker {
         check(status)
     }
 
-    /// Starts sending one active message; the request (or status) for [`wait_unlocked`] or
-    /// [`detach_request`].
+    /// Sends one active message with `header` and `data` to `id` on `ep`: at once when UCX can
+    /// take it (it then keeps no pointer to them), else from where `queue` puts it (or not at
+    /// all when `queue` has no room: [`Sent::Deferred`]). A queued send completes through its
+    /// callback, or is waited for when it has none. Allocates nothing; `queue` runs between
+    /// calls into UCX, so no callback of UCX's runs while it does.
     ///
     /// # Safety
     ///
-    /// `ep` must be a live endpoint of this worker, and the caller the only thread in it;
-    /// `header` and `data` must stay valid and unchanged until the send completed.
-    pub(super) unsafe fn send_request(
+    /// `ep` must be a live endpoint of this worker, and the caller the only thread in it.
+    pub(super) unsafe fn send_or_queue(
         &self,
         ep: sys::ucp_ep_h,
         id: u32,
         header: &[u8],
         data: &[u8],
         flags: u32,
-    ) -> sys::ucs_status_ptr_t {
-        let mut param = request_param(0, None, std::ptr::null_mut());
-        if flags != 0 {
-            param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
-            param.flags = flags;
-        }
-        // SAFETY: the caller guarantees `ep` and the buffers' lifetime; `param` is initialised.
-        unsafe {
-            sys::ucp_am_send_nbx(
-                ep,
-                id,
-                header.as_ptr().cast(),
-                header.len(),
-                data.as_ptr().cast(),
-                data.len(),
-                &param,
-            )
-        }
-    }
-
-    /// Sends one active message whose buffers stay valid until the worker is destroyed. With
-    /// `wait`, waits until `wait`'s deadline for the send to complete; otherwise releases the
-    /// request at once (UCX frees it when done).
-    ///
-    /// # Safety
-    ///
-    /// `ep` must be a live endpoint of this worker; `header` and `data` must stay valid and
-    /// unchanged until the worker is destroyed.
-    pub(super) unsafe fn send_detached(
-        &self,
-        ep: sys::ucp_ep_h,
-        id: u32,
-        header: &[u8],
-        data: &[u8],
-        flags: u32,
-        wait: Option<Option<Instant>>,
-    ) -> Result<(), sys::ucs_status_t> {
-        let mut param = request_param(0, None, std::ptr::null_mut());
-        if flags != 0 {
-            param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
-            param.flags = flags;
-        }
-        // SAFETY: the caller guarantees `ep` and the buffers' lifetime; `param` is initialised.
-        let sent = unsafe {
-            sys::ucp_am_send_nbx(
-                ep,
-                id,
-                header.as_ptr().cast(),
-                header.len(),
-                data.as_ptr().cast(),
-                data.len(),
-                &param,
-            )
-        };
-        if let Some(until) = wait {
-            return self.wait(sent, until);
-        }
+        queue: impl FnOnce() -> Option<Queued>,
+    ) -> Result<Sent, sys::ucs_status_t> {
+        // SAFETY: the caller guarantees `ep`; completing now, UCX keeps no pointer to the
+        // buffers after the call.
+        let sent = unsafe { am_send(ep, id, header, data, flags, Completion::Now) };
         match sys::status_ptr(sent) {
-            sys::StatusPtr::Done => Ok(()),
+            sys::StatusPtr::Done => return Ok(Sent::Done),
+            sys::StatusPtr::Failed(sys::UCS_ERR_NO_RESOURCE) => {}
+            sys::StatusPtr::Failed(status) => return Err(status),
+            // Not expected when completing now; wait so that the buffers are not used after
+            // this returns.
+            sys::StatusPtr::Request(_) => return self.wait(sent, None).map(|()| Sent::Done),
+        }
+        let Some(queued) = queue() else {
+            return Ok(Sent::Deferred);
+        };
+        let completion = match queued.on_done {
+            Some((on_done, ctx)) => Completion::Callback { on_done, ctx },
+            None => Completion::Later,
+        };
+        // SAFETY: the caller guarantees `ep`; `Queued::new`'s caller keeps the buffers and the
+        // callback's context valid and unchanged until the send completed, which without a
+        // callback is waited for below.
+        let sent = unsafe { am_send(ep, id, queued.header, queued.data, flags, completion) };
+        match sys::status_ptr(sent) {
+            sys::StatusPtr::Done => Ok(Sent::Done),
             sys::StatusPtr::Failed(status) => Err(status),
-            sys::StatusPtr::Request(request) => {
-                // SAFETY: a live request of this worker, freed once; UCX releases it when done.
-                unsafe { sys::ucp_request_free(request) };
-                Ok(())
-            }
+            sys::StatusPtr::Request(_) if queued.on_done.is_some() => Ok(Sent::Queued),
+            sys::StatusPtr::Request(_) => self.wait(sent, None).map(|()| Sent::Done),
         }
     }
 }
@@ -535,6 +501,108 @@ impl Drop for Worker {
             // owners (any left are released by UCX with the worker).
             unsafe { sys::ucp_worker_destroy(self.raw) };
         }
+    }
+}
+
+/// When a send may complete, and what tells its sender.
+#[derive(Clone, Copy)]
+pub(super) enum Completion {
+    /// Within the call or not at all: UCX keeps no pointer to the buffers after it, and fails
+    /// with `UCS_ERR_NO_RESOURCE` when it cannot send at once.
+    Now,
+    /// Within the call or later, through the request returned (to wait for or release).
+    Later,
+    /// Within the call or later; if later, UCX calls `on_done` with `ctx`, which frees the
+    /// request.
+    Callback { on_done: SendDone, ctx: *mut c_void },
+}
+
+/// A send's completion callback: UCX passes the request, its status and the context.
+pub(super) type SendDone = unsafe extern "C" fn(*mut c_void, sys::ucs_status_t, *mut c_void);
+
+/// Where a message that UCX could not take at once stays put until its send completed, for
+/// [`Worker::send_or_queue`].
+pub(super) struct Queued {
+    header: *const [u8],
+    data: *const [u8],
+    /// Called with its context when the send completes after the call; `None`: the sender
+    /// waits for it instead.
+    on_done: Option<(SendDone, *mut c_void)>,
+}
+
+impl Queued {
+    /// `header` and `data`, their send's completion told to `on_done` (or waited for).
+    ///
+    /// # Safety
+    ///
+    /// `header` and `data` (and `on_done`'s context) must stay valid and unchanged until the
+    /// send completed: until `on_done` ran, or, without it, until the sender's wait returned.
+    pub(super) unsafe fn new(
+        header: *const [u8],
+        data: *const [u8],
+        on_done: Option<(SendDone, *mut c_void)>,
+    ) -> Self {
+        Self {
+            header,
+            data,
+            on_done,
+        }
+    }
+}
+
+/// What became of a message [`Worker::send_or_queue`] sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// UCX is done with it.
+    Done,
+    /// UCX sends it from where it was queued and runs the queue's callback when done.
+    Queued,
+    /// UCX could not take it at once and the queue had no room for it: try again later.
+    Deferred,
+}
+
+/// Starts sending one active message with `header` and `data` (UCP_AM_SEND_FLAG_* `flags`)
+/// to `id` on `ep`, completing as `completion` says; the request or status (for
+/// [`Worker::wait`], [`wait_unlocked`] or [`detach_request`]).
+///
+/// # Safety
+///
+/// `ep` must be a live endpoint of a worker that the caller alone is in (its lock held);
+/// unless `completion` is [`Completion::Now`], `header` and `data` (and a callback's `ctx`)
+/// must stay valid and unchanged until the send completed.
+pub(super) unsafe fn am_send(
+    ep: sys::ucp_ep_h,
+    id: u32,
+    header: *const [u8],
+    data: *const [u8],
+    flags: u32,
+    completion: Completion,
+) -> sys::ucs_status_ptr_t {
+    let mut param = match completion {
+        Completion::Now => request_param(
+            sys::UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+            None,
+            std::ptr::null_mut(),
+        ),
+        Completion::Later => request_param(0, None, std::ptr::null_mut()),
+        Completion::Callback { on_done, ctx } => request_param(0, Some(on_done), ctx),
+    };
+    if flags != 0 {
+        param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = flags;
+    }
+    // SAFETY: the caller guarantees `ep` and the buffers' (and context's) lifetime; `param`
+    // is initialised.
+    unsafe {
+        sys::ucp_am_send_nbx(
+            ep,
+            id,
+            header.cast(),
+            header.len(),
+            data.cast(),
+            data.len(),
+            &param,
+        )
     }
 }
 

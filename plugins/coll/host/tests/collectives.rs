@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 use urom_coll::{
-    CollError, CollHost, CollKind, CollSpec, Collective, Datatype, Reason, ReduceOp, SetupError,
-    Team, node_worker,
+    CollError, CollHost, CollKind, CollSpec, Datatype, Reason, ReduceOp, SetupError, Team,
+    node_worker,
 };
 use urom_host::oob::{RendezvousAddr, SocketOob};
 use urom_host::{Idle, ProgressEngine, Running, Service, Worker};
@@ -256,259 +256,6 @@ fn reduced(dt: Datatype, op: ReduceOp, n: u32, i: u64) -> u64 {
     (1..n).fold(elem(dt, 0, i), |acc, r| fold(dt, op, acc, elem(dt, r, i)))
 }
 
-/// One case of the matrix.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    kind: CollKind,
-    dt: Datatype,
-    op: ReduceOp,
-    count: u64,
-    root: u32,
-    in_place: bool,
-    user: bool,
-}
-
-/// Runs `case` on every rank and checks this rank's result.
-fn run_case(ctx: &mut Ctx, buffers: &mut Buffers, case: Case) {
-    let (n, me) = (ctx.size, ctx.rank);
-    let (dt, c) = (case.dt, case.count);
-    let nu = u64::from(n);
-    let (send, recv) = if case.user {
-        (&mut buffers.user_send, &mut buffers.user_recv)
-    } else {
-        (&mut buffers.shared_send, &mut buffers.shared_recv)
-    };
-    // In place is meaningful at the root only, for rooted collectives.
-    let rooted = matches!(
-        case.kind,
-        CollKind::Reduce | CollKind::Gather | CollKind::Scatter
-    );
-    let ip = case.in_place && !(rooted && me != case.root);
-    // The v-variants' words.
-    let mut counts = Vec::new();
-    let (mut sd, mut rd, mut gv_displs) = (Vec::new(), Vec::new(), Vec::new());
-    match case.kind {
-        CollKind::Allgatherv => {
-            let mut at = 0;
-            for s in 0..n {
-                gv_displs.push(at);
-                at += vcount(s, 0, c) + 1;
-            }
-            counts.extend((0..n).map(|s| vcount(s, 0, c)));
-            counts.extend(gv_displs.iter().copied());
-        }
-        CollKind::Alltoallv => {
-            // Send counts to each j, receive counts from each i.
-            let mut at = 0;
-            for j in 0..n {
-                sd.push(at);
-                at += vcount(me, j, c);
-            }
-            let mut at = 0;
-            for i in 0..n {
-                rd.push(at);
-                at += if ip {
-                    vcount(i.min(me), i.max(me), c)
-                } else {
-                    vcount(i, me, c)
-                } + 1;
-            }
-            if ip {
-                // In place: what goes to j and what comes from j are the same count.
-                counts.extend((0..n).map(|j| vcount(me.min(j), me.max(j), c)));
-                counts.extend(rd.iter().copied());
-                counts.extend((0..n).map(|j| vcount(me.min(j), me.max(j), c)));
-                counts.extend(rd.iter().copied());
-            } else {
-                counts.extend((0..n).map(|j| vcount(me, j, c)));
-                counts.extend(sd.iter().copied());
-                counts.extend((0..n).map(|i| vcount(i, me, c)));
-                counts.extend(rd.iter().copied());
-            }
-        }
-        _ => {}
-    }
-    let pair = |i: u32, j: u32| -> u64 {
-        if ip {
-            vcount(i.min(j), i.max(j), c)
-        } else {
-            vcount(i, j, c)
-        }
-    };
-    // Fill: send with this rank's data, receive with the sentinel (or the in-place input).
-    {
-        let mut s = send.bytes_mut().unwrap();
-        s.fill(SENTINEL);
-        let mut r = recv.bytes_mut().unwrap();
-        r.fill(SENTINEL);
-        let input_len = match case.kind {
-            CollKind::Alltoall | CollKind::ReduceScatterBlock => nu * c,
-            CollKind::Scatter if me == case.root => nu * c,
-            CollKind::Alltoallv => 4 * nu * 4,
-            CollKind::Allgatherv => vcount(me, 0, c),
-            _ => c,
-        };
-        for i in 0..input_len {
-            put(&mut s, dt, i, elem(dt, me, i));
-        }
-        if ip {
-            match case.kind {
-                CollKind::Allreduce | CollKind::Reduce | CollKind::ReduceScatterBlock => {
-                    for i in 0..input_len {
-                        put(&mut r, dt, i, elem(dt, me, i));
-                    }
-                }
-                CollKind::Allgather => {
-                    for i in 0..c {
-                        put(&mut r, dt, u64::from(me) * c + i, elem(dt, me, i));
-                    }
-                }
-                CollKind::Allgatherv => {
-                    for i in 0..vcount(me, 0, c) {
-                        put(&mut r, dt, gv_displs[me as usize] + i, elem(dt, me, i));
-                    }
-                }
-                CollKind::Gather => {
-                    for i in 0..c {
-                        put(&mut r, dt, u64::from(me) * c + i, elem(dt, me, i));
-                    }
-                }
-                CollKind::Alltoall => {
-                    for i in 0..nu * c {
-                        put(&mut r, dt, i, elem(dt, me, i));
-                    }
-                }
-                CollKind::Alltoallv => {
-                    for j in 0..n {
-                        for k in 0..pair(me, j) {
-                            let at = rd[j as usize] + k;
-                            put(&mut r, dt, at, elem(dt, me, at));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    let mut spec = CollSpec::new(case.kind, dt, c);
-    spec.op = case.op;
-    spec.root = case.root;
-    spec.counts = counts;
-    spec.in_place = ip;
-    if case.kind == CollKind::Bcast {
-        spec.send = Some(send.whole());
-    } else {
-        spec.send = (!ip || case.kind == CollKind::Scatter).then(|| send.whole());
-        spec.recv = Some(recv.whole());
-    }
-    if case.kind == CollKind::Allgatherv {
-        spec.count = vcount(me, 0, c);
-    }
-    let mut coll: Collective = ctx
-        .team
-        .init(&mut ctx.engine, &spec)
-        .unwrap_or_else(|e| panic!("{case:?}: init: {e}"));
-    coll.start()
-        .unwrap_or_else(|e| panic!("{case:?}: start: {e}"))
-        .wait(&mut ctx.engine)
-        .unwrap_or_else(|e| panic!("{case:?}: {e}"));
-    assert_eq!(coll.completions(), 1);
-    drop(coll);
-    // Check.
-    let root = case.root;
-    let s = send.bytes().unwrap();
-    let r = recv.bytes().unwrap();
-    let mut expect: Vec<(u64, u64)> = Vec::new(); // (index in recv, bits)
-    match case.kind {
-        CollKind::Barrier => {}
-        CollKind::Bcast => {
-            for i in 0..c {
-                assert_eq!(get(&s, dt, i), elem(dt, root, i), "{case:?} at {i}");
-            }
-        }
-        CollKind::Allreduce => expect.extend((0..c).map(|i| (i, reduced(dt, case.op, n, i)))),
-        CollKind::Reduce if me == root => {
-            expect.extend((0..c).map(|i| (i, reduced(dt, case.op, n, i))));
-        }
-        CollKind::Reduce => {}
-        CollKind::ReduceScatterBlock => {
-            expect.extend((0..c).map(|i| (i, reduced(dt, case.op, n, u64::from(me) * c + i))))
-        }
-        CollKind::Allgather => {
-            for src in 0..n {
-                expect.extend((0..c).map(|i| (u64::from(src) * c + i, elem(dt, src, i))));
-            }
-        }
-        CollKind::Allgatherv => {
-            for src in 0..n {
-                let at = gv_displs[src as usize];
-                expect.extend((0..vcount(src, 0, c)).map(|i| (at + i, elem(dt, src, i))));
-            }
-        }
-        CollKind::Gather if me == root => {
-            for src in 0..n {
-                expect.extend((0..c).map(|i| (u64::from(src) * c + i, elem(dt, src, i))));
-            }
-        }
-        CollKind::Gather => {}
-        CollKind::Scatter => {
-            if !(ip && me == root) {
-                expect.extend((0..c).map(|i| (i, elem(dt, root, u64::from(me) * c + i))));
-            }
-        }
-        CollKind::Alltoall => {
-            for src in 0..n {
-                expect.extend(
-                    (0..c).map(|k| (u64::from(src) * c + k, elem(dt, src, u64::from(me) * c + k))),
-                );
-            }
-        }
-        CollKind::Alltoallv => {
-            for src in 0..n {
-                // Where `src` keeps what it sends to me: its send displacement for me, or in
-                // place its receive displacement of me.
-                let src_at: u64 = if ip {
-                    (0..me).map(|i| pair(i, src) + 1).sum()
-                } else {
-                    (0..me).map(|j| vcount(src, j, c)).sum()
-                };
-                for k in 0..pair(src, me) {
-                    expect.push((rd[src as usize] + k, elem(dt, src, src_at + k)));
-                }
-            }
-        }
-        CollKind::Unknown(_) => unreachable!(),
-    }
-    let window = (recv.len() / es(dt)) as u64;
-    let mut expected_at = vec![None; window as usize];
-    for (at, bits) in &expect {
-        expected_at[*at as usize] = Some(*bits);
-    }
-    for at in 0..window.min(4 * nu * c.max(4) + 64) {
-        match expected_at[at as usize] {
-            Some(bits) => assert_eq!(
-                get(&r, dt, at),
-                bits,
-                "{case:?}: rank {me} element {at} differs from the reference"
-            ),
-            None if !ip && !(case.kind == CollKind::Bcast) => assert!(
-                r[at as usize * es(dt)..(at as usize + 1) * es(dt)]
-                    .iter()
-                    .all(|&b| b == SENTINEL),
-                "{case:?}: rank {me} element {at} was written"
-            ),
-            None => {}
-        }
-    }
-}
-
-struct Buffers {
-    shared_send: urom_coll::Buffer,
-    shared_recv: urom_coll::Buffer,
-    user_send: urom_coll::Buffer,
-    user_recv: urom_coll::Buffer,
-}
-
 const BUFFER_BYTES: usize = 256 * 1024;
 
 fn buffers(ctx: &mut Ctx) -> Buffers {
@@ -604,7 +351,17 @@ fn matrix(ctx: &mut Ctx, full: bool) {
                             in_place,
                             user,
                         };
-                        run_case(ctx, &mut bufs, case);
+                        let n = ctx.size;
+                        run_case(
+                            &ctx.team,
+                            &mut ctx.engine,
+                            &mut bufs,
+                            case,
+                            n,
+                            ctx.rank,
+                            elem,
+                            &|dt, op, i| reduced(dt, op, n, i),
+                        );
                     }
                 }
             }

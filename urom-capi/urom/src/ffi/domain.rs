@@ -1,11 +1,10 @@
 //! `doca_urom_domain_*`, and the program's out-of-band collective
-//! (`struct doca_urom_domain_oob_coll`) as an [`OobCollective`].
+//! (`struct doca_urom_domain_oob_coll`) as the host API's collective.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 
+use urom_capi_abi::oob::{AllgatherFn, OobCallbacks, OobStatus, RequestFn};
 use urom_capi_abi::{DocaCtx, DocaError, Status};
-use urom_host::oob::{OobCollective, OobError, OobRequest};
 
 use super::{arg, guard, guard_value};
 use crate::domain::DomainObj;
@@ -13,16 +12,10 @@ use crate::log;
 use crate::worker::WorkerObj;
 
 /// `doca_urom_domain_allgather_cb_t`.
-pub type AllgatherCb = unsafe extern "C" fn(
-    sbuf: *mut c_void,
-    rbuf: *mut c_void,
-    msglen: usize,
-    coll_info: *mut c_void,
-    req: *mut *mut c_void,
-) -> DocaError;
+pub type AllgatherCb = AllgatherFn;
 
 /// `doca_urom_domain_req_test_cb_t` and `doca_urom_domain_req_free_cb_t`.
-pub type RequestCb = unsafe extern "C" fn(req: *mut c_void) -> DocaError;
+pub type RequestCb = RequestFn;
 
 /// `struct doca_urom_domain_oob_coll`: the program's non-blocking allgather.
 #[repr(C)]
@@ -44,180 +37,63 @@ pub struct OobColl {
 }
 
 impl OobColl {
-    /// Why it cannot be used, if it cannot.
-    pub(crate) fn check(&self) -> Result<(), String> {
-        if self.allgather.is_none() || self.req_test.is_none() || self.req_free.is_none() {
+    /// The collective, or why it cannot be used.
+    pub(crate) fn collective(&self) -> Result<CallbackOob, String> {
+        // SAFETY: the program gave the callbacks in doca_urom_domain_set_oob with DOCA's
+        // signatures and contract, which are `OobCallbacks::new`'s.
+        let calls = unsafe {
+            OobCallbacks::new(
+                self.allgather,
+                self.req_test,
+                self.req_free,
+                self.coll_info,
+                self.n_oob_indexes,
+                self.oob_index,
+            )
+        };
+        let Some(calls) = calls else {
             return Err(
                 "the out-of-band collective needs its allgather, req_test and req_free callbacks"
                     .to_owned(),
             );
-        }
+        };
         if self.oob_index >= self.n_oob_indexes {
             return Err(format!(
                 "out-of-band index {} is not below the number of indexes {}",
                 self.oob_index, self.n_oob_indexes
             ));
         }
-        Ok(())
+        Ok(CallbackOob::new(calls))
     }
 }
 
-/// An allgather of the program's in flight, with the buffers it reads and writes.
-struct Gather {
-    // INVARIANTS: the program may read `send` and write `recv` until its req_test said the
-    // request completed (`done`); until then neither is freed (a request released before it
-    // completed leaks them).
-    req: *mut c_void,
-    send: Box<[u8]>,
-    recv: Box<[u8]>,
-    /// How many bytes of `recv` the allgather fills.
-    received: usize,
-    done: bool,
-}
+/// How DOCA's callbacks say how they did.
+pub(crate) struct DocaStatus;
 
-/// The program's collective as the host API's [`OobCollective`].
-pub(crate) struct CallbackOob {
-    coll: OobColl,
-    next_id: u64,
-    in_flight: HashMap<u64, Gather>,
-}
+impl OobStatus for DocaStatus {
+    const DONE: i32 = Status::Success.raw();
+    const IN_PROGRESS: i32 = Status::InProgress.raw();
 
-impl CallbackOob {
-    /// `coll` has passed [`OobColl::check`].
-    pub(crate) fn new(coll: OobColl) -> Self {
-        Self {
-            coll,
-            next_id: 0,
-            in_flight: HashMap::new(),
-        }
+    fn describe(status: i32) -> String {
+        format!(
+            "{} ({status})",
+            urom_capi_abi::name(Status::from_raw(status))
+        )
     }
 
-    /// Releases `gather`'s request with the program's req_free.
-    fn release(&self, gather: Gather) {
-        if let Some(req_free) = self.coll.req_free {
-            // SAFETY: the program gave req_free in doca_urom_domain_set_oob with DOCA's
-            // signature; `gather.req` is the request its allgather returned, released once.
-            let status = unsafe { req_free(gather.req) };
-            if status != Status::Success.raw() {
-                log::warn(
-                    "domain",
-                    &format!(
-                        "the out-of-band req_free returned {}",
-                        urom_capi_abi::name(Status::from_raw(status))
-                    ),
-                );
-            }
-        }
-        if !gather.done {
-            // The program may still write into them.
-            Box::leak(gather.send);
-            Box::leak(gather.recv);
-        }
-    }
-}
-
-impl OobCollective for CallbackOob {
-    fn size(&self) -> u32 {
-        self.coll.n_oob_indexes
-    }
-
-    fn rank(&self) -> u32 {
-        self.coll.oob_index
-    }
-
-    fn allgather(&mut self, send: &[u8]) -> Result<OobRequest, OobError> {
-        let allgather = self
-            .coll
-            .allgather
-            .ok_or_else(|| OobError::new("the out-of-band collective has no allgather"))?;
-        let received = send.len().saturating_mul(self.size() as usize);
-        // At least a byte each, so that the program gets two distinct buffers.
-        let mut storage = vec![0u8; send.len().max(1)];
-        storage[..send.len()].copy_from_slice(send);
-        let mut send_buf: Box<[u8]> = storage.into();
-        let mut recv: Box<[u8]> = vec![0u8; received.max(1)].into();
-        let mut req: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the program gave `allgather` in doca_urom_domain_set_oob with DOCA's
-        // signature. `send_buf` holds `send.len()` bytes and `recv` that many for each rank; both
-        // stay where they are until the request completes (see `Gather`); `req` is a local.
-        let status = unsafe {
-            allgather(
-                send_buf.as_mut_ptr().cast(),
-                recv.as_mut_ptr().cast(),
-                send.len(),
-                self.coll.coll_info,
-                &mut req,
-            )
-        };
-        if status != Status::Success.raw() {
-            return Err(OobError::new(format!(
-                "the out-of-band allgather returned {}",
-                urom_capi_abi::name(Status::from_raw(status))
-            )));
-        }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.in_flight.insert(
-            id,
-            Gather {
-                req,
-                send: send_buf,
-                recv,
-                received,
-                done: false,
-            },
+    fn free_failed(status: i32) {
+        log::warn(
+            "domain",
+            &format!(
+                "the out-of-band req_free returned {}",
+                Self::describe(status)
+            ),
         );
-        Ok(OobRequest::new(id, send.len(), self.size()))
-    }
-
-    fn test(&mut self, request: &mut OobRequest) -> Result<bool, OobError> {
-        let id = request.id();
-        let req_test = self.coll.req_test;
-        let Some(gather) = self.in_flight.get_mut(&id) else {
-            return Err(OobError::new(format!(
-                "request {id} is not an allgather of this collective in flight"
-            )));
-        };
-        if !gather.done {
-            let Some(req_test) = req_test else {
-                return Err(OobError::new("the out-of-band collective has no req_test"));
-            };
-            // SAFETY: the program gave req_test in doca_urom_domain_set_oob with DOCA's
-            // signature; `gather.req` is the request its allgather returned, not yet released.
-            let status = unsafe { req_test(gather.req) };
-            match Status::from_raw(status) {
-                Status::Success => gather.done = true,
-                Status::InProgress => return Ok(false),
-                other => {
-                    return Err(OobError::new(format!(
-                        "the out-of-band req_test returned {} ({status})",
-                        urom_capi_abi::name(other)
-                    )));
-                }
-            }
-        }
-        let Some(blocks) = gather.recv.get(..gather.received) else {
-            return Err(OobError::new("the allgather's receive buffer is short"));
-        };
-        request.fill(blocks)?;
-        Ok(true)
-    }
-
-    fn free(&mut self, request: OobRequest) {
-        if let Some(gather) = self.in_flight.remove(&request.id()) {
-            self.release(gather);
-        }
     }
 }
 
-impl Drop for CallbackOob {
-    fn drop(&mut self) {
-        let gathers: Vec<Gather> = self.in_flight.drain().map(|(_, g)| g).collect();
-        for gather in gathers {
-            self.release(gather);
-        }
-    }
-}
+/// The program's collective as the host API's [`OobCollective`](urom_host::oob::OobCollective).
+pub(crate) type CallbackOob = urom_capi_abi::oob::CallbackOob<DocaStatus>;
 
 #[unsafe(no_mangle)]
 pub extern "C" fn doca_urom_domain_create(domain_ctx: Option<&mut *mut DomainObj>) -> DocaError {

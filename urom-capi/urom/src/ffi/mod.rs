@@ -22,7 +22,7 @@ use urom_capi_abi::{
 
 pub(crate) use urom_capi_abi::{arg, guard, guard_value};
 
-pub(crate) use domain::{CallbackOob, OobColl};
+pub(crate) use domain::OobColl;
 
 use crate::domain::DomainObj;
 use crate::service::{GidTask, GidTaskCb, ServiceObj};
