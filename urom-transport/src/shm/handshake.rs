@@ -166,6 +166,11 @@ pub(super) fn offer(
 }
 
 impl Offered {
+    /// The socket the acceptor answers on.
+    pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.socket.as_fd()
+    }
+
     /// Waits for the acceptor's answer.
     pub(super) fn finish(self, config: &ChannelConfig) -> Result<Agreed, ShmConnectError> {
         let agreed = self.0;
