@@ -46,20 +46,37 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(5);
 /// How many hosts may be setting up their channels at once.
 const MAX_HANDSHAKES: usize = 16;
 
-/// A host whose offer went out and whose answer is awaited until `deadline`.
+/// Where a host's handshake stands.
+enum Stage {
+    /// Its request (the size of its rings) is awaited.
+    Asking(UnixStream),
+    /// The offer went out; its answer is awaited.
+    Offered(ShmOffer),
+}
+
+impl Stage {
+    fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Stage::Asking(stream) => stream.as_fd(),
+            Stage::Offered(offer) => offer.socket(),
+        }
+    }
+}
+
+/// A host whose handshake is under way, until `deadline`.
 struct Handshake {
-    offer: ShmOffer,
+    stage: Stage,
     deadline: Instant,
 }
 
 /// Accepts hosts until `stop` is set (and `halt` is written), each host's channel set up
 /// beside the others on this one thread; sleeps while nothing happens.
 ///
-/// A host whose user this worker does not serve is closed at once. The shared-memory offer of
-/// each host goes out at once and its answer is awaited beside the others', bounded by the
-/// channel's handshake timeout, so that a host that connects and then says nothing delays no
-/// one else; at most [`MAX_HANDSHAKES`] are awaited at once, and a host connecting beyond them
-/// is closed at once.
+/// A host whose user this worker does not serve is closed at once. Each host's request (the
+/// size of its rings), the offer made to it and its answer come and go beside the others',
+/// bounded by the channel's handshake timeout, so that a host that connects and then says
+/// nothing delays no one else; at most [`MAX_HANDSHAKES`] are under way at once, and a host
+/// connecting beyond them is closed at once.
 pub(crate) fn accept_hosts(
     listener: UnixListener,
     config: ChannelConfig,
@@ -96,7 +113,7 @@ pub(crate) fn accept_hosts(
             fds.extend(
                 handshakes
                     .iter()
-                    .map(|h| PollFd::new(h.offer.socket(), PollFlags::POLLIN)),
+                    .map(|h| PollFd::new(h.stage.socket(), PollFlags::POLLIN)),
             );
             match poll(&mut fds, timeout) {
                 Ok(_) => {}
@@ -110,19 +127,36 @@ pub(crate) fn accept_hosts(
             let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
             ready.extend(fds[2..].iter().map(readable));
         }
-        // Answers that came (or hang-ups), and those that did not come in time; from the
-        // back, so that `swap_remove` moves only handshakes already looked at.
+        // Requests and answers that came (or hang-ups), and those that did not come in time;
+        // from the back, so that `swap_remove` moves only handshakes already looked at.
         let now = Instant::now();
         for i in (0..handshakes.len()).rev() {
             if ready.get(i).copied().unwrap_or(false) {
-                match handshakes.swap_remove(i).offer.finish() {
-                    // The worker may be gone by now; then so is the host.
-                    Ok(conn) => arrive.send(Channel::from(conn)),
-                    Err(reason) => warn!("a host could not connect: {reason}"),
+                let Handshake { stage, deadline } = handshakes.swap_remove(i);
+                match stage {
+                    Stage::Asking(stream) => match ShmConnection::offer(stream, &config) {
+                        Ok(offer) => handshakes.push(Handshake {
+                            stage: Stage::Offered(offer),
+                            deadline,
+                        }),
+                        Err(reason) => warn!("a host could not connect: {reason}"),
+                    },
+                    Stage::Offered(offer) => match offer.finish() {
+                        // The worker may be gone by now; then so is the host.
+                        Ok(conn) => arrive.send(Channel::from(conn)),
+                        Err(reason) => warn!("a host could not connect: {reason}"),
+                    },
                 }
             } else if handshakes[i].deadline <= now {
-                handshakes.swap_remove(i);
-                warn!("a host could not connect: it did not answer the offer in time");
+                match handshakes.swap_remove(i).stage {
+                    Stage::Asking(_) => warn!(
+                        "a host could not connect: it asked for no rings in time (a host \
+                         library older than this worker?)"
+                    ),
+                    Stage::Offered(_) => {
+                        warn!("a host could not connect: it did not answer the offer in time")
+                    }
+                }
             }
         }
         accept_ready(&listener, &config, own_uid, allow_uids, &mut handshakes);
@@ -167,13 +201,10 @@ fn accept_ready(
             );
             continue;
         }
-        match ShmConnection::offer(stream, config) {
-            Ok(offer) => handshakes.push(Handshake {
-                offer,
-                deadline: Instant::now() + config.handshake_timeout,
-            }),
-            Err(reason) => warn!("a host could not connect: {reason}"),
-        }
+        handshakes.push(Handshake {
+            stage: Stage::Asking(stream),
+            deadline: Instant::now() + config.handshake_timeout,
+        });
     }
 }
 

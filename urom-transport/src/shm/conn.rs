@@ -84,14 +84,17 @@ pub struct ShmReceiver {
 }
 
 impl ShmConnection {
-    /// Creates the mapping, offers it to the peer on `stream` and waits for its answer.
+    /// Reads the peer's request on `stream`, creates the mapping of the size it asked for,
+    /// offers it and waits for its answer.
     pub fn create(stream: UnixStream, config: &ChannelConfig) -> Result<Self, ShmConnectError> {
         Self::offer(stream, config)?.finish()
     }
 
-    /// Creates the mapping and offers it to the peer on `stream` without waiting for its
-    /// answer: [`ShmOffer::finish`] reads it, at once when [`ShmOffer::socket`] is readable. One
-    /// thread may so set up many connections, none waiting on another's peer.
+    /// Reads the peer's request on `stream` (waiting at most the handshake timeout: call it
+    /// once `stream` is readable), creates the mapping of the size it asked for and offers it
+    /// without waiting for the answer: [`ShmOffer::finish`] reads it, at once when
+    /// [`ShmOffer::socket`] is readable. One thread may so set up many connections, none
+    /// waiting on another's peer.
     pub fn offer(stream: UnixStream, config: &ChannelConfig) -> Result<ShmOffer, ShmConnectError> {
         Ok(ShmOffer {
             offered: handshake::offer(stream, config)?,
@@ -110,8 +113,9 @@ impl ShmConnection {
             op: "socketpair",
             errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)),
         })?;
+        handshake::request(&b, config)?;
         let offered = handshake::offer(a, config)?;
-        let accepted = handshake::accept(b, config)?;
+        let accepted = handshake::accept_offer(b, config)?;
         let created = offered.finish(config)?;
         Ok((Self::new(created, config), Self::new(accepted, config)))
     }
