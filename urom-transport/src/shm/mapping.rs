@@ -34,7 +34,8 @@ const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK.union(SealFlag::F_SEAL_GROW);
 /// Whether a mapping may, must or must not use hugepages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HugePages {
-    /// Use hugepages when the system has some free, normal pages otherwise.
+    /// Use hugepages when the system has some free and the rings fill at least one (smaller
+    /// rings would hold a whole one each), normal pages otherwise.
     #[default]
     Auto,
     /// Use normal pages.
