@@ -105,28 +105,30 @@ fn private_dirty(pid: i32) -> u64 {
         .unwrap_or(0)
 }
 
-/// User plus system CPU time of `pid` (all its threads), in clock ticks.
-fn cpu_ticks(pid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let Some(close) = stat.rfind(')') else {
-        return 0;
+/// CPU time of `pid`, all its threads, in nanoseconds (`schedstat` of each task), and the
+/// times its threads went to sleep (voluntary context switches).
+fn cpu_and_sleeps(pid: i32) -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return (0, 0);
     };
-    // After the name: state ppid ... utime is the 12th field after it, stime the 13th.
-    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
+    let mut ns = 0;
+    let mut sleeps = 0;
+    for task in tasks.flatten() {
+        let path = task.path();
+        let schedstat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+        ns += schedstat
+            .split_whitespace()
+            .next()
             .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field(11) + field(12)
-}
-
-fn clock_ticks_per_second() -> f64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64
+            .unwrap_or(0);
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        sleeps += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    (ns, sleeps)
 }
 
 /// The daemon's worker processes.
@@ -279,17 +281,21 @@ fn main() {
     assert_eq!(workers.len(), o.workers, "one process per worker");
     // Let every worker reach its idle sleep before measuring.
     std::thread::sleep(Duration::from_millis(500));
-    let ticks = |pids: &[i32]| pids.iter().map(|&p| cpu_ticks(p)).sum::<u64>();
+    let sum = |pids: &[i32]| {
+        pids.iter()
+            .map(|&p| cpu_and_sleeps(p))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    };
     let t0 = Instant::now();
-    let w0 = ticks(&workers);
-    let d0 = cpu_ticks(daemon_pid);
+    let (w0, s0) = sum(&workers);
+    let (d0, _) = cpu_and_sleeps(daemon_pid);
     std::thread::sleep(Duration::from_secs_f64(o.idle_secs));
-    let w1 = ticks(&workers);
-    let d1 = cpu_ticks(daemon_pid);
+    let (w1, s1) = sum(&workers);
+    let (d1, _) = cpu_and_sleeps(daemon_pid);
     let secs = t0.elapsed().as_secs_f64();
-    let hz = clock_ticks_per_second();
-    let idle_cpu = (w1 - w0) as f64 / hz / secs * 100.0;
-    let daemon_cpu = (d1 - d0) as f64 / hz / secs * 100.0;
+    let idle_cpu = (w1 - w0) as f64 / 1e9 / secs * 100.0;
+    let daemon_cpu = (d1 - d0) as f64 / 1e9 / secs * 100.0;
+    let wakeups = (s1 - s0) as f64 / secs / workers.len() as f64;
     let private = median_u64(workers.iter().map(|&p| private_dirty(p)).collect());
     let private_total: u64 = workers.iter().map(|&p| private_dirty(p)).sum();
     let worker_rss = median_u64(
@@ -321,8 +327,9 @@ fn main() {
         spawn.last().copied().unwrap_or(f64::NAN)
     );
     println!("all running after (ms): {:.0}", ms(all_running));
-    println!("idle CPU of all workers (% of a core): {idle_cpu:.2} over {secs:.1} s");
-    println!("idle CPU of the daemon (% of a core): {daemon_cpu:.2}");
+    println!("idle CPU of all workers (% of a core): {idle_cpu:.3} over {secs:.1} s");
+    println!("idle wake-ups per worker per second: {wakeups:.1}");
+    println!("idle CPU of the daemon (% of a core): {daemon_cpu:.3}");
     println!(
         "worker Private_Dirty (KiB, median / all): {private} / {}",
         private_total

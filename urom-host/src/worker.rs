@@ -517,10 +517,22 @@ impl Core {
             )));
         };
         self.id = result.worker_id;
-        let config = ChannelConfig::new(self.shared.max_msg_size);
+        let max = self.shared.max_msg_size;
+        let config = ChannelConfig::new(max);
         let conn = if result.endpoint == EndpointKind::UcxSealed {
             self.connect_sealed(result.address, &config)?
         } else {
+            // Shared-memory rings of this host's own size, whoever spawned the worker: the
+            // host never has more commands in them than tasks in flight.
+            let inflight = u32::try_from(self.max_inflight).unwrap_or(u32::MAX);
+            let config = if result.endpoint == EndpointKind::UnixSocket {
+                ChannelConfig {
+                    slots: ChannelConfig::slots_for_inflight(max, inflight),
+                    ..config
+                }
+            } else {
+                config
+            };
             Channel::connect(result.endpoint, result.address, &config)
                 .map_err(|e| WorkerStartError::Connect(e.to_string()))?
         };

@@ -228,6 +228,95 @@ fn attach_from_a_second_service_and_environment() {
     );
 }
 
+/// Each host's rings are its own size: a worker spawned by a host that keeps 2 tasks in flight
+/// serves a second host that keeps 1,024 in flight, which submits them all at once and gets
+/// every one back, and the first host still gets its own back. (Rings sized once, for the
+/// spawning host, held the second host's 1,024 commands and their notifications in 2 slots.)
+#[test]
+fn a_host_with_more_in_flight_than_the_spawner_attaches_and_completes_all() {
+    const MANY: usize = 1024;
+    let (_plugins, daemon) = start_daemon();
+    let first = start_service(&daemon);
+    let graph = urom_testkit::host::graph_host(&first);
+    let mut engine = ProgressEngine::new();
+    let spawned = run_worker(
+        &mut engine,
+        Worker::new()
+            .set_service(&first)
+            .set_id(11)
+            .set_plugins(graph.id())
+            .set_max_inflight_tasks(2),
+    );
+    let second = start_service(&daemon);
+    let mut engine2 = ProgressEngine::new();
+    let attached = run_worker(
+        &mut engine2,
+        Worker::new()
+            .set_service(&second)
+            .set_id(11)
+            .set_plugins(graph.id())
+            .set_max_inflight_tasks(MANY),
+    );
+    for i in 0..MANY as u64 {
+        graph.loopback(&attached, i, 1000 + i, record).unwrap();
+    }
+    let mut done = wait_for(&mut engine2, MANY);
+    done.sort_by_key(|&(_, data, _)| data);
+    let expected: Vec<_> = (0..MANY as u64)
+        .map(|i| (Status::Success, 1000 + i, i))
+        .collect();
+    assert_eq!(done, expected);
+    for i in 0..2 {
+        graph.loopback(&spawned, i, i, record).unwrap();
+    }
+    assert_eq!(wait_for(&mut engine, 2).len(), 2);
+
+    // A bare channel that asks for 64 slots puts 64 commands in its ring without taking any
+    // answer, then takes them all: its rings are its own, not the spawner's 2 slots (in which
+    // the worker, its answers held back, would take no third command).
+    let mut control = urom_testkit::control::ControlClient::connect(&daemon.socket, TIMEOUT)
+        .expect("the daemon's socket");
+    control.handshake().unwrap();
+    let (_, socket) = control.spawn(11, 0, graph.id(), "", &[]).unwrap();
+    let wants = urom_transport::ChannelConfig {
+        slots: 64,
+        ..urom_transport::ChannelConfig::default()
+    };
+    let mut bare = urom_testkit::worker::connect_with(&socket, &wants);
+    let mut payload = [0u8; 64];
+    for i in 0..64u64 {
+        let len = urom_graph::GraphCommand::Loopback { data: i }
+            .pack(&mut payload)
+            .unwrap();
+        let mut frame = [0u8; 4096];
+        let len = urom_wire::data::write_command_headers(
+            &mut frame,
+            i,
+            graph.id(),
+            i,
+            len,
+            urom_wire::MaxMsgSize::DEFAULT,
+        )
+        .unwrap();
+        frame[urom_wire::data::COMMAND_PAYLOAD_OFFSET..len]
+            .copy_from_slice(&payload[..len - urom_wire::data::COMMAND_PAYLOAD_OFFSET]);
+        use urom_transport::Transport;
+        bare.send(&frame[..len])
+            .unwrap_or_else(|e| panic!("command {i} of 64 found no room: {e}"));
+    }
+    let mut contexts: Vec<u64> = (0..64)
+        .map(|_| {
+            let (_, context, status, _) = urom_testkit::worker::next_notification(&mut bare);
+            assert_eq!(status, Status::Success);
+            context
+        })
+        .collect();
+    contexts.sort_unstable();
+    assert_eq!(contexts, (0..64).collect::<Vec<_>>());
+    attached.stop().map_err(|(_, e)| e).unwrap();
+    spawned.stop().map_err(|(_, e)| e).unwrap();
+}
+
 #[test]
 fn environment_that_changes_how_programs_load_is_refused_before_asking() {
     let (_plugins, daemon) = start_daemon();

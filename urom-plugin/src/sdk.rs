@@ -62,6 +62,13 @@ pub trait Plugin: Sized + 'static {
     /// sleep at all ([`Arm`]). Called only after a [`Plugin::progress`] that found nothing to
     /// do, never on the busy path.
     ///
+    /// It must leave no window: arm first, then look for work once more ([`Arm::Busy`] if
+    /// any), so that whatever comes after it returned [`Arm::Armed`] makes a descriptor
+    /// readable. The worker may sleep for seconds on them. For UCX that means progressing the
+    /// UCP worker until `ucp_worker_progress` returns 0 before `ucp_worker_arm`, as
+    /// `ucx::PeerWorker::arm` (feature `ucx`) does: UCX may hand an event to the arming call while
+    /// the work it stands for needs more progress calls.
+    ///
     /// The default, [`Arm::Unsupported`], makes the worker nap briefly and poll again, as it
     /// must for a plugin whose work can arrive without waking anything.
     fn arm(&mut self, wake: &mut WakeFds<'_>) -> Arm {

@@ -28,9 +28,10 @@ use super::{
 pub struct ChannelConfig {
     /// Largest frame; both sides must agree (the accepting side refuses a different one).
     pub max_msg_size: MaxMsgSize,
-    /// Slots per direction, a power of two in `shm::MIN_SLOTS..=shm::MAX_SLOTS` (the offering
-    /// side's choice; the accepting side takes what it is offered).
-    /// [`ChannelConfig::slots_for`] the maximum message size by default.
+    /// Slots per direction, a power of two in `shm::MIN_SLOTS..=shm::MAX_SLOTS`. Over shared
+    /// memory the accepting side asks for this many (a host: enough for the tasks it keeps in
+    /// flight, [`ChannelConfig::slots_for_inflight`]) and the offering side gives at most its
+    /// own. [`ChannelConfig::slots_for`] the maximum message size by default.
     pub slots: u32,
     /// How `wait_*` waits; can be changed later with [`Transport::set_wait_mode`].
     pub wait: WaitMode,
@@ -65,6 +66,21 @@ impl ChannelConfig {
             max_msg_size,
             slots: Self::slots_for(max_msg_size),
             ..Self::default()
+        }
+    }
+
+    /// Slots per direction for a peer that keeps at most `inflight` commands in flight, with
+    /// frames of at most `max` bytes: `inflight` rounded up to a power of two, at least
+    /// `shm::MIN_SLOTS` and at most [`ChannelConfig::slots_for`] `max`. A host never has more
+    /// commands in its ring than it has in flight, so more slots would only hold memory.
+    pub const fn slots_for_inflight(max: MaxMsgSize, inflight: u32) -> u32 {
+        let most = Self::slots_for(max);
+        if inflight >= most {
+            most
+        } else if inflight <= MIN_SLOTS {
+            MIN_SLOTS
+        } else {
+            inflight.next_power_of_two()
         }
     }
 

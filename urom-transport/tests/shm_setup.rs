@@ -239,3 +239,62 @@ fn hugepages_are_used_only_when_available() {
         }
     }
 }
+
+/// How many frames `conn` sends before its ring is full (nobody receives).
+fn ring_slots(conn: &mut ShmConnection) -> u32 {
+    let mut sent = 0u32;
+    loop {
+        let mut frame = [0u8; 16];
+        frame[..4].copy_from_slice(&sent.to_le_bytes());
+        match conn.send(&frame) {
+            Ok(()) => sent += 1,
+            Err(urom_transport::FrameSendError::Full) => return sent,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+}
+
+#[test]
+fn each_acceptor_gets_rings_of_the_size_it_asks_for() {
+    let most = config().slots;
+    // Asked, given: the default for 0, a power of two at least MIN_SLOTS, the creator's most.
+    for (asked, given) in [(0, most), (1, 2), (3, 4), (64, 64), (most * 4, most)] {
+        let (a, b) = UnixStream::pair().unwrap();
+        let creator = std::thread::spawn(move || ShmConnection::create(a, &config()).unwrap());
+        let wants = ChannelConfig {
+            slots: asked,
+            ..config()
+        };
+        let mut accepted = ShmConnection::accept(b, &wants).unwrap();
+        let mut created = creator.join().unwrap();
+        assert_eq!(ring_slots(&mut created), given, "asked for {asked}: to it");
+        assert_eq!(
+            ring_slots(&mut accepted),
+            given,
+            "asked for {asked}: from it"
+        );
+    }
+}
+
+#[test]
+fn a_peer_that_asks_for_nothing_is_refused_in_time() {
+    // A version-2 acceptor waits for the hello without asking first.
+    let (ours, _theirs) = UnixStream::pair().unwrap();
+    let quick = ChannelConfig {
+        handshake_timeout: Duration::from_millis(50),
+        ..config()
+    };
+    assert!(matches!(
+        ShmConnection::create(ours, &quick),
+        Err(ShmConnectError::Handshake(_))
+    ));
+    // One whose request is of another version is told so.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut old = urom_wire::shm::ShmRequestRepr { slots: 8 }.to_bytes();
+    old[8] = 2;
+    (&theirs).write_all(&old).unwrap();
+    assert_eq!(
+        ShmConnection::create(ours, &config()).err(),
+        Some(ShmConnectError::Version { found: 2 })
+    );
+}

@@ -83,6 +83,69 @@ fn tagged_messages_match_under_the_mask_and_complete_with_their_tokens() {
     assert_eq!(a.running() + b.running(), 0);
 }
 
+/// Longer than any wake-up takes: a sleep that lasts it was not woken.
+const SLEEP: Duration = Duration::from_secs(20);
+
+/// A worker that waits for a peer's first message sleeps on its descriptor, as a urom worker
+/// does: one progress that finds nothing, `arm`, then `poll`. The peer connects and sends only
+/// once it sleeps, from another thread. Every sleep must end through the descriptor, never by
+/// running out: UCX reports the new connection on an interface that adaptive progress switched
+/// off, and an `arm` right after one progress call took that report and left the descriptor
+/// deaf until the next progress, which never came.
+#[test]
+fn a_sleeping_worker_is_woken_by_a_new_peers_first_message() {
+    use std::sync::mpsc;
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+    setup();
+    for round in 0..5 {
+        let mut b = PeerWorker::new().unwrap();
+        let posted = b.tag_recv(0x77, u64::MAX, 64, 1);
+        let (address_tx, address_rx) = mpsc::channel::<Vec<u8>>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let sender = std::thread::spawn(move || {
+            let mut a = PeerWorker::new().unwrap();
+            let address = address_rx.recv().unwrap();
+            let to_b = a.connect(&address).unwrap();
+            a.tag_send(to_b, 0x77, b"first", 2).unwrap();
+            // Progressed until the receiver has it (its answers to the connection come here).
+            while done_rx.try_recv().is_err() {
+                if let Some(done) = a.progress() {
+                    assert_eq!(done.result, Ok(()));
+                    a.release(done.slot);
+                }
+            }
+        });
+        let mut sleeps = 0;
+        let received = loop {
+            if let Some(done) = b.progress() {
+                break done;
+            }
+            if !b.arm() {
+                continue;
+            }
+            if sleeps == 0 {
+                // The peer starts only now, so that its connection finds this one asleep.
+                address_tx.send(b.address().to_vec()).unwrap();
+            }
+            sleeps += 1;
+            let mut fds = [PollFd::new(b.wake_fd(), PollFlags::POLLIN)];
+            let timeout = PollTimeout::try_from(SLEEP.as_millis() as i32).unwrap();
+            let woke = poll(&mut fds, timeout).unwrap();
+            assert!(
+                woke > 0,
+                "round {round}: sleep {sleeps} missed its wake-up (nothing for {SLEEP:?})"
+            );
+        };
+        assert_eq!((received.token, received.slot), (1, posted));
+        assert_eq!(b.slot(received.slot), b"first");
+        b.release(received.slot);
+        done_tx.send(()).unwrap();
+        sender.join().unwrap();
+    }
+}
+
 #[test]
 fn mapped_memory_has_a_key_and_keeps_copies_in_bounds() {
     setup();

@@ -4,11 +4,15 @@
 //! All integers little-endian. Handshake messages (16 bytes each):
 //!
 //! ```text
+//! request 0 [8] magic "UROMRQST" | 8 u32 version (SHM_HANDSHAKE_VERSION) | 12 u32 slots
 //! hello   0 [8] magic "UROMHELO" | 8 u32 version (SHM_HANDSHAKE_VERSION) | 12 u32 reserved (zero)
 //! ack     0 [8] magic "UROMACK\0" | 8 u32 status (ShmAckStatus) | 12 u32 detail
 //! ```
 //!
-//! The creator of a mapping sends the hello with [`SHM_HELLO_DESCRIPTORS`] descriptors attached
+//! The side that will accept the mapping speaks first: its request says how many slots per
+//! ring it wants (the most frames it keeps in flight; 0: the creator's default), so that each
+//! peer of a creator that serves many (a worker and its hosts) gets rings of its own size. The
+//! creator of a mapping then sends the hello with [`SHM_HELLO_DESCRIPTORS`] descriptors attached
 //! (`SCM_RIGHTS`; the struct does not encode them: which they are is the transport's business).
 //! The acceptor answers with the ack; `detail` qualifies the status: the version found for a
 //! hello of another version ([`ShmAckStatus::BadLayout`]), the acceptor's maximum message size
@@ -50,12 +54,14 @@ use crate::codec::{
 };
 use crate::{DecodeError, EncodeError};
 
+/// The first bytes of a handshake request.
+pub const SHM_REQUEST_MAGIC: [u8; 8] = *b"UROMRQST";
 /// The first bytes of a handshake hello.
 pub const SHM_HELLO_MAGIC: [u8; 8] = *b"UROMHELO";
 /// The first bytes of a handshake ack.
 pub const SHM_ACK_MAGIC: [u8; 8] = *b"UROMACK\0";
-/// The handshake version this build speaks.
-pub const SHM_HANDSHAKE_VERSION: u32 = 2;
+/// The handshake version this build speaks (3: the acceptor's request comes first).
+pub const SHM_HANDSHAKE_VERSION: u32 = 3;
 /// How many descriptors travel with a hello of [`SHM_HANDSHAKE_VERSION`].
 pub const SHM_HELLO_DESCRIPTORS: usize = 5;
 /// The first bytes of a mapping: `b"UROMSHM\0"` as a little-endian integer.
@@ -64,9 +70,26 @@ pub const MAPPING_MAGIC: u64 = u64::from_le_bytes(*b"UROMSHM\0");
 /// number, see `urom_core`'s shared-memory ring).
 pub const MAPPING_VERSION: u32 = 2;
 
+const REQUEST: &str = "urom shared-memory request";
 const HELLO: &str = "urom shared-memory hello";
 const ACK: &str = "urom shared-memory ack";
 const MAPPING: &str = "urom shared-memory mapping";
+
+/// The wire layout of the handshake request.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct ShmRequest {
+    /// [`SHM_REQUEST_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`SHM_HANDSHAKE_VERSION`].
+    pub version: U32,
+    /// Slots per ring the acceptor asks for; 0 for the creator's default.
+    pub slots: U32,
+}
+assert_eq_size!(ShmRequest, [u8; 16]);
+
+/// Length of [`ShmRequest`].
+pub const SHM_REQUEST_LEN: usize = size_of::<ShmRequest>();
 
 /// The wire layout of the handshake hello.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -111,6 +134,53 @@ int_enum! {
         MaxMsgSize = 2,
         /// A system call failed on the acceptor's side (its error number in `detail`).
         System = 3,
+    }
+}
+
+/// A request: the slots per ring the acceptor asks for (0: the creator's default). The
+/// creator gives at most as many as its own maximum message size allows, and at least
+/// `MIN_SLOTS` of the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ShmRequestRepr {
+    /// Slots per ring asked for.
+    pub slots: u32,
+}
+
+impl ShmRequestRepr {
+    /// Reads a request; `bytes` must hold exactly one. One of another version is
+    /// [`DecodeError::UnsupportedFormatVersion`]; bytes with another magic are
+    /// [`DecodeError::WrongMagic`].
+    pub fn parse(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let wire: &ShmRequest = exact(bytes)?;
+        magic(REQUEST, &wire.magic, &SHM_REQUEST_MAGIC)?;
+        version(REQUEST, wire.version.get(), SHM_HANDSHAKE_VERSION)?;
+        Ok(Self {
+            slots: wire.slots.get(),
+        })
+    }
+
+    /// The length of a request: [`SHM_REQUEST_LEN`].
+    pub const fn buffer_len(&self) -> usize {
+        SHM_REQUEST_LEN
+    }
+
+    /// The wire struct of this request.
+    pub fn to_wire(&self) -> ShmRequest {
+        ShmRequest {
+            magic: SHM_REQUEST_MAGIC,
+            version: U32::new(SHM_HANDSHAKE_VERSION),
+            slots: U32::new(self.slots),
+        }
+    }
+
+    /// The request's bytes.
+    pub fn to_bytes(&self) -> [u8; SHM_REQUEST_LEN] {
+        zerocopy::transmute!(self.to_wire())
+    }
+
+    /// Writes the request at the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        put_whole(buf, &self.to_wire())
     }
 }
 

@@ -8,11 +8,13 @@ use proptest::prelude::*;
 use urom_testkit::golden::assert_emits;
 use urom_wire::shm::{
     MAPPING_HEADER_LEN, MappingHeaderRepr, SHM_ACK_LEN, SHM_HANDSHAKE_VERSION, SHM_HELLO_LEN,
-    ShmAckRepr, ShmAckStatus, ShmHelloRepr,
+    SHM_REQUEST_LEN, ShmAckRepr, ShmAckStatus, ShmHelloRepr, ShmRequestRepr,
 };
 use urom_wire::{DecodeError, EncodeError};
 
-const HELLO: &str = "55524f4d48454c4f 02000000 00000000";
+const HELLO: &str = "55524f4d48454c4f 03000000 00000000";
+// 64 slots per ring asked for.
+const REQUEST: &str = "55524f4d52515354 03000000 40000000";
 const ACK_OK: &str = "55524f4d41434b00 00000000 00000000";
 const ACK_BAD_LAYOUT: &str = "55524f4d41434b00 01000000 01000000";
 const ACK_MAX_MSG_SIZE: &str = "55524f4d41434b00 02000000 00100000";
@@ -59,11 +61,33 @@ fn acks() -> [(&'static str, &'static str, ShmAckRepr); 3] {
 fn hello_parses_and_emits_its_golden_bytes() {
     let golden = hex(HELLO);
     assert_eq!(golden.len(), SHM_HELLO_LEN);
-    assert_eq!(SHM_HANDSHAKE_VERSION, 2);
+    assert_eq!(SHM_HANDSHAKE_VERSION, 3);
     assert_eq!(ShmHelloRepr::parse(&golden), Ok(ShmHelloRepr));
     assert_emits("hello", &golden, |buf| ShmHelloRepr.emit(buf).unwrap());
     assert_eq!(ShmHelloRepr.to_bytes()[..], golden[..]);
     assert_eq!(ShmHelloRepr.buffer_len(), 16);
+}
+
+#[test]
+fn request_parses_and_emits_its_golden_bytes() {
+    let golden = hex(REQUEST);
+    assert_eq!(golden.len(), SHM_REQUEST_LEN);
+    let repr = ShmRequestRepr { slots: 64 };
+    assert_eq!(ShmRequestRepr::parse(&golden), Ok(repr));
+    assert_emits("request", &golden, |buf| repr.emit(buf).unwrap());
+    assert_eq!(repr.to_bytes()[..], golden[..]);
+    assert_eq!(repr.buffer_len(), 16);
+    // A version-2 peer sends no request: its hello is no request either.
+    let mut old = golden.clone();
+    old[8] = 2;
+    assert!(matches!(
+        ShmRequestRepr::parse(&old),
+        Err(DecodeError::UnsupportedFormatVersion { found: 2, .. })
+    ));
+    assert!(matches!(
+        ShmRequestRepr::parse(&hex(HELLO)),
+        Err(DecodeError::WrongMagic { .. })
+    ));
 }
 
 #[test]
@@ -162,7 +186,7 @@ fn hello_fields_are_checked() {
         Err(DecodeError::UnsupportedFormatVersion {
             format: "urom shared-memory hello",
             found: 1,
-            supported: 2
+            supported: 3
         })
     );
     let mut reserved = hex(HELLO);
@@ -333,7 +357,11 @@ proptest! {
 
 #[test]
 fn fuzz_seed_corpus_matches_the_golden_vectors() {
-    let mut vectors = vec![("hello", hex(HELLO)), ("mapping_header", hex(MAPPING))];
+    let mut vectors = vec![
+        ("request", hex(REQUEST)),
+        ("hello", hex(HELLO)),
+        ("mapping_header", hex(MAPPING)),
+    ];
     vectors.extend(acks().map(|(name, golden, _)| (name, hex(golden))));
     urom_testkit::golden::check_fuzz_seeds("shm", &vectors);
 }

@@ -1,15 +1,21 @@
-//! Accepting hosts on the worker's socket: who may connect, and each host's channel set up on a
-//! thread of its own so that no host's handshake waits on another's.
+//! Accepting hosts on the worker's socket: who may connect, and each host's channel set up
+//! beside the others' on the one acceptor thread, so that no host's handshake waits on
+//! another's and the worker's threads do not grow with the hosts connecting.
 
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+#[cfg(feature = "ucx")]
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::EventFd;
 use tracing::warn;
+use urom_transport::shm::{ShmConnection, ShmOffer};
 use urom_transport::{Channel, ChannelConfig};
 
 /// Where acceptor threads hand over the hosts they accepted: the worker's queue, and the
@@ -34,82 +40,171 @@ impl Arrive {
     }
 }
 
-/// How often the acceptor thread looks for new hosts and for the worker stopping.
-const ACCEPT_POLL: Duration = Duration::from_millis(5);
+/// How long the acceptor waits before it accepts again after accepting failed (out of
+/// descriptors, say).
+const ACCEPT_RETRY: Duration = Duration::from_millis(5);
 /// How many hosts may be setting up their channels at once.
 const MAX_HANDSHAKES: usize = 16;
 
-/// Accepts hosts until `stop` is set, each host's channel set up on a thread of its own.
+/// Where a host's handshake stands.
+enum Stage {
+    /// Its request (the size of its rings) is awaited.
+    Asking(UnixStream),
+    /// The offer went out; its answer is awaited.
+    Offered(ShmOffer),
+}
+
+impl Stage {
+    fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Stage::Asking(stream) => stream.as_fd(),
+            Stage::Offered(offer) => offer.socket(),
+        }
+    }
+}
+
+/// A host whose handshake is under way, until `deadline`.
+struct Handshake {
+    stage: Stage,
+    deadline: Instant,
+}
+
+/// Accepts hosts until `stop` is set (and `halt` is written), each host's channel set up
+/// beside the others on this one thread; sleeps while nothing happens.
 ///
-/// A host whose user this worker does not serve is closed at once. The shared-memory
-/// handshake of each host runs beside the others, bounded by the channel's handshake timeout,
-/// so that a host that connects and then says nothing delays no one else; at most
-/// [`MAX_HANDSHAKES`] run at once, and a host connecting beyond them is closed at once.
+/// A host whose user this worker does not serve is closed at once. Each host's request (the
+/// size of its rings), the offer made to it and its answer come and go beside the others',
+/// bounded by the channel's handshake timeout, so that a host that connects and then says
+/// nothing delays no one else; at most [`MAX_HANDSHAKES`] are under way at once, and a host
+/// connecting beyond them is closed at once.
 pub(crate) fn accept_hosts(
     listener: UnixListener,
     config: ChannelConfig,
     allow_uids: &[u32],
     arrive: Arrive,
     stop: &AtomicBool,
+    halt: &EventFd,
 ) {
     let own_uid = nix::unistd::geteuid().as_raw();
     if let Err(e) = listener.set_nonblocking(true) {
         warn!("cannot make the host socket non-blocking: {e}; no host can connect");
         return;
     }
-    let handshakes = Arc::new(AtomicUsize::new(0));
+    let mut handshakes: Vec<Handshake> = Vec::with_capacity(MAX_HANDSHAKES);
+    let mut ready = Vec::with_capacity(MAX_HANDSHAKES);
     while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                match host_uid(&stream) {
-                    Ok(uid) if may_serve(uid, own_uid, allow_uids) => {}
-                    Ok(uid) => {
-                        warn!(
-                            "refused a host of user {uid}: not this worker's user, root or an --allow-uid"
-                        );
-                        continue;
-                    }
-                    Err(e) => {
-                        warn!("refused a host whose user cannot be read: {e}");
-                        continue;
-                    }
-                }
-                let Some(slot) = HandshakeSlot::take(&handshakes) else {
-                    warn!(
-                        "turned a host away: {MAX_HANDSHAKES} hosts are already setting up their channels"
-                    );
+        // Sleep until a host connects, one awaited answers, the first deadline passes or the
+        // worker stops.
+        let now = Instant::now();
+        let timeout = handshakes
+            .iter()
+            .map(|h| h.deadline.saturating_duration_since(now))
+            .min()
+            .map_or(PollTimeout::NONE, |left| {
+                // Rounded up, so that a deadline is not polled for in a burst of zero waits.
+                let ms = left.as_millis().saturating_add(1);
+                PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+            });
+        ready.clear();
+        {
+            let mut fds = Vec::with_capacity(2 + handshakes.len());
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            fds.push(PollFd::new(halt.as_fd(), PollFlags::POLLIN));
+            fds.extend(
+                handshakes
+                    .iter()
+                    .map(|h| PollFd::new(h.stage.socket(), PollFlags::POLLIN)),
+            );
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    warn!("waiting for hosts failed: {e}");
+                    thread::sleep(ACCEPT_RETRY);
                     continue;
-                };
-                let arrive = arrive.clone();
-                let spawned =
-                    thread::Builder::new()
-                        .name("urom-handshake".into())
-                        .spawn(move || {
-                            let _slot = slot;
-                            let connected = stream
-                                .set_nonblocking(false)
-                                .map_err(|e| e.to_string())
-                                .and_then(|()| {
-                                    Channel::offer(stream, &config).map_err(|e| e.to_string())
-                                });
-                            match connected {
-                                // The worker may be gone by now; then so is the host.
-                                Ok(conn) => {
-                                    arrive.send(conn);
-                                }
-                                Err(reason) => warn!("a host could not connect: {reason}"),
-                            }
-                        });
-                if let Err(e) = spawned {
-                    warn!("cannot set up a host's channel: {e}");
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
-            Err(e) => {
-                warn!("accepting a host failed: {e}");
-                thread::sleep(ACCEPT_POLL);
+            let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+            ready.extend(fds[2..].iter().map(readable));
+        }
+        // Requests and answers that came (or hang-ups), and those that did not come in time;
+        // from the back, so that `swap_remove` moves only handshakes already looked at.
+        let now = Instant::now();
+        for i in (0..handshakes.len()).rev() {
+            if ready.get(i).copied().unwrap_or(false) {
+                let Handshake { stage, deadline } = handshakes.swap_remove(i);
+                match stage {
+                    Stage::Asking(stream) => match ShmConnection::offer(stream, &config) {
+                        Ok(offer) => handshakes.push(Handshake {
+                            stage: Stage::Offered(offer),
+                            deadline,
+                        }),
+                        Err(reason) => warn!("a host could not connect: {reason}"),
+                    },
+                    Stage::Offered(offer) => match offer.finish() {
+                        // The worker may be gone by now; then so is the host.
+                        Ok(conn) => arrive.send(Channel::from(conn)),
+                        Err(reason) => warn!("a host could not connect: {reason}"),
+                    },
+                }
+            } else if handshakes[i].deadline <= now {
+                match handshakes.swap_remove(i).stage {
+                    Stage::Asking(_) => warn!(
+                        "a host could not connect: it asked for no rings in time (a host \
+                         library older than this worker?)"
+                    ),
+                    Stage::Offered(_) => {
+                        warn!("a host could not connect: it did not answer the offer in time")
+                    }
+                }
             }
         }
+        accept_ready(&listener, &config, own_uid, allow_uids, &mut handshakes);
+    }
+}
+
+/// Accepts every host waiting on `listener` and offers each a channel.
+fn accept_ready(
+    listener: &UnixListener,
+    config: &ChannelConfig,
+    own_uid: u32,
+    allow_uids: &[u32],
+    handshakes: &mut Vec<Handshake>,
+) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                warn!("accepting a host failed: {e}");
+                thread::sleep(ACCEPT_RETRY);
+                return;
+            }
+        };
+        match host_uid(&stream) {
+            Ok(uid) if may_serve(uid, own_uid, allow_uids) => {}
+            Ok(uid) => {
+                warn!(
+                    "refused a host of user {uid}: not this worker's user, root or an --allow-uid"
+                );
+                continue;
+            }
+            Err(e) => {
+                warn!("refused a host whose user cannot be read: {e}");
+                continue;
+            }
+        }
+        if handshakes.len() >= MAX_HANDSHAKES {
+            warn!(
+                "turned a host away: {MAX_HANDSHAKES} hosts are already setting up their channels"
+            );
+            continue;
+        }
+        handshakes.push(Handshake {
+            stage: Stage::Asking(stream),
+            deadline: Instant::now() + config.handshake_timeout,
+        });
     }
 }
 
@@ -127,10 +222,8 @@ pub(crate) fn accept_ucx_hosts(
     identity: &str,
     arrive: Arrive,
     stop: &AtomicBool,
+    halt: &EventFd,
 ) {
-    use std::os::fd::AsFd;
-
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use urom_transport::ucx::UcxConnection;
     use urom_transport::{Transport, stream};
 
@@ -152,13 +245,17 @@ pub(crate) fn accept_ucx_hosts(
         let (stream, from) = match listener.accept() {
             Ok(accepted) => accepted,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-                let _ = poll(&mut fds, PollTimeout::from(UCX_ACCEPT_POLL_MS));
+                // Until a host knocks or the worker stops.
+                let mut fds = [
+                    PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(halt.as_fd(), PollFlags::POLLIN),
+                ];
+                let _ = poll(&mut fds, PollTimeout::NONE);
                 continue;
             }
             Err(e) => {
                 refused(&refusals, &format!("accept failed: {e}"));
-                thread::sleep(ACCEPT_POLL);
+                thread::sleep(ACCEPT_RETRY);
                 continue;
             }
         };
@@ -207,16 +304,15 @@ pub(crate) fn accept_ucx_hosts(
     }
 }
 
-/// How long the front door waits for a connection before it looks at the stop flag.
-#[cfg(feature = "ucx")]
-const UCX_ACCEPT_POLL_MS: u8 = 50;
 /// How long a host at the front door may take to prove the worker's key.
 #[cfg(feature = "ucx")]
 const UCX_HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// One of the [`MAX_HANDSHAKES`] handshakes that may run at once, given back when dropped.
+#[cfg(feature = "ucx")]
 struct HandshakeSlot(Arc<AtomicUsize>);
 
+#[cfg(feature = "ucx")]
 impl HandshakeSlot {
     fn take(running: &Arc<AtomicUsize>) -> Option<Self> {
         running
@@ -228,6 +324,7 @@ impl HandshakeSlot {
     }
 }
 
+#[cfg(feature = "ucx")]
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);

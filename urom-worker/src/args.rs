@@ -74,7 +74,8 @@ pub struct Args {
     pub daemon_link: bool,
 
     /// Whether the rings of host channels go on hugepages: auto (when the system has some
-    /// free), never, or require (a host whose rings cannot get them is refused).
+    /// free and the rings fill at least one), never, or require (a host whose rings cannot
+    /// get them is refused).
     #[arg(long = flag::HUGEPAGES, value_name = "CHOICE", default_value = hugepages_name(HugePages::Auto), value_parser = parse_hugepages)]
     pub hugepages: HugePages,
 

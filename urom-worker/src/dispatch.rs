@@ -10,7 +10,7 @@
 //! The loop counts what it does in plain fields it owns ([`Counters`]) and publishes the totals
 //! now and then into a block other threads read ([`Published`]).
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,12 +75,22 @@ struct Idle {
     /// Whether it still spins (reading the clock only every [`TURNS_PER_CLOCK_READ`] turns).
     spinning: bool,
 }
-/// How long one sleep lasts at most while some host channel or plugin cannot wake the worker
-/// (or a host's notifications wait for room in its ring).
+/// How long one sleep lasts at most while some host channel cannot wake the worker (or a
+/// host's notifications wait for room in its ring), and the first sleep of an idle spell while
+/// a plugin cannot wake it.
 const NAP: Duration = Duration::from_millis(1);
-/// How long one sleep lasts at most otherwise, so that a stop request and the parent's end
-/// are seen in good time.
+/// While a plugin cannot wake the worker, each sleep of an idle spell that nothing ended
+/// early doubles the next, up to this: an idle worker whose plugin cannot be woken still wakes
+/// about once a second, and a plugin's own event (one its progress finds) is seen within about
+/// the time since the spell began.
+const UNARMED_NAP_MOST: Duration = Duration::from_secs(1);
+/// How long one sleep lasts at most otherwise when a stop request or the parent's end could
+/// not wake the worker ([`Worker::stop_on`]; no process descriptor of the parent), so that
+/// they are seen in good time.
 const LONG_SLEEP: Duration = Duration::from_millis(20);
+/// How long one sleep lasts at most when everything that may end it can wake the worker: a
+/// safety net only.
+const DEEP_SLEEP: Duration = Duration::from_secs(10);
 /// How many busy turns pass between two checks that the parent still runs.
 const PARENT_CHECK_TURNS: u32 = 1 << 16;
 
@@ -108,6 +118,8 @@ struct Arrivals {
     arrive: Arrive,
     /// Tells the acceptors to stop.
     stop: Arc<AtomicBool>,
+    /// Written after `stop` is set, to wake an acceptor that sleeps.
+    halt: Arc<EventFd>,
 }
 
 /// A worker: its plugins and host channels.
@@ -133,6 +145,14 @@ pub struct Worker {
     hugepages: HugePages,
     /// The process whose end stops this worker.
     parent: Option<nix::unistd::Pid>,
+    /// A descriptor of `parent` that becomes readable when it ends (`pidfd`), when the system
+    /// has them.
+    parent_fd: Option<OwnedFd>,
+    /// A descriptor that becomes readable when the worker is asked to stop
+    /// ([`Worker::stop_on`]).
+    stop_fd: Option<OwnedFd>,
+    /// How long the next sleep lasts at most while a plugin cannot wake the worker.
+    unarmed_nap: Duration,
     counters: Counters,
     /// Where the counts are published for other threads, if anyone reads them.
     published: Option<Arc<Published>>,
@@ -174,7 +194,10 @@ impl Worker {
             max,
             busy_poll,
             hugepages: HugePages::Auto,
+            parent_fd: parent.and_then(|pid| urom_transport::sys::pidfd_open(pid).ok()),
             parent,
+            stop_fd: None,
+            unarmed_nap: NAP,
             counters: Counters::default(),
             published: None,
             domains: Domains::default(),
@@ -201,6 +224,13 @@ impl Worker {
         self.hugepages = choice;
     }
 
+    /// Tells the worker that `fd` becomes readable whenever the stop flag given to
+    /// [`Worker::run`] is set (a pipe a signal handler writes, say): it then sleeps on it
+    /// instead of waking now and then to look at the flag.
+    pub fn stop_on(&mut self, fd: OwnedFd) {
+        self.stop_fd = Some(fd);
+    }
+
     /// What the worker has counted so far.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -214,10 +244,10 @@ impl Worker {
             hugepages: self.hugepages,
             ..ChannelConfig::new(self.max)
         };
-        let (arrive, stop) = self.acceptor();
+        let (arrive, stop, halt) = self.acceptor();
         thread::Builder::new()
             .name("urom-accept".into())
-            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &stop))
+            .spawn(move || accept_hosts(listener, config, &allow_uids, arrive, &stop, &halt))
             .expect("spawning the acceptor thread");
     }
 
@@ -232,18 +262,21 @@ impl Worker {
         key: urom_transport::auth::SharedSecret,
         identity: String,
     ) {
-        let (arrive, stop) = self.acceptor();
+        let (arrive, stop, halt) = self.acceptor();
         config.wait = self.wait_mode();
         thread::Builder::new()
             .name("urom-accept-ucx".into())
             .spawn(move || {
-                crate::accept::accept_ucx_hosts(listener, config, &key, &identity, arrive, &stop)
+                crate::accept::accept_ucx_hosts(
+                    listener, config, &key, &identity, arrive, &stop, &halt,
+                )
             })
             .expect("spawning the UCX acceptor thread");
     }
 
-    /// Where a new acceptor thread hands over the hosts it accepted, and the flag that stops it.
-    fn acceptor(&mut self) -> (Arrive, Arc<AtomicBool>) {
+    /// Where a new acceptor thread hands over the hosts it accepted, the flag that stops it and
+    /// the eventfd written once the flag is set (never read: it wakes every acceptor).
+    fn acceptor(&mut self) -> (Arrive, Arc<AtomicBool>, Arc<EventFd>) {
         let arrivals = self.arrivals.get_or_insert_with(|| {
             let (arrive, hosts) = mpsc::channel();
             let wake =
@@ -257,9 +290,20 @@ impl Worker {
                     pending: Arc::new(AtomicBool::new(false)),
                 },
                 stop: Arc::new(AtomicBool::new(false)),
+                halt: Arc::new(
+                    EventFd::from_value_and_flags(
+                        0,
+                        EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+                    )
+                    .expect("creating the eventfd that stops the acceptor"),
+                ),
             }
         });
-        (arrivals.arrive.clone(), Arc::clone(&arrivals.stop))
+        (
+            arrivals.arrive.clone(),
+            Arc::clone(&arrivals.stop),
+            Arc::clone(&arrivals.halt),
+        )
     }
 
     fn wait_mode(&self) -> WaitMode {
@@ -498,6 +542,7 @@ impl Worker {
                 handovers: 0,
                 spinning: true,
             };
+            self.unarmed_nap = NAP;
         }
         // A busy-polling worker never sleeps (a wake-up costs more than its latency budget),
         // but still yields a core it shares: spinning there would hold the other party off
@@ -542,10 +587,16 @@ impl Worker {
         }
         self.wake.clear();
         let mut ready = false;
-        let mut timeout = LONG_SLEEP;
+        // Deep when a stop request and the parent's end can both wake the worker.
+        let deep = self.stop_fd.is_some() && (self.parent.is_none() || self.parent_fd.is_some());
+        let mut timeout = if deep { DEEP_SLEEP } else { LONG_SLEEP };
         if let Some(arrivals) = &self.arrivals {
             self.wake.watch(arrivals.arrive.wake.as_fd());
         }
+        for fd in [&self.stop_fd, &self.parent_fd].into_iter().flatten() {
+            self.wake.watch(fd.as_fd());
+        }
+        let mut unarmed = false;
         for host in self.inbound.iter_mut().flatten() {
             match host.rx.arm() {
                 Ok(Armed::Armed { fresh }) => {
@@ -577,9 +628,15 @@ impl Worker {
                         ready = true;
                         break;
                     }
-                    Arm::Unsupported => timeout = timeout.min(NAP),
+                    Arm::Unsupported => unarmed = true,
                 }
             }
+        }
+        if unarmed && self.unarmed_nap < timeout {
+            timeout = self.unarmed_nap;
+            // Nothing that ends the sleep early comes back here: the idle spell's next turn
+            // resets it.
+            self.unarmed_nap = (self.unarmed_nap * 2).min(UNARMED_NAP_MOST);
         }
         let woke = !ready && self.wake.sleep(timeout);
         for host in self.inbound.iter_mut().flatten() {
@@ -596,6 +653,7 @@ impl Drop for Worker {
     fn drop(&mut self) {
         if let Some(arrivals) = &self.arrivals {
             arrivals.stop.store(true, Ordering::Relaxed);
+            let _ = arrivals.halt.write(1);
         }
         // Plugins are closed (dropped) before the host channels go away.
         self.plugins.clear();

@@ -119,9 +119,16 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
         return Err(WorkerRunError::NoPlugins);
     }
     let stop = Arc::new(AtomicBool::new(false));
+    // The flag first, then a byte on a socket the idle worker sleeps on: woken, it finds the
+    // flag set.
+    let (stop_rx, stop_tx) =
+        std::os::unix::net::UnixStream::pair().map_err(WorkerRunError::Signals)?;
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(WorkerRunError::Signals)?;
+        let tx = stop_tx.try_clone().map_err(WorkerRunError::Signals)?;
+        signal_hook::low_level::pipe::register(signal, tx).map_err(WorkerRunError::Signals)?;
     }
+    drop(stop_tx);
     info!(
         socket = %args.listen.display(),
         hugepages = urom_contract::worker_command::hugepages_name(args.hugepages),
@@ -129,6 +136,7 @@ pub fn run(args: WorkerCommand) -> Result<(), WorkerRunError> {
     );
     let parent = args.exit_with_parent.then(nix::unistd::getppid);
     let mut worker = Worker::new(plugins, max, args.busy_poll, parent);
+    worker.stop_on(stop_rx.into());
     worker.set_hugepages(args.hugepages);
     if args.daemon_link {
         serve_daemon_link(&mut worker, args.id);

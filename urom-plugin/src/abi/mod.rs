@@ -387,7 +387,9 @@ pub type NativeProgressFn =
 /// Returns `DOCA_SUCCESS` when the worker may sleep on them (none: only commands bring the
 /// plugin work); `DOCA_ERROR_AGAIN` when work waits already (UCX's `ucp_worker_arm` answered
 /// `UCS_ERR_BUSY`): progress instead of sleeping; `DOCA_ERROR_NOT_SUPPORTED` when the plugin
-/// cannot wake its worker, which then naps briefly and polls again.
+/// cannot wake its worker, which then naps briefly and polls again. `DOCA_SUCCESS` promises
+/// that anything arriving afterwards makes a descriptor readable: the worker may sleep on
+/// them for seconds (see [`crate::sdk::Plugin::arm`]).
 pub type NativeArmFn = unsafe extern "C" fn(
     ctx: *mut WorkerCtx,
     fds: *mut core::ffi::c_int,

@@ -24,6 +24,27 @@ struct Link {
     mapping: Mapping,
 }
 
+/// A connection offered to the peer whose answer has not been read yet
+/// ([`ShmConnection::offer`]).
+pub struct ShmOffer {
+    offered: handshake::Offered,
+    config: ChannelConfig,
+}
+
+impl ShmOffer {
+    /// The socket the answer comes on: readable once it came or the peer hung up.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.offered.socket()
+    }
+
+    /// Reads the peer's answer (waiting for it at most the handshake timeout) and sets the
+    /// connection up.
+    pub fn finish(self) -> Result<ShmConnection, ShmConnectError> {
+        let agreed = self.offered.finish(&self.config)?;
+        Ok(ShmConnection::new(agreed, &self.config))
+    }
+}
+
 /// One end of a shared-memory connection between two processes on one machine.
 ///
 /// Frames are copied into a slot on send; `recv` lends the slot itself (no copy) until the next
@@ -63,10 +84,22 @@ pub struct ShmReceiver {
 }
 
 impl ShmConnection {
-    /// Creates the mapping, offers it to the peer on `stream` and waits for its answer.
+    /// Reads the peer's request on `stream`, creates the mapping of the size it asked for,
+    /// offers it and waits for its answer.
     pub fn create(stream: UnixStream, config: &ChannelConfig) -> Result<Self, ShmConnectError> {
-        let agreed = handshake::offer(stream, config)?.finish(config)?;
-        Ok(Self::new(agreed, config))
+        Self::offer(stream, config)?.finish()
+    }
+
+    /// Reads the peer's request on `stream` (waiting at most the handshake timeout: call it
+    /// once `stream` is readable), creates the mapping of the size it asked for and offers it
+    /// without waiting for the answer: [`ShmOffer::finish`] reads it, at once when
+    /// [`ShmOffer::socket`] is readable. One thread may so set up many connections, none
+    /// waiting on another's peer.
+    pub fn offer(stream: UnixStream, config: &ChannelConfig) -> Result<ShmOffer, ShmConnectError> {
+        Ok(ShmOffer {
+            offered: handshake::offer(stream, config)?,
+            config: *config,
+        })
     }
 
     /// Receives the peer's offer on `stream`, checks it and maps it.
@@ -80,8 +113,9 @@ impl ShmConnection {
             op: "socketpair",
             errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)),
         })?;
+        handshake::request(&b, config)?;
         let offered = handshake::offer(a, config)?;
-        let accepted = handshake::accept(b, config)?;
+        let accepted = handshake::accept_offer(b, config)?;
         let created = offered.finish(config)?;
         Ok((Self::new(created, config), Self::new(accepted, config)))
     }

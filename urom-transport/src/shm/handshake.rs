@@ -1,7 +1,11 @@
 //! How the two sides agree on a mapping, over a connected Unix stream socket.
 //!
-//! The hello and the ack are `urom_wire::shm`'s.
+//! The request, the hello and the ack are `urom_wire::shm`'s.
 //!
+//! 0. the acceptor asks for rings of its `ChannelConfig::slots` (the most frames it keeps in
+//!    flight); the creator gives that many slots, rounded up to a power of two, at least
+//!    `MIN_SLOTS` and at most its own `slots` (what its maximum message size allows), so that
+//!    each of a worker's hosts gets rings of its own size;
 //! 1. the creator makes the mapping (see `mapping`) and four eventfds (one for each half of each
 //!    side to sleep on), then sends the hello with the memfd and the eventfds attached
 //!    (`SCM_RIGHTS`, in the order memfd, ring 0 consumer, ring 0 producer, ring 1 consumer,
@@ -20,11 +24,11 @@ use std::os::unix::net::UnixStream;
 use nix::errno::Errno;
 use urom_wire::DecodeError;
 use urom_wire::shm::{
-    SHM_ACK_LEN, SHM_HANDSHAKE_VERSION, SHM_HELLO_DESCRIPTORS, SHM_HELLO_LEN, ShmAckRepr,
-    ShmAckStatus, ShmHelloRepr,
+    SHM_ACK_LEN, SHM_HANDSHAKE_VERSION, SHM_HELLO_DESCRIPTORS, SHM_HELLO_LEN, SHM_REQUEST_LEN,
+    ShmAckRepr, ShmAckStatus, ShmHelloRepr, ShmRequestRepr,
 };
 
-use super::layout::{Layout, ShmLayoutError};
+use super::layout::{Layout, MIN_SLOTS, ShmLayoutError};
 use super::mapping::{self, Mapping, OpenError, SysError};
 use crate::ChannelConfig;
 use crate::sys;
@@ -119,12 +123,78 @@ pub(super) struct Agreed {
 /// A creator's half-done handshake: offer sent, ack not yet received.
 pub(super) struct Offered(Agreed);
 
-/// Creates the mapping and the eventfds and offers them to the peer on `stream`.
+/// Asks the creator on `stream` for rings of `config.slots` slots: the acceptor's first word.
+pub(super) fn request(stream: &UnixStream, config: &ChannelConfig) -> Result<(), ShmConnectError> {
+    let request = ShmRequestRepr {
+        slots: config.slots,
+    };
+    sys::send_with_fds(stream, &request.to_bytes(), &[]).map_err(|errno| match errno {
+        Errno::EPIPE | Errno::ECONNRESET => {
+            ShmConnectError::Handshake("peer hung up before the request")
+        }
+        errno => ShmConnectError::Sys {
+            op: "sendmsg",
+            errno,
+        },
+    })
+}
+
+/// Reads the acceptor's request on `stream`, waiting for it at most the handshake timeout;
+/// the slots per ring to give it: what it asks for (0: `config.slots`), rounded up to a power
+/// of two, at least [`MIN_SLOTS`] and at most `config.slots`.
+fn read_request(stream: &UnixStream, config: &ChannelConfig) -> Result<u32, ShmConnectError> {
+    stream
+        .set_read_timeout(Some(config.handshake_timeout))
+        .map_err(io_err("setsockopt(SO_RCVTIMEO)"))?;
+    let mut request = [0u8; SHM_REQUEST_LEN];
+    let (n, fds) = sys::recv_with_fds(stream, &mut request).map_err(|errno| match errno {
+        Errno::EAGAIN => ShmConnectError::Handshake(
+            "the peer asked for no rings in time (a peer older than this build?)",
+        ),
+        errno => ShmConnectError::Sys {
+            op: "recvmsg",
+            errno,
+        },
+    })?;
+    if n == 0 {
+        return Err(ShmConnectError::Handshake(
+            "peer hung up before asking for its rings",
+        ));
+    }
+    if !fds.is_empty() {
+        return Err(ShmConnectError::Handshake(
+            "peer's request carried descriptors",
+        ));
+    }
+    let asked = match ShmRequestRepr::parse(&request[..n]) {
+        Ok(request) => request.slots,
+        Err(DecodeError::UnsupportedFormatVersion { found, .. }) => {
+            return Err(ShmConnectError::Version { found });
+        }
+        Err(_) => {
+            return Err(ShmConnectError::Handshake(
+                "peer's first message is not a urom shared-memory request",
+            ));
+        }
+    };
+    if asked == 0 {
+        return Ok(config.slots);
+    }
+    let slots = asked
+        .max(MIN_SLOTS)
+        .checked_next_power_of_two()
+        .unwrap_or(u32::MAX);
+    Ok(slots.min(config.slots))
+}
+
+/// Reads the acceptor's request, then creates the mapping and the eventfds and offers them to
+/// the peer on `stream`.
 pub(super) fn offer(
     stream: UnixStream,
     config: &ChannelConfig,
 ) -> Result<Offered, ShmConnectError> {
-    let layout = Layout::new(config.max_msg_size, config.slots).map_err(ShmConnectError::Layout)?;
+    let slots = read_request(&stream, config)?;
+    let layout = Layout::new(config.max_msg_size, slots).map_err(ShmConnectError::Layout)?;
     let (memfd, mapping) = mapping::create(&layout, config.hugepages)?;
     let event = || {
         sys::wake_event().map_err(|errno| ShmConnectError::Sys {
@@ -166,6 +236,11 @@ pub(super) fn offer(
 }
 
 impl Offered {
+    /// The socket the acceptor answers on.
+    pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.socket.as_fd()
+    }
+
     /// Waits for the acceptor's answer.
     pub(super) fn finish(self, config: &ChannelConfig) -> Result<Agreed, ShmConnectError> {
         let agreed = self.0;
@@ -210,8 +285,18 @@ impl Offered {
     }
 }
 
-/// Receives the peer's offer on `stream`, checks it, maps it and answers.
+/// Asks the peer on `stream` for rings ([`request`]), then receives its offer, checks it, maps
+/// it and answers.
 pub(super) fn accept(
+    stream: UnixStream,
+    config: &ChannelConfig,
+) -> Result<Agreed, ShmConnectError> {
+    request(&stream, config)?;
+    accept_offer(stream, config)
+}
+
+/// Receives the peer's offer on `stream` (asked for already), checks it, maps it and answers.
+pub(super) fn accept_offer(
     stream: UnixStream,
     config: &ChannelConfig,
 ) -> Result<Agreed, ShmConnectError> {

@@ -1,10 +1,16 @@
 //! The shared file and its mapping.
 //!
 //! The creator makes a memfd of fixed size, on hugepages when the system has some reserved
-//! (`MFD_HUGETLB`; with none, mapping fails at once with `ENOMEM` and we fall back), otherwise
-//! on normal pages with `MADV_HUGEPAGE`; it seals the size (`F_SEAL_SHRINK | F_SEAL_GROW |
+//! and the rings fill at least one (`MFD_HUGETLB`; with none free, mapping fails at once with
+//! `ENOMEM` and we fall back), otherwise on normal pages (with `MADV_HUGEPAGE` when the
+//! mapping spans a hugepage); it seals the size (`F_SEAL_SHRINK | F_SEAL_GROW |
 //! F_SEAL_SEAL`) so that no one can cut the file short under a mapping (which would turn a later
 //! access into `SIGBUS`). The acceptor checks the seals and the size before it maps anything.
+//!
+//! Neither side prefaults the mapping: a page of normal memory is given to it when first
+//! touched, so a ring whose slots are not all used holds only the pages its frames reached (a
+//! host with hundreds of mostly idle workers holds little), at the cost of one page fault per
+//! page the first time round.
 
 use core::ptr::NonNull;
 use std::os::fd::{AsFd, OwnedFd};
@@ -28,7 +34,8 @@ const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK.union(SealFlag::F_SEAL_GROW);
 /// Whether a mapping may, must or must not use hugepages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HugePages {
-    /// Use hugepages when the system has some free, normal pages otherwise.
+    /// Use hugepages when the system has some free and the rings fill at least one (smaller
+    /// rings would hold a whole one each), normal pages otherwise.
     #[default]
     Auto,
     /// Use normal pages.
@@ -57,7 +64,7 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
-    /// Maps `len` bytes of `fd` read-write and shared, prefaulted.
+    /// Maps `len` bytes of `fd` read-write and shared (not prefaulted).
     ///
     /// `fd` must be a regular file of at least `len` bytes that cannot shrink (sealed with
     /// `F_SEAL_SHRINK`), so that no access inside the mapping can fault; the mapping is only
@@ -74,7 +81,6 @@ impl Mapping {
         // without `MAP_HUGETLB` and fails at once with `ENOMEM` when none are free.
         let map = MmapOptions::new()
             .len(len)
-            .populate()
             .map_raw(fd)
             .map_err(|e| SysError {
                 op: "mmap",
@@ -136,7 +142,10 @@ impl Mapping {
 
 /// Creates, sizes, seals, maps and initialises a new shared file for `layout`.
 pub(crate) fn create(layout: &Layout, huge: HugePages) -> Result<(OwnedFd, Mapping), SysError> {
-    if huge != HugePages::Never {
+    // Rings smaller than a hugepage would hold a whole one each (hugetlbfs pages are taken
+    // whole): `auto` leaves them on normal pages, touched only as used.
+    let worth_it = layout.total >= HUGEPAGE;
+    if huge == HugePages::Require || (huge == HugePages::Auto && worth_it) {
         match create_with(layout, true) {
             Ok(made) => return Ok(made),
             Err(e) if huge == HugePages::Require => return Err(e),
@@ -163,8 +172,9 @@ fn create_with(layout: &Layout, huge: bool) -> Result<(OwnedFd, Mapping), SysErr
     // `fd` is the memfd we just made, `len` bytes long and sealed against shrinking.
     let mut mapping = Mapping::map(&fd, len, huge)?;
     mapping.write_header(&layout.encode());
-    if !huge {
+    if !huge && len >= HUGEPAGE {
         // Transparent hugepages for shared memory when the system allows it; harmless if not.
+        // Not for a smaller mapping, whose first touch would otherwise take a whole hugepage.
         let _ = mapping.map.advise(Advice::HugePage);
     }
     Ok((fd, mapping))

@@ -17,7 +17,7 @@ mod mapping;
 pub(crate) mod ring;
 mod wait;
 
-pub use conn::{ShmConnection, ShmReceiver, ShmSender};
+pub use conn::{ShmConnection, ShmOffer, ShmReceiver, ShmSender};
 pub use handshake::ShmConnectError;
 pub use layout::{MAX_MAPPING_LEN, MAX_SLOTS, MIN_SLOTS, ShmLayoutError};
 pub use mapping::HugePages;

@@ -339,10 +339,16 @@ impl PeerWorker {
         self.worker.efd()
     }
 
-    /// Prepares to sleep on [`PeerWorker::wake_fd`]: `false` when events wait or completions
-    /// are still to be handed out by [`PeerWorker::progress`] (progress instead).
+    /// Prepares to sleep on [`PeerWorker::wake_fd`]: progresses the worker until it finds
+    /// nothing more, then arms it; `false` when events wait or completions are still to be
+    /// handed out by [`PeerWorker::progress`] (progress instead). Race-free: anything that
+    /// arrives after it said `true` makes the descriptor readable.
     pub fn arm(&self) -> bool {
-        self.ready.0.borrow().is_empty() && matches!(self.worker.arm(), Armed::Yes)
+        self.ready.0.borrow().is_empty()
+            && self.worker.progress_until_quiet()
+            // The progress may have finished operations.
+            && self.ready.0.borrow().is_empty()
+            && matches!(self.worker.arm(), Armed::Yes)
     }
 
     /// An endpoint to the worker at `address` (a UCP worker address).
@@ -866,9 +872,10 @@ impl HostMemoryWorker {
         self.worker.efd()
     }
 
-    /// Prepares to sleep on [`HostMemoryWorker::wake_fd`]: `false` when events wait.
+    /// Prepares to sleep on [`HostMemoryWorker::wake_fd`]: progresses the worker until it
+    /// finds nothing more, then arms it; `false` when events wait (progress instead).
     pub fn arm(&self) -> bool {
-        matches!(self.worker.arm(), Armed::Yes)
+        self.worker.progress_until_quiet() && matches!(self.worker.arm(), Armed::Yes)
     }
 }
 

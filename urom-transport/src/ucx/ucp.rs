@@ -346,7 +346,21 @@ impl Worker {
         }
     }
 
-    /// Prepares the worker to sleep on [`Worker::efd`].
+    /// Progress until a call finds nothing (`true`), or until the bound of
+    /// [`Worker::progress_all`] passes with events still coming (`false`).
+    ///
+    /// `ucp_worker_arm` is only safe after that: an event UCX's progress thread saw on an
+    /// interface that adaptive progress has switched off is taken by `ucp_worker_arm` (its
+    /// internal eventfd, so "busy"), while what it calls for runs only on the following
+    /// progress calls, which also turn the interface's wake-ups back on (UCX 1.13: a new TCP
+    /// connection takes two). Arming after fewer leaves the descriptor deaf to that
+    /// interface: a worker waiting only for peers' messages slept through the first one.
+    pub(super) fn progress_until_quiet(&self) -> bool {
+        (0..64).any(|_| self.progress() == 0)
+    }
+
+    /// Prepares the worker to sleep on [`Worker::efd`]. Call it once
+    /// [`Worker::progress_until_quiet`] found nothing to do.
     pub(super) fn arm(&self) -> Armed {
         // SAFETY: `raw` is live; the caller is the only thread in this worker.
         match unsafe { sys::ucp_worker_arm(self.raw) } {
