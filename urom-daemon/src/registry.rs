@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, Uid, User};
@@ -923,25 +923,56 @@ fn reap_all(set: &Epoll, registry: &Weak<Registry>) {
 /// owner may enter it, or, with `others_search`, others may reach the socket inside by name
 /// but not list it. `owner` is the worker's user and group when not the daemon's.
 /// Wakes a waiter when an entry appears in a directory (a worker publishes its socket by
-/// linking it in).
-struct SocketWatch(Inotify);
+/// linking it in). Each thread keeps one inotify instance for its life and only adds and
+/// removes watches: closing an instance waits for the kernel's grace period, about 10-20 ms.
+struct SocketWatch {
+    watch: WatchDescriptor,
+}
+
+thread_local! {
+    static INOTIFY: Option<Inotify> =
+        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
+}
 
 impl SocketWatch {
     fn new(dir: &Path) -> nix::Result<Self> {
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-        inotify.add_watch(dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)?;
-        Ok(Self(inotify))
+        INOTIFY.with(|inotify| {
+            let inotify = inotify.as_ref().ok_or(nix::errno::Errno::EMFILE)?;
+            // Events of an earlier watch only cost a look.
+            drain(inotify);
+            let watch =
+                inotify.add_watch(dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)?;
+            Ok(Self { watch })
+        })
     }
 
     /// Sleeps until an entry appears or `timeout` passes; the caller looks for itself.
     fn wait(&self, timeout: Duration) {
-        let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
-        if matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
-            // Drained, so that the next wait sleeps until the next entry.
-            while matches!(self.0.read_events(), Ok(events) if !events.is_empty()) {}
-        }
+        INOTIFY.with(|inotify| {
+            let Some(inotify) = inotify else { return };
+            let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+            if matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+                drain(inotify);
+            }
+        });
     }
+}
+
+impl Drop for SocketWatch {
+    fn drop(&mut self) {
+        INOTIFY.with(|inotify| {
+            if let Some(inotify) = inotify {
+                // Fails only when the directory is gone, which took the watch with it.
+                let _ = inotify.rm_watch(self.watch);
+            }
+        });
+    }
+}
+
+/// Reads every pending event, so that the next wait sleeps until the next one.
+fn drain(inotify: &Inotify) {
+    while matches!(inotify.read_events(), Ok(events) if !events.is_empty()) {}
 }
 
 fn worker_dir(
