@@ -54,6 +54,8 @@ const LINGER_BYTES: usize = 64 * 1024;
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// Buffers kept by an idle connection at most; larger ones are given back.
 const KEEP_BUFFER: usize = 4096;
+/// Frames one connection may have handled before the others get their turn.
+const FRAMES_PER_TURN: usize = 64;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const FRONT_DOOR: Token = Token(usize::MAX - 2);
@@ -357,14 +359,20 @@ struct Conn {
 }
 
 impl Conn {
-    /// Does what can be done now: writes, reads and handles frames; returns a job to run.
-    fn drive(&mut self) -> Result<Option<Job>, End> {
+    /// Does what can be done now: writes, reads and handles up to [`FRAMES_PER_TURN`] frames;
+    /// returns a job to run, and whether the connection may have more to do at once.
+    fn drive(&mut self) -> Result<(Option<Job>, bool), End> {
         self.io.flush().map_err(End::Io)?;
         if self.closing.is_some() {
-            return self.linger().map(|()| None);
+            return self.linger().map(|()| (None, false));
         }
         let max = self.io.max;
+        let mut turn = 0;
         while !self.busy && !self.peer_closed && self.io.pending() <= max.get() {
+            if turn == FRAMES_PER_TURN {
+                return Ok((None, true));
+            }
+            turn += 1;
             let Some(len) = self.read_frame(max)? else {
                 break;
             };
@@ -375,13 +383,13 @@ impl Conn {
             self.io.flush().map_err(End::Io)?;
             if let Step::Job(job) = step {
                 self.busy = true;
-                return Ok(Some(job));
+                return Ok((Some(job), false));
             }
         }
         if self.peer_closed && !self.busy && self.io.pending() == 0 {
             return Err(End::Closed);
         }
-        Ok(None)
+        Ok((None, false))
     }
 
     /// Reads toward one whole frame; its length once it is all in `rx`. Garbage is refused as
@@ -541,6 +549,8 @@ pub(crate) struct EventLoop {
     _stop: UnixStream,
     /// When accepting failed, when to try again.
     retry_accept: Option<Instant>,
+    /// Connections that used their turn with more to do.
+    again: Vec<HostId>,
 }
 
 impl EventLoop {
@@ -588,6 +598,7 @@ impl EventLoop {
             front_door,
             _stop: stop,
             retry_accept: None,
+            again: Vec::new(),
         })
     }
 
@@ -603,7 +614,11 @@ impl EventLoop {
                 .into_iter()
                 .chain(self.retry_accept)
                 .min();
-            let timeout = next.map(|t| t.saturating_duration_since(now));
+            let timeout = if self.again.is_empty() {
+                next.map(|t| t.saturating_duration_since(now))
+            } else {
+                Some(Duration::ZERO)
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     error!("the event loop cannot wait: {e}");
@@ -631,6 +646,9 @@ impl EventLoop {
             }
             if stopping {
                 break;
+            }
+            for host in std::mem::take(&mut self.again) {
+                self.drive(host);
             }
             let now = Instant::now();
             if self.retry_accept.is_some_and(|t| t <= now) {
@@ -765,8 +783,12 @@ impl EventLoop {
             return;
         }
         match conn.drive() {
-            Ok(Some(job)) => self.pool.submit(host, job),
-            Ok(None) => {}
+            Ok((Some(job), _)) => self.pool.submit(host, job),
+            Ok((None, more)) => {
+                if more {
+                    self.again.push(host);
+                }
+            }
             Err(end) => return self.failed(host, end),
         }
         let Some(conn) = self.conns.get_mut(&host) else {

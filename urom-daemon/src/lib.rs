@@ -5,7 +5,9 @@
 //! user, root or the allow list, and its user must be within the bounds on connections), says
 //! hello (protocol version and maximum message size must match) and authenticates within a few
 //! seconds, and then lists plugins, reads the CPU set, spawns or attaches to workers, destroys
-//! them and lists them by group. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
+//! them and lists them by group. One event loop serves every connection, and a fixed pool of
+//! threads what may block (`event_loop`): the daemon's threads do not grow with hosts,
+//! connections or workers. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
 //! connection ([`discovery`]); workers are `urom-worker` processes watched by the daemon
 //! ([`registry`]), each running with no more rights than the host that asked for it. Whatever
 //! hosts, plugins and workers do, the daemon stays up; on SIGTERM it stops every worker and
