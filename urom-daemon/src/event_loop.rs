@@ -433,6 +433,15 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.readable = false;
+                    // Half a record is half a frame: it has as long to complete.
+                    if self
+                        .io
+                        .opener
+                        .as_ref()
+                        .is_some_and(|opener| opener.holds_partial_record())
+                    {
+                        self.frame_started.get_or_insert_with(Instant::now);
+                    }
                     if self.have == 0 && self.rx.capacity() > 0 {
                         // Idle: an idle connection keeps no buffer.
                         self.rx = Vec::new();

@@ -589,6 +589,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     use urom_host::{Service as HostService, ServiceStartError};
+    use urom_testkit::control::ControlClient;
     use urom_transport::auth::SharedSecret;
     use urom_wire::CpuSet;
 
@@ -619,7 +620,7 @@ mod tests {
             max_msg_size: MaxMsgSize::DEFAULT,
             cpuset: config.cpuset,
             gate: Arc::new(Gate::new(
-                Vec::new(),
+                vec![nix::unistd::geteuid().as_raw()],
                 Limits {
                     total: 8,
                     per_user: 8,
@@ -638,13 +639,12 @@ mod tests {
         })
     }
 
-    /// A host with `key` in its key file connecting to a daemon's front door: the daemon's
-    /// event loop runs on a thread until the returned stop socket is written to.
-    fn remote_host(
-        key: &[u8],
+    /// A daemon's event loop serving `dir/urom.sock` and a front door, on a thread until the
+    /// returned stop socket is written to; the front door's address.
+    fn start_loop(
         dir: &std::path::Path,
     ) -> (
-        Result<HostService<urom_host::Running>, ServiceStartError>,
+        std::net::SocketAddr,
         (UnixStream, std::thread::JoinHandle<()>),
     ) {
         let service = service(dir);
@@ -654,6 +654,18 @@ mod tests {
         let (stop, stop_end) = UnixStream::pair().unwrap();
         let event_loop = EventLoop::new(&service, listener, Some(front_door), stop_end).unwrap();
         let running = std::thread::spawn(move || event_loop.run());
+        (address, (stop, running))
+    }
+
+    /// A host with `key` in its key file connecting to a daemon's front door.
+    fn remote_host(
+        key: &[u8],
+        dir: &std::path::Path,
+    ) -> (
+        Result<HostService<urom_host::Running>, ServiceStartError>,
+        (UnixStream, std::thread::JoinHandle<()>),
+    ) {
+        let (address, running) = start_loop(dir);
         let key_file = dir.join("key");
         std::fs::write(&key_file, key).unwrap();
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -663,7 +675,7 @@ mod tests {
             .set_remote(address.to_string())
             .start()
             .map_err(|(_, e)| e);
-        (host, (stop, running))
+        (host, running)
     }
 
     fn stop((mut stop, running): (UnixStream, std::thread::JoinHandle<()>)) {
@@ -713,6 +725,53 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("wrong proof of the shared secret"), "{text}");
+        stop(running);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_remote_host_that_stalls_halfway_through_a_record_is_dropped_and_delays_no_other() {
+        let dir = temp_dir("stall");
+        let (address, running) = start_loop(&dir);
+        let max = MaxMsgSize::DEFAULT;
+        let stream = std::net::TcpStream::connect(address).unwrap();
+        let raw = stream.try_clone().unwrap();
+        let mut halves = urom_transport::stream::split_tcp(stream).unwrap();
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            max_msg_size: max.as_u32(),
+            identity: "rank-0",
+        };
+        let hello = encode(1, ControlMessage::Hello(hello), max).unwrap();
+        halves.1.write_all(&hello).unwrap();
+        let secret = SharedSecret::from_bytes(SECRET);
+        auth::prove(&mut halves, max, &secret, "rank-0", Duration::from_secs(10)).unwrap();
+        // A record whose length says 100 bytes, of which 10 come.
+        (&raw).write_all(&[100, 0, 0, 0, 1, 2, 3, 4, 5, 6]).unwrap();
+
+        // A host on this machine is served meanwhile.
+        let mut local = ControlClient::connect(&dir.join("urom.sock"), Duration::from_secs(10))
+            .expect("connecting to the daemon");
+        local.handshake().expect("the local host authenticates");
+        assert_eq!(local.cpuset(), "0".parse::<CpuSet>().unwrap());
+        assert!(local.plugins().is_empty());
+
+        // The stalled record is given up on like a stalled frame, in a sealed reply.
+        let mut buf = Vec::new();
+        let deadline = Some(Instant::now() + Duration::from_secs(60));
+        let len = urom_transport::stream::read_frame(&mut halves.0, &mut buf, max, deadline)
+            .expect("the daemon answered before the test gave up");
+        let frame = FrameRepr::<ControlMessage>::parse(&buf[..len], max).unwrap();
+        let ControlMessage::Error(error) = frame.body else {
+            panic!("not an error reply: {:?}", frame.body);
+        };
+        assert_eq!(error.status, Status::TimeOut, "{}", error.reason);
+        assert!(
+            error.reason.contains("frame not completed"),
+            "{}",
+            error.reason
+        );
+        assert_eq!(local.cpuset(), "0".parse::<CpuSet>().unwrap());
         stop(running);
         std::fs::remove_dir_all(&dir).unwrap();
     }

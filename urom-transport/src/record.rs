@@ -141,6 +141,12 @@ impl Opener {
         }
     }
 
+    /// Whether part of a record has arrived and waits for the rest (a caller driving the
+    /// stream without blocking bounds how long that may take).
+    pub fn holds_partial_record(&self) -> bool {
+        self.have > 0
+    }
+
     /// How many bytes the record being collected has in all (only its length field, until
     /// that arrived).
     fn need(&self) -> io::Result<usize> {
