@@ -3,11 +3,11 @@
 //!
 //! The local accept loop reads each peer's credentials (`SO_PEERCRED`) as soon as it has
 //! accepted it. A user the daemon does not serve is answered with an error and closed at once,
-//! before any thread is spent on it. An allowed peer then needs a [`Permit`]: connections of users
+//! before anything is spent on it. An allowed peer then needs a [`Permit`]: connections of users
 //! other than root are bounded per user and in total ([`Limits`]); beyond the bounds a peer is
 //! answered with an error and closed too. Root is never counted, so the operator always gets
 //! in (the total leaves it room in the open-file limit). Only a permitted connection gets a
-//! thread, and it must say hello and authenticate within [`HELLO_TIMEOUT`] (see `session`).
+//! session, and it must say hello and authenticate within [`HELLO_TIMEOUT`] (see `session`).
 //!
 //! Turning a peer away never blocks the accept loop: the error reply is written without
 //! waiting, and lost if the peer's socket has no room for it. Refusals are logged at most once
@@ -31,8 +31,8 @@ pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Open files kept for everything but host connections (listening socket, logs, worker
 /// spawns, plugin probes), at least; a quarter of the limit when that is more.
 const RESERVED_FILES: u64 = 64;
-/// Open files one host connection holds: its socket and the writer's duplicate of it.
-const FILES_PER_CONNECTION: u64 = 2;
+/// Open files one host connection holds: its socket.
+const FILES_PER_CONNECTION: u64 = 1;
 /// How often a refusal is logged at most.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -258,12 +258,12 @@ mod tests {
                 per_user: 256
             }
         );
-        // A quarter of 256 files kept, two files a connection.
+        // A quarter of 256 files kept, one file a connection.
         assert_eq!(
             Limits::fit(1024, 256, 256),
             Limits {
-                total: 96,
-                per_user: 96
+                total: 192,
+                per_user: 192
             }
         );
         assert_eq!(Limits::fit(1024, 256, 10).total, 1);

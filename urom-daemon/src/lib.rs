@@ -5,7 +5,9 @@
 //! user, root or the allow list, and its user must be within the bounds on connections), says
 //! hello (protocol version and maximum message size must match) and authenticates within a few
 //! seconds, and then lists plugins, reads the CPU set, spawns or attaches to workers, destroys
-//! them and lists them by group. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
+//! them and lists them by group. One event loop serves every connection, and a fixed pool of
+//! threads what may block (`event_loop`): the daemon's threads do not grow with hosts,
+//! connections or workers. Plugins are discovered in `UROM_PLUGIN_PATH` on each host
 //! connection ([`discovery`]); workers are `urom-worker` processes watched by the daemon
 //! ([`registry`]), each running with no more rights than the host that asked for it. Whatever
 //! hosts, plugins and workers do, the daemon stays up; on SIGTERM it stops every worker and
@@ -21,6 +23,7 @@
 
 pub mod args;
 pub mod discovery;
+mod event_loop;
 mod gate;
 pub mod hugepages;
 pub mod link;
@@ -38,8 +41,8 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use tracing::{info, warn};
 use urom_contract::{default_service_socket, writable_dir};
@@ -54,8 +57,6 @@ pub use urom_cli::{ArgsError, JsonArgs};
 pub const LOG_FILE: &str = "urom_daemon_dev.log";
 /// The environment variable listing plugin directories.
 pub const PLUGIN_PATH_VAR: &str = "UROM_PLUGIN_PATH";
-/// How often the accept loop looks at the stop flag.
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
 /// Why the daemon could not run.
 #[derive(Debug)]
@@ -252,10 +253,15 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
     let metrics_addr = metrics_listener
         .as_ref()
         .and_then(|listener| listener.local_addr().ok());
-    let stop = Arc::new(AtomicBool::new(false));
+    // The stop signals write a byte to a socket the event loop sleeps on.
+    let (stop, stop_signal) =
+        std::os::unix::net::UnixStream::pair().map_err(DaemonRunError::Signals)?;
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonRunError::Signals)?;
+        let end = stop_signal.try_clone().map_err(DaemonRunError::Signals)?;
+        end.set_nonblocking(true).map_err(DaemonRunError::Signals)?;
+        signal_hook::low_level::pipe::register(signal, end).map_err(DaemonRunError::Signals)?;
     }
+    drop(stop_signal);
     let service = Arc::new(Service {
         max_msg_size: args.max_msg_size,
         cpuset,
@@ -311,28 +317,25 @@ pub fn run(args: Args) -> Result<(), DaemonRunError> {
             .map_err(DaemonRunError::Signals)?;
     }
 
-    let next_host = Arc::new(AtomicU64::new(1));
-    if let Some(address) = args.listen_ucx {
-        let bound = remote::listen(&service, address, Arc::clone(&next_host))
-            .map_err(DaemonRunError::Remote)?;
-        info!(address = %bound, "listening for hosts on other machines");
-        let _ = service.ucx_listen.set(bound);
-    }
+    let front_door = match args.listen_ucx {
+        Some(address) => {
+            let (front_door, bound) = remote::bind(address).map_err(DaemonRunError::Remote)?;
+            info!(address = %bound, "listening for hosts on other machines");
+            let _ = service.ucx_listen.set(bound);
+            Some(front_door)
+        }
+        None => None,
+    };
     // Last, so that a socket there means every listener is up.
     let listener = bind(&socket, if others_allowed { 0o666 } else { 0o600 })?;
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let host = next_host.fetch_add(1, Ordering::Relaxed);
-                local::admit(&service, host, stream);
+    let event_loop =
+        event_loop::EventLoop::new(&service, listener, front_door, stop).map_err(|source| {
+            DaemonRunError::Listen {
+                path: socket.clone(),
+                source,
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
-            Err(e) => {
-                warn!("accept failed: {e}");
-                std::thread::sleep(ACCEPT_POLL);
-            }
-        }
-    }
+        })?;
+    event_loop.run();
     info!("stopping: tearing down every worker");
     service.stopping.store(true, Ordering::Relaxed);
     service.registry.shutdown();
@@ -390,7 +393,5 @@ fn bind(socket: &Path, mode: u32) -> Result<UnixListener, DaemonRunError> {
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
         let _ = std::fs::remove_file(socket);
     }
-    let listener = urom_cli::listen_unix(socket, Some(mode)).map_err(error)?;
-    listener.set_nonblocking(true).map_err(error)?;
-    Ok(listener)
+    urom_cli::listen_unix(socket, Some(mode)).map_err(error)
 }

@@ -11,7 +11,6 @@ use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -32,32 +31,32 @@ pub const MAX_REQUEST: usize = 8 * 1024;
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many bytes of a refused request are read and dropped before its connection closes.
 const LINGER_BYTES: u64 = 64 * 1024;
-/// How often the accept loop looks at the stop flag.
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// How long accepting waits after it failed before it tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// The content type of the exposition.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Binds `addr` for the metrics endpoint; the daemon answers scrapes on it from a thread of its
 /// own.
 pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let listener = TcpListener::bind(addr)?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+    TcpListener::bind(addr)
 }
 
-/// Answers scrapes on `listener` until the service stops.
+/// Answers scrapes on `listener`, one at a time, sleeping in `accept` between them, for as long
+/// as the daemon runs.
 pub(crate) fn serve(listener: TcpListener, service: &Arc<Service>) {
-    while !service.stopping.load(Ordering::Relaxed) {
+    loop {
         match listener.accept() {
             Ok((stream, peer)) => {
                 if let Err(e) = answer(stream, service) {
                     debug!(%peer, "metrics request failed: {e}");
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 warn!("metrics accept failed: {e}");
-                std::thread::sleep(ACCEPT_POLL);
+                // Out of open files, most likely: try again a little later.
+                std::thread::sleep(ACCEPT_RETRY);
             }
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! The front door is a TCP socket the daemon parses itself; UCX never sees a byte of it, and
 //! the daemon does not link UCX at all. A remote host is let in like a local one (a connection
-//! permit, a session thread of its own, the same hello deadline: idle and half-open
+//! permit, a session in the event loop, the same hello deadline: idle and half-open
 //! connections are closed at it), but authenticates by proving the shared secret (see
 //! `urom_transport::auth`) instead of by Unix credentials, owns its workers by the identity it
 //! proved, and, until it has proved it, holds one of the few places of its source address
@@ -14,21 +14,19 @@
 use std::fmt;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use mio::net::TcpStream;
 use nix::unistd::{Uid, User};
-use tracing::error;
 use urom_transport::auth::{KeyFileError, SharedSecret};
 use urom_wire::Status;
 
 use crate::args::Args;
+use crate::event_loop::LoopWake;
 use crate::gate::{self, Limits, Quota};
 use crate::registry::HostId;
-use crate::session::{self, Client};
+use crate::session::{Client, Session};
 use crate::{RemoteHosts, Service};
 
 /// Connections of hosts on other machines that have not proved the secret yet: at most this
@@ -37,9 +35,6 @@ pub(crate) const UNPROVEN: Limits = Limits {
     total: 256,
     per_user: 32,
 };
-
-/// How long the front door waits for a connection before it looks at the stop flag.
-const ACCEPT_WAIT_MS: u8 = 50;
 
 impl fmt::Debug for RemoteHosts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,55 +162,31 @@ fn resolve_user(user: &str) -> Result<u32, RemoteSetupError> {
     }
 }
 
-/// Listens for hosts on other machines at `address`, on a thread of its own, until the daemon
-/// stops; returns the address it listens on (with the port the system picked for port 0).
-pub(crate) fn listen(
-    service: &Arc<Service>,
-    address: SocketAddr,
-    next_host: Arc<AtomicU64>,
-) -> Result<SocketAddr, RemoteSetupError> {
+/// Binds the front door for hosts on other machines at `address`; the event loop serves it.
+/// Returns the listener and the address it listens on (with the port the system picked for
+/// port 0).
+pub(crate) fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), RemoteSetupError> {
     let failed = |e: io::Error| RemoteSetupError::Listen {
         address,
         reason: e.to_string(),
     };
     let listener = TcpListener::bind(address).map_err(failed)?;
-    listener.set_nonblocking(true).map_err(failed)?;
     let bound = listener.local_addr().map_err(failed)?;
-    let service = Arc::clone(service);
-    std::thread::Builder::new()
-        .name("urom-remote-accept".into())
-        .spawn(move || {
-            while !service.stopping.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, from)) => {
-                        let host = next_host.fetch_add(1, Ordering::Relaxed);
-                        admit(&service, host, stream, from);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // Wakes at once for the next connection: a flood must not delay others.
-                        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-                        let _ = poll(&mut fds, PollTimeout::from(ACCEPT_WAIT_MS));
-                    }
-                    Err(e) => {
-                        service
-                            .gate
-                            .log_refusal(&"the front door", &format!("accept failed: {e}"));
-                        std::thread::sleep(crate::ACCEPT_POLL);
-                    }
-                }
-            }
-        })
-        .map_err(failed)?;
-    Ok(bound)
+    Ok((listener, bound))
 }
 
-/// Takes a connection to the front door: turns it away at once when its source address or all
-/// remote hosts already hold their most unauthenticated connections, or the remote user its
-/// most connections; else serves it as host `host` on a thread of its own.
-fn admit(service: &Arc<Service>, host: HostId, stream: TcpStream, from: SocketAddr) {
-    let Some(remote) = &service.remote else {
-        return;
-    };
+/// Takes a connection to the front door: turns it away at once (the caller closes it) when its
+/// source address or all remote hosts already hold their most unauthenticated connections, or
+/// the remote user its most connections; else returns the session that serves it as host
+/// `host`.
+pub(crate) fn admit(
+    service: &Arc<Service>,
+    host: HostId,
+    stream: &TcpStream,
+    from: SocketAddr,
+    wake: &Arc<LoopWake>,
+) -> Option<Session> {
+    let remote = service.remote.as_ref()?;
     let unproven = match remote.unproven.take(from.ip()) {
         Ok(place) => place,
         Err(gate::Full::Key(n)) => {
@@ -223,51 +194,43 @@ fn admit(service: &Arc<Service>, host: HostId, stream: TcpStream, from: SocketAd
                 "{n} connections from {} are already authenticating",
                 from.ip()
             );
-            return refuse(service, stream, from, &reason);
+            refuse(service, stream, from, &reason);
+            return None;
         }
         Err(gate::Full::Total(n)) => {
             let reason = format!("{n} connections from other machines are already authenticating");
-            return refuse(service, stream, from, &reason);
+            refuse(service, stream, from, &reason);
+            return None;
         }
     };
     let permit = match service.gate.permit(remote.uid) {
         Ok(permit) => permit,
-        Err(reason) => return refuse(service, stream, from, &reason),
-    };
-    let halves = match stream
-        .set_nonblocking(false)
-        .and_then(|()| urom_transport::stream::split_tcp(stream))
-    {
-        Ok(halves) => halves,
-        Err(e) => {
-            service
-                .gate
-                .log_refusal(&from, &format!("cannot set up the connection: {e}"));
-            return;
+        Err(reason) => {
+            refuse(service, stream, from, &reason);
+            return None;
         }
     };
+    // Small frames leave at once (no Nagle delay).
+    if let Err(e) = stream.set_nodelay(true) {
+        service
+            .gate
+            .log_refusal(&from, &format!("cannot set up the connection: {e}"));
+        return None;
+    }
     let client = Client::Remote {
         address: from.to_string(),
     };
-    let session_service = Arc::clone(service);
-    let spawned = std::thread::Builder::new()
-        .name(format!("urom-host-{host}"))
-        .spawn(move || {
-            session::serve(
-                &session_service,
-                host,
-                halves,
-                client,
-                (permit, Some(unproven)),
-            )
-        });
-    if let Err(e) = spawned {
-        error!("cannot serve a remote host: {e}");
-    }
+    Some(Session::new(
+        service,
+        host,
+        client,
+        (permit, Some(unproven)),
+        wake,
+    ))
 }
 
 /// Turns a connection away: the service is full for it.
-fn refuse(service: &Service, stream: TcpStream, from: SocketAddr, reason: &str) {
+fn refuse(service: &Service, stream: &TcpStream, from: SocketAddr, reason: &str) {
     let refusal = (Status::Full, reason);
     service
         .gate

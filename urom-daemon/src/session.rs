@@ -1,96 +1,62 @@
-//! One host connection: hello, authentication, then requests until the host leaves.
+//! One host connection's protocol: hello, authentication, then requests until the host leaves.
 //!
-//! Each connection the gate let in has its own thread, so a host that sends garbage, stops
-//! halfway through a frame or floods the socket only ever delays itself; it is answered with an
-//! error and disconnected. A connection that has not said hello and authenticated within
-//! [`HELLO_TIMEOUT`] of being accepted is answered with an error and closed.
+//! A session never blocks: the event loop ([`crate::event_loop`]) hands it each whole frame the
+//! host sent, and it answers into the connection's write queue at once, or, for what may take a
+//! while (discovering plugins at authentication, spawning, destroying, the status report), hands
+//! a job to the daemon's pool and answers when the job is done; meanwhile the connection reads
+//! nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
+//! through a frame or floods the socket only ever delays itself; it is answered with an error and
+//! disconnected. A connection that has not said hello and authenticated within [`HELLO_TIMEOUT`]
+//! of being accepted is answered with an error and closed.
 
-use std::io::{self, Read, Write};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::net::IpAddr;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use urom_plugin::plugin_id::PluginMask;
-use urom_transport::auth::{self, AuthBytes, SessionKeys, Side, Transcript};
-use urom_transport::stream::{StreamReader, StreamWriter};
+use urom_transport::auth::{self, AuthBytes, SessionKeys, Transcript};
 use urom_wire::control::{
-    AuthChallenge, AuthMethod, AuthResponse, ControlMessage, EndpointKind, ErrorReply, Hello,
-    PluginInfo, SealedUcxAddress, SecretProof, ServiceProof, SpawnResult, StatusReply, WorkerExit,
+    AuthChallenge, AuthMethod, AuthResponse, ControlMessage, ErrorReply, Hello, PluginInfo,
+    SealedUcxAddress, SecretProof, ServiceProof, SpawnResult, StatusReply,
 };
-use urom_wire::frame::frame_length;
-use urom_wire::{FRAME_HEADER_LEN, FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
+use urom_wire::{FrameRepr, List, MaxMsgSize, PROTOCOL_VERSION, Status};
 
 use crate::Service;
 use crate::discovery::PluginEntry;
+use crate::event_loop::{Done, HostLink, Io, Job, LoopWake};
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit, Place};
 use crate::registry::{HostEvents, HostId, Owner, Reachable, ServiceError, SpawnRequest};
 use crate::status::StatusPager;
 
-/// How often a blocked read looks at the stop flag.
-const READ_POLL: Duration = Duration::from_millis(200);
 /// How long a host may take to finish a frame it started.
-const FRAME_DEADLINE: Duration = Duration::from_secs(10);
-/// How long a write to a host may block before the host is given up on.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long what a refused host still sends is read and dropped before its connection closes.
-const LINGER: Duration = Duration::from_secs(2);
-/// How many bytes a refused host may still send to be read and dropped, at least (a frame of
-/// the maximum message size, if that is more).
-const LINGER_BYTES: usize = 64 * 1024;
+pub(crate) const FRAME_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why a session ended.
 #[derive(Debug)]
-enum End {
+pub(crate) enum End {
     /// The host closed the connection between frames.
     Closed,
     /// The host broke the protocol; it was told why.
     Misbehaved(String),
     /// The daemon is stopping.
     Shutdown,
-    /// The socket failed.
+    /// The socket failed, or the host does not read what it is sent.
     Io(io::Error),
 }
 
-/// The sending half of a host connection, shared with the threads that report worker exits.
-struct HostLink {
-    writer: Mutex<StreamWriter>,
-    max: MaxMsgSize,
-}
-
-impl HostLink {
-    fn send(&self, seq: u64, body: ControlMessage<'_>) -> io::Result<()> {
-        let frame = FrameRepr { seq, body };
-        let mut bytes = vec![0u8; frame.buffer_len()];
-        let len = frame
-            .emit(&mut bytes, self.max)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        writer.write_all(&bytes[..len])
-    }
-
-    fn send_error(&self, seq: u64, status: Status, reason: &str) -> io::Result<()> {
-        let reason =
-            urom_wire::truncate_at_char_boundary(reason, urom_wire::control::REASON_LEN - 1);
-        self.send(seq, ControlMessage::Error(ErrorReply { status, reason }))
-    }
-}
-
-impl HostEvents for HostLink {
-    fn worker_exited(&self, exit: WorkerExit) {
-        if let Err(e) = self.send(0, ControlMessage::WorkerExited(exit)) {
-            debug!(
-                "cannot tell a host that worker {} ended: {e}",
-                exit.worker_id
-            );
-        }
-    }
+/// What handling a frame left to do.
+pub(crate) enum Step {
+    /// Nothing: read the next frame.
+    Next,
+    /// Run this job on the pool; the session goes on when it is done.
+    Job(Job),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(crate) enum State {
     AwaitHello,
     AwaitAuth,
     Ready,
@@ -108,263 +74,217 @@ pub(crate) enum Client {
     },
 }
 
-/// Serves one host, `client`, admitted with `permit`, until it leaves or the daemon stops. A
-/// host on another machine also holds its source address's place among the connections that
-/// have not authenticated yet, `unproven`, until it does.
-pub(crate) fn serve(
-    service: &Service,
-    host: HostId,
-    (mut stream, mut writer): (StreamReader, StreamWriter),
-    client: Client,
-    (permit, unproven): (Permit, Option<Place<IpAddr>>),
-) {
-    let handshake_deadline = Instant::now() + HELLO_TIMEOUT;
-    // The connection's place is given back when the session ends.
-    let _permit = permit;
-    let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
-    let _ = stream.set_read_timeout(Some(READ_POLL));
-    let link = Arc::new(HostLink {
-        writer: Mutex::new(writer),
-        max: service.max_msg_size,
-    });
-    let owner = match &client {
-        Client::Local(Peer { uid, pid }) => {
-            info!(host, uid, pid, "host connected");
-            Owner::local(*uid)
-        }
-        Client::Remote { address } => {
-            info!(host, address, "remote host connected");
-            // Nobody until it authenticates.
-            Owner {
-                uid: u32::MAX,
-                remote: Some(String::new()),
-            }
-        }
-    };
-    let mut session = Session {
-        service,
-        host,
-        client,
-        owner,
-        challenge: [0; urom_wire::control::AUTH_DATA_LEN],
-        unproven,
-        keys: None,
-        sealings: 0,
-        identity: String::new(),
-        stream,
-        link,
-        buf: vec![0; service.max_msg_size.get()],
-        state: State::AwaitHello,
-        handshake_deadline,
-        plugins: Vec::new(),
-        status: StatusPager::default(),
-    };
-    let end = session.run();
-    if session.state == State::Ready {
-        service.registry.remove_host(host);
-    }
-    if matches!(end, End::Misbehaved(_)) {
-        session.close_after_refusal();
-    }
-    match (end, &session.client) {
-        // Anyone can reach a remote port: what never authenticated is logged at a bounded rate.
-        (End::Misbehaved(why), Client::Remote { address }) if session.state != State::Ready => {
-            let why = format!("remote host failed authentication: {why}");
-            service.gate.log_refusal(address, &why);
-        }
-        (End::Closed, _) => info!(host, "host disconnected"),
-        (End::Shutdown, _) => info!(host, "closing the host's connection: the service stops"),
-        (End::Misbehaved(why), client) => warn!(host, ?client, "host disconnected: {why}"),
-        (End::Io(e), _) => warn!(host, "host connection failed: {e}"),
-    }
+/// An authentication that checked, waiting for plugin discovery before it is answered.
+enum PendingAuth {
+    /// A local host's: answered with an acknowledgement.
+    Local { seq: u64 },
+    /// A remote host's: answered with the service's proof, then sealed.
+    Remote {
+        seq: u64,
+        answer: ServiceProof,
+        keys: SessionKeys,
+    },
 }
 
-struct Session<'s> {
-    service: &'s Service,
+/// One host's session.
+pub(crate) struct Session {
+    service: Arc<Service>,
     host: HostId,
-    client: Client,
+    pub(crate) client: Client,
     /// Who the host is once it authenticated.
     owner: Owner,
     /// The nonce of the authentication challenge.
     challenge: AuthBytes,
     /// A remote host's place among the connections not authenticated yet, until it is.
     unproven: Option<Place<IpAddr>>,
+    /// The connection's place within the bounds, given back with the session.
+    _permit: Permit,
     /// A remote host's session keys, once it authenticated.
-    keys: Option<SessionKeys>,
+    keys: Option<Box<SessionKeys>>,
     /// Worker keys sealed for this session so far (each sealing's nonce).
     sealings: u64,
     /// The identity the host said hello with.
     identity: String,
-    stream: StreamReader,
-    link: Arc<HostLink>,
-    buf: Vec<u8>,
-    state: State,
+    pub(crate) state: State,
     /// When a host that has not authenticated yet is given up on.
-    handshake_deadline: Instant,
-    plugins: Vec<PluginEntry>,
-    /// The status report this host is reading in pages.
+    pub(crate) handshake_deadline: Instant,
+    plugins: Arc<Vec<PluginEntry>>,
+    /// The status report this host is reading in pages (with a job while one runs).
     status: StatusPager,
+    pending_auth: Option<Box<PendingAuth>>,
+    /// Where worker exits are reported to the event loop.
+    wake: Arc<LoopWake>,
 }
 
-impl Session<'_> {
-    fn run(&mut self) -> End {
-        loop {
-            let len = match self.read_frame() {
-                Ok(len) => len,
-                Err(end) => return end,
-            };
-            if let Err(end) = self.handle(len) {
-                return end;
+impl Session {
+    /// A session for host `host`, `client`, admitted with `permit`; a host on another machine
+    /// also holds its source address's place among the connections that have not
+    /// authenticated yet, `unproven`, until it does.
+    pub(crate) fn new(
+        service: &Arc<Service>,
+        host: HostId,
+        client: Client,
+        (permit, unproven): (Permit, Option<Place<IpAddr>>),
+        wake: &Arc<LoopWake>,
+    ) -> Self {
+        let owner = match &client {
+            Client::Local(Peer { uid, pid }) => {
+                info!(host, uid, pid, "host connected");
+                Owner::local(*uid)
             }
+            Client::Remote { address } => {
+                info!(host, address, "remote host connected");
+                // Nobody until it authenticates.
+                Owner {
+                    uid: u32::MAX,
+                    remote: Some(String::new()),
+                }
+            }
+        };
+        Self {
+            service: Arc::clone(service),
+            host,
+            client,
+            owner,
+            challenge: [0; urom_wire::control::AUTH_DATA_LEN],
+            unproven,
+            _permit: permit,
+            keys: None,
+            sealings: 0,
+            identity: String::new(),
+            state: State::AwaitHello,
+            handshake_deadline: Instant::now() + HELLO_TIMEOUT,
+            plugins: Arc::default(),
+            status: StatusPager::default(),
+            pending_auth: None,
+            wake: Arc::clone(wake),
         }
     }
 
-    /// Reads one whole frame into `buf`; returns its length. Garbage is refused as soon as
-    /// its header has arrived.
-    fn read_frame(&mut self) -> Result<usize, End> {
-        let max = self.service.max_msg_size;
-        let mut have = 0;
-        let mut started: Option<Instant> = None;
-        loop {
-            self.check_handshake_deadline()?;
-            let need = match frame_length(&self.buf[..have], max) {
-                Ok(Some(len)) => len,
-                Ok(None) => FRAME_HEADER_LEN,
-                Err(error) => {
-                    let seq = header_seq(&self.buf[..have]);
-                    return Err(self.refuse(seq, Status::InvalidValue, &error.to_string()));
-                }
-            };
-            if have == need {
-                return Ok(need);
+    /// Logs how the session ended; a host that was served is forgotten by the registry (which
+    /// may stop workers: a job for the pool, returned).
+    pub(crate) fn finish(&self, end: &End) -> Option<Job> {
+        let host = self.host;
+        match (end, &self.client) {
+            // Anyone can reach a remote port: what never authenticated is logged at a bounded rate.
+            (End::Misbehaved(why), Client::Remote { address }) if self.state != State::Ready => {
+                let why = format!("remote host failed authentication: {why}");
+                self.service.gate.log_refusal(address, &why);
             }
-            match self.stream.read(&mut self.buf[have..need]) {
-                Ok(0) if have == 0 => return Err(End::Closed),
-                Ok(0) => {
-                    return Err(End::Misbehaved(format!(
-                        "closed halfway through a frame ({have} of {need} bytes)"
-                    )));
-                }
-                Ok(n) => {
-                    have += n;
-                    started.get_or_insert_with(Instant::now);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if self.service.stopping.load(Ordering::Relaxed) {
-                        return Err(End::Shutdown);
-                    }
-                    if started.is_some_and(|t| t.elapsed() > FRAME_DEADLINE) {
-                        return Err(self.refuse(
-                            0,
-                            Status::TimeOut,
-                            &format!("frame not completed within {FRAME_DEADLINE:?}"),
-                        ));
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(End::Io(e)),
-            }
+            (End::Closed, _) => info!(host, "host disconnected"),
+            (End::Shutdown, _) => info!(host, "closing the host's connection: the service stops"),
+            (End::Misbehaved(why), client) => warn!(host, ?client, "host disconnected: {why}"),
+            (End::Io(e), _) => warn!(host, "host connection failed: {e}"),
         }
-    }
-
-    /// Disconnects a host that has not authenticated within [`HELLO_TIMEOUT`], telling it why.
-    fn check_handshake_deadline(&self) -> Result<(), End> {
-        if self.state != State::Ready && Instant::now() > self.handshake_deadline {
-            return Err(self.refuse(
-                0,
-                Status::TimeOut,
-                &format!("no hello and authentication within {HELLO_TIMEOUT:?} of connecting"),
-            ));
+        if self.state != State::Ready || matches!(end, End::Shutdown) {
+            return None;
         }
-        Ok(())
+        let service = Arc::clone(&self.service);
+        Some(Box::new(move || {
+            service.registry.remove_host(host);
+            None
+        }))
     }
 
     /// Tells the host why it is being disconnected.
-    fn refuse(&self, seq: u64, status: Status, reason: &str) -> End {
-        let _ = self.link.send_error(seq, status, reason);
+    pub(crate) fn refuse(&self, io: &mut Io, seq: u64, status: Status, reason: &str) -> End {
+        let reason_text =
+            urom_wire::truncate_at_char_boundary(reason, urom_wire::control::REASON_LEN - 1);
+        let _ = io.send(
+            seq,
+            ControlMessage::Error(ErrorReply {
+                status,
+                reason: reason_text,
+            }),
+        );
         End::Misbehaved(reason.to_owned())
     }
 
-    /// Ends the connection of a host that was refused, so that it reads the error reply and
-    /// then the end of the stream: no more writes, then what the host still sends (the rest of
-    /// a refused frame, requests sent after it) is read and dropped until the host closes, for
-    /// at most [`LINGER`] and [`LINGER_BYTES`]. Closing a socket with unread bytes would reset
-    /// the connection instead, and the host could lose the reply.
-    fn close_after_refusal(&mut self) {
-        self.link
-            .writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .shutdown();
-        let deadline = Instant::now() + LINGER;
-        let limit = LINGER_BYTES.max(self.buf.len());
-        let mut dropped = 0;
-        while dropped < limit && Instant::now() < deadline {
-            match self.stream.read(&mut self.buf) {
-                Ok(0) => return,
-                Ok(n) => dropped += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    if self.service.stopping.load(Ordering::Relaxed) {
-                        return;
-                    }
-                }
-                Err(_) => return,
-            }
-        }
-        debug!(
-            host = self.host,
-            "closing without waiting longer for the host to close ({dropped} bytes dropped)"
-        );
-    }
-
-    fn handle(&mut self, len: usize) -> Result<(), End> {
-        // The message borrows the buffer, the handlers borrow the session: lend the buffer out.
-        let buf = std::mem::take(&mut self.buf);
-        let handled = self.dispatch(&buf[..len]);
-        self.buf = buf;
-        handled
-    }
-
     /// Handles one frame: the handshake's messages in their order, then requests.
-    fn dispatch(&mut self, bytes: &[u8]) -> Result<(), End> {
-        let frame = match FrameRepr::<ControlMessage>::parse(bytes, self.service.max_msg_size) {
+    pub(crate) fn dispatch(&mut self, io: &mut Io, bytes: &[u8]) -> Result<Step, End> {
+        let max = self.service.max_msg_size;
+        let frame = match FrameRepr::<ControlMessage>::parse(bytes, max) {
             Ok(frame) => frame,
             Err(error) => {
                 let seq = header_seq(bytes);
-                return Err(self.refuse(seq, Status::InvalidValue, &error.to_string()));
+                return Err(self.refuse(io, seq, Status::InvalidValue, &error.to_string()));
             }
         };
         let seq = frame.seq;
         match (self.state, frame.body) {
-            (State::AwaitHello, ControlMessage::Hello(hello)) => self.on_hello(seq, hello),
-            (State::AwaitAuth, ControlMessage::AuthResponse(response)) => {
-                self.on_peer_credentials(seq, response)
+            (State::AwaitHello, ControlMessage::Hello(hello)) => self.on_hello(io, seq, hello),
+            (State::AwaitAuth, ControlMessage::AuthResponse(response))
+                if self.pending_auth.is_none() =>
+            {
+                self.on_peer_credentials(io, seq, response)
             }
-            (State::AwaitAuth, ControlMessage::SecretProof(proof)) => {
-                self.on_secret_proof(seq, proof)
+            (State::AwaitAuth, ControlMessage::SecretProof(proof))
+                if self.pending_auth.is_none() =>
+            {
+                self.on_secret_proof(io, seq, proof)
             }
-            (State::Ready, request) => self.on_request(seq, request),
-            (state, body) => Err(self.unexpected(seq, state, &body)),
+            (State::Ready, request) => self.on_request(io, seq, request),
+            (state, body) => Err(self.unexpected(io, seq, state, &body)),
+        }
+    }
+
+    /// A job of this session is done: answers the host.
+    pub(crate) fn complete(&mut self, io: &mut Io, done: Done) -> Result<(), End> {
+        match done {
+            Done::Authenticated(plugins) => {
+                self.plugins = plugins;
+                self.unproven = None;
+                let link = Arc::new(HostLink::new(self.host, &self.wake));
+                self.service
+                    .registry
+                    .add_host(self.host, link as Arc<dyn HostEvents>);
+                self.state = State::Ready;
+                match self.pending_auth.take().map(|pending| *pending) {
+                    Some(PendingAuth::Local { seq }) => self.reply(io, seq, ControlMessage::Ack),
+                    Some(PendingAuth::Remote { seq, answer, keys }) => {
+                        self.reply(io, seq, ControlMessage::ServiceProof(answer))?;
+                        // Everything after the proofs travels in records with an integrity
+                        // check.
+                        io.seal(&keys, self.service.max_msg_size);
+                        self.keys = Some(Box::new(keys));
+                        Ok(())
+                    }
+                    None => Ok(()),
+                }
+            }
+            Done::Spawned { seq, result } => {
+                match result.and_then(|worker| self.spawn_result(worker)) {
+                    Ok((worker_id, endpoint, address)) => {
+                        let result = SpawnResult {
+                            worker_id,
+                            endpoint,
+                            address: &address,
+                        };
+                        self.reply(io, seq, ControlMessage::SpawnResult(result))
+                    }
+                    Err(error) => self.reply_error(io, seq, &error),
+                }
+            }
+            Done::Destroyed { seq, result } => match result {
+                Ok(()) => self.reply(io, seq, ControlMessage::Ack),
+                Err(error) => self.reply_error(io, seq, &error),
+            },
+            Done::Status { seq, pager, frame } => {
+                self.status = pager;
+                match frame {
+                    Ok(bytes) => io.send_encoded(&bytes).map_err(End::Io),
+                    Err(error) => self.reply_error(io, seq, &error),
+                }
+            }
         }
     }
 
     /// The host's hello: checked, then answered with an authentication challenge.
-    fn on_hello(&mut self, seq: u64, hello: Hello<'_>) -> Result<(), End> {
+    fn on_hello(&mut self, io: &mut Io, seq: u64, hello: Hello<'_>) -> Result<Step, End> {
         let max = self.service.max_msg_size;
         if hello.protocol_version != PROTOCOL_VERSION {
             return Err(self.refuse(
+                io,
                 seq,
                 Status::UnsupportedVersion,
                 &format!(
@@ -375,6 +295,7 @@ impl Session<'_> {
         }
         if hello.max_msg_size != max.as_u32() {
             return Err(self.refuse(
+                io,
                 seq,
                 Status::BadConfig,
                 &format!(
@@ -393,6 +314,7 @@ impl Session<'_> {
             Ok(nonce) => nonce,
             Err(e) => {
                 return Err(self.refuse(
+                    io,
                     seq,
                     Status::OperatingSystem,
                     &format!("cannot draw a random challenge: {e}"),
@@ -404,15 +326,21 @@ impl Session<'_> {
             method,
             nonce: self.challenge,
         };
-        self.reply(seq, ControlMessage::AuthChallenge(challenge))?;
+        self.reply(io, seq, ControlMessage::AuthChallenge(challenge))?;
         self.state = State::AwaitAuth;
-        Ok(())
+        Ok(Step::Next)
     }
 
     /// A local host's answer to the challenge: its Unix credentials, read at accept, decide.
-    fn on_peer_credentials(&mut self, seq: u64, response: AuthResponse) -> Result<(), End> {
+    fn on_peer_credentials(
+        &mut self,
+        io: &mut Io,
+        seq: u64,
+        response: AuthResponse,
+    ) -> Result<Step, End> {
         let Client::Local(peer) = &self.client else {
             return Err(self.refuse(
+                io,
                 seq,
                 Status::Authentication,
                 "a host on another machine must prove the shared secret",
@@ -420,30 +348,26 @@ impl Session<'_> {
         };
         if response.method != AuthMethod::PeerCredentials {
             return Err(self.refuse(
+                io,
                 seq,
                 Status::Authentication,
                 "only peer-credential authentication is offered on a local socket",
             ));
         }
         if !self.service.allows(peer.uid) {
-            return Err(self.refuse(
-                seq,
-                Status::Authentication,
-                &format!("user {} may not use this service", peer.uid),
-            ));
+            let reason = format!("user {} may not use this service", peer.uid);
+            return Err(self.refuse(io, seq, Status::Authentication, &reason));
         }
-        self.authenticated();
-        self.reply(seq, ControlMessage::Ack)?;
-        Ok(())
+        Ok(self.authenticated(PendingAuth::Local { seq }))
     }
 
     /// A remote host's proof of the shared secret: checked, answered with the service's proof,
     /// and from then on the session travels in records with an integrity check.
-    fn on_secret_proof(&mut self, seq: u64, proof: SecretProof) -> Result<(), End> {
-        let max = self.service.max_msg_size;
+    fn on_secret_proof(&mut self, io: &mut Io, seq: u64, proof: SecretProof) -> Result<Step, End> {
         let (Client::Remote { address }, Some(remote)) = (&self.client, &self.service.remote)
         else {
             return Err(self.refuse(
+                io,
                 seq,
                 Status::Authentication,
                 "a local host authenticates with its Unix credentials",
@@ -456,6 +380,7 @@ impl Session<'_> {
         };
         if !remote.secret.check_host_proof(&transcript, &proof.proof) {
             return Err(self.refuse(
+                io,
                 seq,
                 Status::Authentication,
                 "wrong proof of the shared secret: the host's key file differs from the service's",
@@ -464,10 +389,6 @@ impl Session<'_> {
         let answer = ServiceProof {
             proof: remote.secret.service_proof(&transcript),
         };
-        self.owner = Owner {
-            uid: remote.uid,
-            remote: Some(self.identity.clone()),
-        };
         let keys = remote.secret.session_keys(&transcript);
         info!(
             host = self.host,
@@ -475,18 +396,30 @@ impl Session<'_> {
             identity = self.identity,
             "remote host authenticated"
         );
-        self.authenticated();
-        self.reply(seq, ControlMessage::ServiceProof(answer))?;
-        // Everything after the proofs travels in records with an integrity check.
-        let mut writer = self.link.writer.lock().unwrap_or_else(|p| p.into_inner());
-        keys.seal(Side::Accepting, &mut self.stream, &mut writer, max);
-        drop(writer);
-        self.keys = Some(keys);
-        Ok(())
+        self.owner = Owner {
+            uid: remote.uid,
+            remote: Some(self.identity.clone()),
+        };
+        Ok(self.authenticated(PendingAuth::Remote { seq, answer, keys }))
+    }
+
+    /// The host proved who it is: it may make requests once the plugins it is offered are
+    /// known (a job: probes may still be running).
+    fn authenticated(&mut self, pending: PendingAuth) -> Step {
+        self.pending_auth = Some(Box::new(pending));
+        let service = Arc::clone(&self.service);
+        Step::Job(Box::new(move || {
+            Some(Done::Authenticated(Arc::new(service.discover())))
+        }))
     }
 
     /// A request of an authenticated host.
-    fn on_request(&mut self, seq: u64, request: ControlMessage<'_>) -> Result<(), End> {
+    fn on_request(
+        &mut self,
+        io: &mut Io,
+        seq: u64,
+        request: ControlMessage<'_>,
+    ) -> Result<Step, End> {
         match request {
             ControlMessage::PluginListRequest => {
                 let infos: Vec<PluginInfo> = self
@@ -498,10 +431,10 @@ impl Session<'_> {
                         name: &p.name,
                     })
                     .collect();
-                self.reply(seq, ControlMessage::PluginListReply(List::new(&infos)))?;
+                self.reply(io, seq, ControlMessage::PluginListReply(List::new(&infos)))?;
             }
             ControlMessage::CpusetRequest => {
-                self.reply(seq, ControlMessage::CpusetReply(self.service.cpuset))?;
+                self.reply(io, seq, ControlMessage::CpusetReply(self.service.cpuset))?;
             }
             ControlMessage::SpawnWorker(spawn) => {
                 let request = SpawnRequest {
@@ -511,60 +444,56 @@ impl Session<'_> {
                     cpuset: spawn.cpuset,
                     env: spawn.env.iter().map(str::to_owned).collect(),
                 };
-                let result = self.service.registry.spawn_or_attach(
-                    self.host,
-                    &self.owner,
-                    &request,
-                    &self.plugins,
-                );
-                match result.and_then(|worker| self.spawn_result(worker)) {
-                    Ok((worker_id, endpoint, address)) => {
-                        let result = SpawnResult {
-                            worker_id,
-                            endpoint,
-                            address: &address,
-                        };
-                        self.reply(seq, ControlMessage::SpawnResult(result))?;
-                    }
-                    Err(error) => self.reply_error(seq, &error)?,
-                }
+                let (service, host) = (Arc::clone(&self.service), self.host);
+                let (owner, plugins) = (self.owner.clone(), Arc::clone(&self.plugins));
+                return Ok(Step::Job(Box::new(move || {
+                    let result = service
+                        .registry
+                        .spawn_or_attach(host, &owner, &request, &plugins);
+                    Some(Done::Spawned { seq, result })
+                })));
             }
             ControlMessage::DestroyWorker { worker_id } => {
-                match self
-                    .service
-                    .registry
-                    .destroy(self.host, &self.owner, worker_id)
-                {
-                    Ok(()) => self.reply(seq, ControlMessage::Ack)?,
-                    Err(error) => self.reply_error(seq, &error)?,
-                }
+                let (service, host, owner) =
+                    (Arc::clone(&self.service), self.host, self.owner.clone());
+                return Ok(Step::Job(Box::new(move || {
+                    let result = service.registry.destroy(host, &owner, worker_id);
+                    Some(Done::Destroyed { seq, result })
+                })));
             }
             ControlMessage::WorkersByGidRequest { gid } => {
                 let ids = self.service.registry.by_gid(&self.owner, gid);
-                self.reply(seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
+                self.reply(io, seq, ControlMessage::WorkersByGidReply(List::new(&ids)))?;
             }
             ControlMessage::StatusRequest { cursor } => {
-                match self.status.page(self.service, &self.owner, cursor) {
-                    Ok((records, next_cursor)) => {
-                        let records = List::new(&records);
-                        let reply = StatusReply {
-                            next_cursor,
-                            records,
-                        };
-                        self.link
-                            .send(seq, ControlMessage::StatusReply(reply))
-                            .map_err(End::Io)?;
-                    }
-                    Err(error) => self.reply_error(seq, &error)?,
-                }
+                let mut pager = std::mem::take(&mut self.status);
+                let (service, owner) = (Arc::clone(&self.service), self.owner.clone());
+                return Ok(Step::Job(Box::new(move || {
+                    let frame =
+                        pager
+                            .page(&service, &owner, cursor)
+                            .and_then(|(records, next_cursor)| {
+                                let reply = StatusReply {
+                                    next_cursor,
+                                    records: List::new(&records),
+                                };
+                                encode(
+                                    seq,
+                                    ControlMessage::StatusReply(reply),
+                                    service.max_msg_size,
+                                )
+                                .map_err(|e| ServiceError::new(Status::InvalidValue, e.to_string()))
+                            });
+                    Some(Done::Status { seq, pager, frame })
+                })));
             }
-            other => return Err(self.unexpected(seq, State::Ready, &other)),
+            other => return Err(self.unexpected(io, seq, State::Ready, &other)),
         }
-        Ok(())
+        Ok(Step::Next)
     }
 
     /// Refuses a message that has no place in `state`.
-    fn unexpected(&self, seq: u64, state: State, body: &ControlMessage<'_>) -> End {
+    fn unexpected(&self, io: &mut Io, seq: u64, state: State, body: &ControlMessage<'_>) -> End {
         let kind = urom_wire::Body::kind(body);
         let status = if state == State::Ready {
             Status::BadState
@@ -572,6 +501,7 @@ impl Session<'_> {
             Status::Authentication
         };
         self.refuse(
+            io,
             seq,
             status,
             &format!("unexpected {kind:?} message while {}", state.describe()),
@@ -583,7 +513,8 @@ impl Session<'_> {
     fn spawn_result(
         &mut self,
         worker: Reachable,
-    ) -> Result<(u64, EndpointKind, Vec<u8>), ServiceError> {
+    ) -> Result<(u64, urom_wire::control::EndpointKind, Vec<u8>), ServiceError> {
+        use urom_wire::control::EndpointKind;
         let (Client::Remote { .. }, Some(keys)) = (&self.client, &self.keys) else {
             let address = worker.socket.as_os_str().as_encoded_bytes().to_vec();
             return Ok((worker.id, EndpointKind::UnixSocket, address));
@@ -606,26 +537,31 @@ impl Session<'_> {
         Ok((worker.id, EndpointKind::UcxSealed, address))
     }
 
-    /// The host proved who it is: it may make requests now.
-    fn authenticated(&mut self) {
-        self.unproven = None;
-        self.service
-            .registry
-            .add_host(self.host, Arc::clone(&self.link) as Arc<dyn HostEvents>);
-        self.plugins = self.service.discover();
-        self.state = State::Ready;
+    fn reply(&self, io: &mut Io, seq: u64, body: ControlMessage<'_>) -> Result<(), End> {
+        io.send(seq, body).map_err(End::Io)
     }
 
-    fn reply(&self, seq: u64, body: ControlMessage<'_>) -> Result<(), End> {
-        self.link.send(seq, body).map_err(End::Io)
-    }
-
-    fn reply_error(&self, seq: u64, error: &ServiceError) -> Result<(), End> {
+    fn reply_error(&self, io: &mut Io, seq: u64, error: &ServiceError) -> Result<(), End> {
         info!(host = self.host, status = %error.status, "request refused: {}", error.reason);
-        self.link
-            .send_error(seq, error.status, &error.reason)
-            .map_err(End::Io)
+        let reason =
+            urom_wire::truncate_at_char_boundary(&error.reason, urom_wire::control::REASON_LEN - 1);
+        let body = ControlMessage::Error(ErrorReply {
+            status: error.status,
+            reason,
+        });
+        io.send(seq, body).map_err(End::Io)
     }
+}
+
+/// `body` as a frame with sequence number `seq`.
+pub(crate) fn encode(seq: u64, body: ControlMessage<'_>, max: MaxMsgSize) -> io::Result<Vec<u8>> {
+    let frame = FrameRepr { seq, body };
+    let mut bytes = vec![0u8; frame.buffer_len()];
+    let len = frame
+        .emit(&mut bytes, max)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    bytes.truncate(len);
+    Ok(bytes)
 }
 
 impl State {
@@ -639,7 +575,7 @@ impl State {
 }
 
 /// The sequence number of a frame header, or 0 when there is none.
-fn header_seq(bytes: &[u8]) -> u64 {
+pub(crate) fn header_seq(bytes: &[u8]) -> u64 {
     urom_wire::frame::peek_seq(bytes).unwrap_or(0)
 }
 
@@ -648,17 +584,20 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::AtomicBool;
+
     use urom_host::{Service as HostService, ServiceStartError};
+    use urom_testkit::control::ControlClient;
     use urom_transport::auth::SharedSecret;
-    use urom_transport::shm::ShmConnection;
-    use urom_transport::{Channel, ChannelConfig};
     use urom_wire::CpuSet;
 
     use super::*;
-    use std::sync::atomic::AtomicBool;
 
     use crate::RemoteHosts;
     use crate::discovery::Discovery;
+    use crate::event_loop::EventLoop;
     use crate::gate::{Gate, Limits};
     use crate::registry::{Registry, WorkerConfig};
 
@@ -681,7 +620,7 @@ mod tests {
             max_msg_size: MaxMsgSize::DEFAULT,
             cpuset: config.cpuset,
             gate: Arc::new(Gate::new(
-                Vec::new(),
+                vec![nix::unistd::geteuid().as_raw()],
                 Limits {
                     total: 8,
                     per_user: 8,
@@ -700,30 +639,48 @@ mod tests {
         })
     }
 
-    /// A host on the other end of a channel to a remote session, with `key` in its key file.
+    /// A daemon's event loop serving `dir/urom.sock` and a front door, on a thread until the
+    /// returned stop socket is written to; the front door's address.
+    fn start_loop(
+        dir: &std::path::Path,
+    ) -> (
+        std::net::SocketAddr,
+        (UnixStream, std::thread::JoinHandle<()>),
+    ) {
+        let service = service(dir);
+        let listener = std::os::unix::net::UnixListener::bind(dir.join("urom.sock")).unwrap();
+        let front_door = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = front_door.local_addr().unwrap();
+        let (stop, stop_end) = UnixStream::pair().unwrap();
+        let event_loop = EventLoop::new(&service, listener, Some(front_door), stop_end).unwrap();
+        let running = std::thread::spawn(move || event_loop.run());
+        (address, (stop, running))
+    }
+
+    /// A host with `key` in its key file connecting to a daemon's front door.
     fn remote_host(
         key: &[u8],
         dir: &std::path::Path,
-    ) -> Result<HostService<urom_host::Running>, ServiceStartError> {
-        let service = service(dir);
-        let config = ChannelConfig::default();
-        let (daemon_end, host_end) = ShmConnection::pair(&config).unwrap();
-        let permit = service.gate.permit(0).unwrap();
-        std::thread::spawn(move || {
-            let client = Client::Remote {
-                address: "test".into(),
-            };
-            let halves = urom_transport::stream::split_channel(daemon_end.into());
-            serve(&service, 1, halves, client, (permit, None));
-        });
+    ) -> (
+        Result<HostService<urom_host::Running>, ServiceStartError>,
+        (UnixStream, std::thread::JoinHandle<()>),
+    ) {
+        let (address, running) = start_loop(dir);
         let key_file = dir.join("key");
         std::fs::write(&key_file, key).unwrap();
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        HostService::new()
+        let host = HostService::new()
             .set_key_file(&key_file)
             .set_identity("rank-0")
-            .start_on(Channel::from(host_end))
-            .map_err(|(_, e)| e)
+            .set_remote(address.to_string())
+            .start()
+            .map_err(|(_, e)| e);
+        (host, running)
+    }
+
+    fn stop((mut stop, running): (UnixStream, std::thread::JoinHandle<()>)) {
+        stop.write_all(b"x").unwrap();
+        running.join().unwrap();
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -733,19 +690,29 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "ucx"),
+        ignore = "the host library reaches a service on another machine only when built with ucx"
+    )]
     fn a_remote_host_with_the_secret_is_served() {
         let dir = temp_dir("right");
-        let service = remote_host(SECRET, &dir).expect("the host authenticates");
+        let (service, running) = remote_host(SECRET, &dir);
+        let service = service.expect("the host authenticates");
         assert_eq!(service.cpuset(), "0".parse::<CpuSet>().unwrap());
+        drop(service);
+        stop(running);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "ucx"),
+        ignore = "the host library reaches a service on another machine only when built with ucx"
+    )]
     fn a_remote_host_with_another_secret_is_refused() {
         let dir = temp_dir("wrong");
-        let error = remote_host(b"not the service's shared secret", &dir)
-            .err()
-            .expect("refused");
+        let (service, running) = remote_host(b"not the service's shared secret", &dir);
+        let error = service.err().expect("refused");
         let text = error.to_string();
         assert!(
             matches!(
@@ -758,6 +725,54 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("wrong proof of the shared secret"), "{text}");
+        stop(running);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_remote_host_that_stalls_halfway_through_a_record_is_dropped_and_delays_no_other() {
+        let dir = temp_dir("stall");
+        let (address, running) = start_loop(&dir);
+        let max = MaxMsgSize::DEFAULT;
+        let stream = std::net::TcpStream::connect(address).unwrap();
+        let raw = stream.try_clone().unwrap();
+        let mut halves = urom_transport::stream::split_tcp(stream).unwrap();
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            max_msg_size: max.as_u32(),
+            identity: "rank-0",
+        };
+        let hello = encode(1, ControlMessage::Hello(hello), max).unwrap();
+        halves.1.write_all(&hello).unwrap();
+        let secret = SharedSecret::from_bytes(SECRET);
+        auth::prove(&mut halves, max, &secret, "rank-0", Duration::from_secs(10)).unwrap();
+        // A record whose length says 100 bytes, of which 10 come.
+        (&raw).write_all(&[100, 0, 0, 0, 1, 2, 3, 4, 5, 6]).unwrap();
+
+        // A host on this machine is served meanwhile.
+        let mut local = ControlClient::connect(&dir.join("urom.sock"), Duration::from_secs(10))
+            .expect("connecting to the daemon");
+        local.handshake().expect("the local host authenticates");
+        assert_eq!(local.cpuset(), "0".parse::<CpuSet>().unwrap());
+        assert!(local.plugins().is_empty());
+
+        // The stalled record is given up on like a stalled frame, in a sealed reply.
+        let mut buf = Vec::new();
+        let deadline = Some(Instant::now() + Duration::from_secs(60));
+        let len = urom_transport::stream::read_frame(&mut halves.0, &mut buf, max, deadline)
+            .expect("the daemon answered before the test gave up");
+        let frame = FrameRepr::<ControlMessage>::parse(&buf[..len], max).unwrap();
+        let ControlMessage::Error(error) = frame.body else {
+            panic!("not an error reply: {:?}", frame.body);
+        };
+        assert_eq!(error.status, Status::TimeOut, "{}", error.reason);
+        assert!(
+            error.reason.contains("frame not completed"),
+            "{}",
+            error.reason
+        );
+        assert_eq!(local.cpuset(), "0".parse::<CpuSet>().unwrap());
+        stop(running);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

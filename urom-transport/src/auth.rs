@@ -334,6 +334,16 @@ impl SessionKeys {
         reader.seal(theirs, max);
     }
 
+    /// The record keys of `side`: the one it writes with, and the one it reads with (for a
+    /// stream driven without blocking, see [`Sealer`](crate::record::Sealer) and
+    /// [`Opener`](crate::record::Opener)).
+    pub fn record_keys(&self, side: Side) -> (&RecordKey, &RecordKey) {
+        match side {
+            Side::Connecting => (&self.host_records, &self.service_records),
+            Side::Accepting => (&self.service_records, &self.host_records),
+        }
+    }
+
     /// `key` of worker `worker_id`, sealed for this session. `sealing` must differ for every key
     /// sealed in one session (a counter): it is the nonce.
     pub fn seal_worker_key(&self, worker_id: u64, sealing: u64, key: &AuthBytes) -> SealedKey {

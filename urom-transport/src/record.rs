@@ -56,7 +56,7 @@ impl Tagger {
 }
 
 /// The writing side: makes one record of each payload.
-pub(crate) struct Sealer {
+pub struct Sealer {
     tagger: Tagger,
     max: usize,
     buf: Vec<u8>,
@@ -64,7 +64,7 @@ pub(crate) struct Sealer {
 
 impl Sealer {
     /// Records of at most `max` bytes each.
-    pub(crate) fn new(key: &RecordKey, max: usize) -> Self {
+    pub fn new(key: &RecordKey, max: usize) -> Self {
         Self {
             tagger: Tagger::new(key),
             max,
@@ -74,7 +74,7 @@ impl Sealer {
 
     /// The record of the first `n` bytes of `payload` (at most the maximum), to be written
     /// whole; returns `n` and the record.
-    pub(crate) fn seal<'a>(&'a mut self, payload: &[u8]) -> (usize, &'a [u8]) {
+    pub fn seal<'a>(&'a mut self, payload: &[u8]) -> (usize, &'a [u8]) {
         let n = payload.len().min(self.max);
         self.buf.clear();
         // `n` is at most the maximum, which a u32 holds (a maximum message size).
@@ -86,8 +86,9 @@ impl Sealer {
     }
 }
 
-/// The reading side: collects a record, checks its tag, then hands its bytes out.
-pub(crate) struct Opener {
+/// The reading side: collects a record, checks its tag, then hands its bytes out. Works on a
+/// non-blocking stream too: a read that would block keeps what was collected.
+pub struct Opener {
     tagger: Tagger,
     max: usize,
     buf: Vec<u8>,
@@ -99,7 +100,7 @@ pub(crate) struct Opener {
 
 impl Opener {
     /// Records of at most `max` bytes each.
-    pub(crate) fn new(key: &RecordKey, max: usize) -> Self {
+    pub fn new(key: &RecordKey, max: usize) -> Self {
         Self {
             tagger: Tagger::new(key),
             max,
@@ -111,7 +112,7 @@ impl Opener {
 
     /// Reads from `inner` until a record checked, then hands out its bytes, as `Read::read`
     /// does. A read that fails (a timeout) keeps what was collected for the next call.
-    pub(crate) fn read(&mut self, inner: &mut impl Read, out: &mut [u8]) -> io::Result<usize> {
+    pub fn read(&mut self, inner: &mut impl Read, out: &mut [u8]) -> io::Result<usize> {
         if out.is_empty() {
             return Ok(0);
         }
@@ -138,6 +139,12 @@ impl Opener {
                 n => self.have += n,
             }
         }
+    }
+
+    /// Whether part of a record has arrived and waits for the rest (a caller driving the
+    /// stream without blocking bounds how long that may take).
+    pub fn holds_partial_record(&self) -> bool {
+        self.have > 0
     }
 
     /// How many bytes the record being collected has in all (only its length field, until
