@@ -126,3 +126,54 @@ pub fn graph_and_faulty(extra: &[&str]) -> (TempDir, Daemon) {
     );
     (plugins, daemon)
 }
+
+/// Writes `secret` to a key file `name` in `dir` that only its owner may read, as the daemon
+/// and hosts require.
+pub fn write_key(dir: &Path, name: &str, secret: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.join(name);
+    std::fs::write(&key, secret).expect("writing a key file");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+        .expect("making the key file private");
+    key
+}
+
+/// A daemon in namespace `service` of `network` that serves hosts in namespace `hosts` at a
+/// front door on its address towards them (UCX over TCP on that device), with `key`, running
+/// their workers as `nobody`; it offers the plugins in `plugin_path`. Returns it and the front
+/// door's `IP:PORT`.
+pub fn start_remote_daemon(
+    network: &crate::netns::Network,
+    service: usize,
+    hosts: usize,
+    plugin_path: &Path,
+    key: &Path,
+) -> (Daemon, String) {
+    let ip = network.hub_address(hosts);
+    let port = network.run_in(service, || {
+        std::net::TcpListener::bind((ip, 0))
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port on the service's address")
+            .port()
+    });
+    let address = format!("{ip}:{port}");
+    let mut command = network.command(service, binary("urom-daemon", "urom-daemon"));
+    command
+        .env("UCX_TLS", "tcp")
+        .env("UCX_NET_DEVICES", network.device(service, hosts))
+        .env("UCX_WARN_UNUSED_ENV_VARS", "n");
+    let daemon = start_daemon_command(
+        command,
+        plugin_path.to_str().expect("a UTF-8 path"),
+        &[
+            "--listen-ucx",
+            &address,
+            "--key-file",
+            key.to_str().expect("a UTF-8 path"),
+            "--remote-user",
+            "nobody",
+        ],
+        true,
+    );
+    (daemon, address)
+}

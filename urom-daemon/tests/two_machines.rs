@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon_command};
+use urom_testkit::daemon::{Daemon, plugin_dir, write_key};
 use urom_testkit::host::TIMEOUT;
 use urom_testkit::netns::Network;
 use urom_testkit::process::{Signal, signal};
@@ -45,33 +45,8 @@ fn setup(tag: &str) -> Option<Setup> {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let key = write_key(dir.path(), "key", b"a secret shared by both machines");
     let plugins = plugin_dir(&dir, &urom_testkit::daemon::GRAPH_AND_FAULTY);
-    let ip = network.hub_address(HOSTS);
-    let port = network.run_in(SERVICE, || {
-        std::net::TcpListener::bind((ip, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    });
-    let address = format!("{ip}:{port}");
-    let mut command = network.command(SERVICE, binary("urom-daemon", "urom-daemon"));
-    command
-        .env("UCX_TLS", "tcp")
-        .env("UCX_NET_DEVICES", network.device(SERVICE, HOSTS))
-        .env("UCX_WARN_UNUSED_ENV_VARS", "n");
-    let daemon = start_daemon_command(
-        command,
-        plugins.to_str().unwrap(),
-        &[
-            "--listen-ucx",
-            &address,
-            "--key-file",
-            key.to_str().unwrap(),
-            "--remote-user",
-            "nobody",
-        ],
-        true,
-    );
+    let (daemon, address) =
+        urom_testkit::daemon::start_remote_daemon(&network, SERVICE, HOSTS, &plugins, &key);
     Some(Setup {
         daemon,
         address,
@@ -79,13 +54,6 @@ fn setup(tag: &str) -> Option<Setup> {
         _dir: dir,
         network,
     })
-}
-
-fn write_key(dir: &Path, name: &str, secret: &[u8]) -> PathBuf {
-    let key = dir.join(name);
-    std::fs::write(&key, secret).unwrap();
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    key
 }
 
 impl Setup {

@@ -429,43 +429,12 @@ fn a_c_host_uses_a_service_on_another_machine() {
     // The workers' user (`nobody`) reads the plugins from here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
         .expect("opening the directory to the workers' user");
-    let write_key = |name: &str, secret: &str| {
-        let key = dir.path().join(name);
-        std::fs::write(&key, secret).expect("writing a key file");
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
-            .expect("making the key file private");
-        key
-    };
-    let key = write_key("key", "a secret shared by both machines");
-    let wrong = write_key("wrong", "not the secret the daemon holds");
+    let write_key = |name, secret| urom_testkit::daemon::write_key(dir.path(), name, secret);
+    let key = write_key("key", b"a secret shared by both machines");
+    let wrong = write_key("wrong", b"not the secret the daemon holds");
     let plugins = plugin_dir(&dir, &urom_testkit::daemon::GRAPH_AND_FAULTY);
-    let ip = network.hub_address(HOSTS);
-    let port = network.run_in(SERVICE, || {
-        std::net::TcpListener::bind((ip, 0))
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port on the service's address")
-            .port()
-    });
-    let address = format!("{ip}:{port}");
-    let mut command = network.command(SERVICE, binary("urom-daemon", "urom-daemon"));
-    command
-        .env("UCX_TLS", "tcp")
-        .env("UCX_NET_DEVICES", network.device(SERVICE, HOSTS))
-        .env("UCX_WARN_UNUSED_ENV_VARS", "n");
-    let key_path = key.to_str().expect("a UTF-8 path");
-    let daemon = urom_testkit::daemon::start_daemon_command(
-        command,
-        plugins.to_str().expect("a UTF-8 path"),
-        &[
-            "--listen-ucx",
-            &address,
-            "--key-file",
-            key_path,
-            "--remote-user",
-            "nobody",
-        ],
-        true,
-    );
+    let (daemon, address) =
+        urom_testkit::daemon::start_remote_daemon(&network, SERVICE, HOSTS, &plugins, &key);
     let services = dir.path().join("services");
     std::fs::write(
         &services,
