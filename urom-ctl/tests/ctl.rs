@@ -104,7 +104,7 @@ fn worker_with_commands(daemon: &Daemon, id: u64, commands: u64) -> Value {
 
 #[test]
 fn status_workers_and_plugins_describe_a_real_daemon() {
-    let (plugins, daemon) = graph_and_faulty(&[]);
+    let (plugins, daemon) = graph_and_faulty(&["--max-workers", "64"]);
     std::fs::write(plugins.path().join("plugins/broken.so"), b"not a library").unwrap();
     let service = start_service(&daemon);
     let info = service.plugin("worker_graph").unwrap();
