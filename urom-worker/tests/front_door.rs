@@ -123,11 +123,10 @@ fn peers_that_never_prove_the_key_cost_no_thread_and_hold_up_no_host() {
     let key = SharedSecret::from_bytes(&secret);
 
     // A first host, so that what a connected host costs (UCX's own threads included) is in
-    // the count the test compares with.
+    // the count the test compares with; it stays, so that no connection closes meanwhile.
     let mut first = remote_host(door, &key);
     run_task(&mut first, 1);
     let with_one_host = threads(pid);
-    drop(first);
 
     // Peers that connect and read the challenge, then say nothing or half a proof.
     let half_proof = {
@@ -182,12 +181,29 @@ fn peers_that_never_prove_the_key_cost_no_thread_and_hold_up_no_host() {
          {PEERS} peers at its door"
     );
 
+    // A host with another key is told why it is refused.
+    let mut halves = stream::connect_tcp(door, TIMEOUT).expect("reaching the front door");
+    let wrong = SharedSecret::from_bytes(&auth::fresh_nonce().unwrap());
+    let refused = auth::prove(
+        &mut halves,
+        MaxMsgSize::DEFAULT,
+        &wrong,
+        &auth::worker_identity(0),
+        TIMEOUT,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&refused, auth::HandshakeError::Refused(why) if why.contains("not sent by its daemon")),
+        "{refused}"
+    );
+
     // Each peer is closed by the door's deadline; the worker lives on and serves its host.
     for (i, peer) in peers.iter_mut().enumerate() {
         let (_, closed) = read_some(peer, 0, CLOSED_WITHIN);
         assert!(closed, "peer {i} left open after {CLOSED_WITHIN:?}");
     }
     run_task(&mut host, 3);
+    run_task(&mut first, 4);
     assert!(
         worker
             .child
@@ -196,5 +212,5 @@ fn peers_that_never_prove_the_key_cost_no_thread_and_hold_up_no_host() {
             .is_ok_and(|status| status.is_none()),
         "the worker lives"
     );
-    drop(host);
+    drop((host, first));
 }
