@@ -34,7 +34,7 @@ pub(crate) struct Arrive {
 impl Arrive {
     /// Hands `channel` to the worker and wakes it. A worker that is gone drops it (and so
     /// closes it: the host learns it is gone).
-    pub(crate) fn send(&self, channel: Channel) {
+    fn send(&self, channel: Channel) {
         if self.hosts.send(channel).is_ok() {
             self.pending.store(true, Ordering::Release);
             // A full counter already wakes it.
@@ -45,7 +45,7 @@ impl Arrive {
 
 /// How long the acceptor waits before it accepts again after accepting failed (out of
 /// descriptors, say).
-pub(crate) const ACCEPT_RETRY: Duration = Duration::from_millis(5);
+const ACCEPT_RETRY: Duration = Duration::from_millis(5);
 /// How many hosts may be setting up their channels at once.
 const MAX_HANDSHAKES: usize = 16;
 
