@@ -5,8 +5,6 @@
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
-#[cfg(feature = "ucx")]
-use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -17,6 +15,11 @@ use nix::sys::eventfd::EventFd;
 use tracing::warn;
 use urom_transport::shm::{ShmConnection, ShmOffer};
 use urom_transport::{Channel, ChannelConfig};
+
+#[cfg(feature = "ucx")]
+mod front_door;
+#[cfg(feature = "ucx")]
+pub(crate) use front_door::accept_ucx_hosts;
 
 /// Where acceptor threads hand over the hosts they accepted: the worker's queue, and the
 /// descriptor that wakes the worker if it sleeps.
@@ -205,129 +208,6 @@ fn accept_ready(
             stage: Stage::Asking(stream),
             deadline: Instant::now() + config.handshake_timeout,
         });
-    }
-}
-
-/// Accepts hosts on another machine at the worker's front door, `listener`, until `stop` is
-/// set. Each host, on a thread of its own (at most [`MAX_HANDSHAKES`] at once, more are closed
-/// at once), must prove `key` within [`UCX_HANDSHAKE`] before the two exchange UCX worker
-/// addresses through the authenticated stream and connect by address: UCX never sees a byte
-/// of a host that did not prove the key. Refusals are logged at most once a second, with
-/// counts.
-#[cfg(feature = "ucx")]
-pub(crate) fn accept_ucx_hosts(
-    listener: std::net::TcpListener,
-    config: ChannelConfig,
-    key: &urom_transport::auth::SharedSecret,
-    identity: &str,
-    arrive: Arrive,
-    stop: &AtomicBool,
-    halt: &EventFd,
-) {
-    use urom_transport::ucx::UcxConnection;
-    use urom_transport::{Transport, stream};
-
-    if let Err(e) = listener.set_nonblocking(true) {
-        warn!("cannot make the front door non-blocking: {e}; no remote host can connect");
-        return;
-    }
-    let handshakes = Arc::new(AtomicUsize::new(0));
-    let refusals = Arc::new(std::sync::Mutex::new(urom_cli::LogEvery::new(
-        Duration::from_secs(1),
-    )));
-    let refused = move |log: &std::sync::Mutex<urom_cli::LogEvery>, why: &str| {
-        let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(held_back) = log.allow(std::time::Instant::now()) {
-            warn!(held_back, "refused a host at the front door: {why}");
-        }
-    };
-    while !stop.load(Ordering::Relaxed) {
-        let (stream, from) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Until a host knocks or the worker stops.
-                let mut fds = [
-                    PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(halt.as_fd(), PollFlags::POLLIN),
-                ];
-                let _ = poll(&mut fds, PollTimeout::NONE);
-                continue;
-            }
-            Err(e) => {
-                refused(&refusals, &format!("accept failed: {e}"));
-                thread::sleep(ACCEPT_RETRY);
-                continue;
-            }
-        };
-        let Some(slot) = HandshakeSlot::take(&handshakes) else {
-            refused(
-                &refusals,
-                &format!("{from}: {MAX_HANDSHAKES} hosts are already setting up their channels"),
-            );
-            continue;
-        };
-        let (arrive, key, identity) = (arrive.clone(), key.clone(), identity.to_owned());
-        let refusals = Arc::clone(&refusals);
-        let spawned = thread::Builder::new()
-            .name("urom-handshake".into())
-            .spawn(move || {
-                let _slot = slot;
-                let channel = stream
-                    .set_nonblocking(false)
-                    .and_then(|()| stream::split_tcp(stream))
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut door| {
-                        let max = config.max_msg_size;
-                        urom_transport::auth::challenge(
-                            &mut door,
-                            max,
-                            &key,
-                            &identity,
-                            UCX_HANDSHAKE,
-                        )
-                        .map_err(|e| e.to_string())?;
-                        UcxConnection::accept_through(&mut door, &config)
-                            .map(Channel::from)
-                            .map_err(|e| e.to_string())
-                    });
-                match channel {
-                    Ok(mut channel) => {
-                        channel.set_wait_mode(config.wait);
-                        arrive.send(channel);
-                    }
-                    Err(e) => refused(&refusals, &format!("{from}: {e}")),
-                }
-            });
-        if let Err(e) = spawned {
-            warn!("cannot set up a host's channel: {e}");
-        }
-    }
-}
-
-/// How long a host at the front door may take to prove the worker's key.
-#[cfg(feature = "ucx")]
-const UCX_HANDSHAKE: Duration = Duration::from_secs(10);
-
-/// One of the [`MAX_HANDSHAKES`] handshakes that may run at once, given back when dropped.
-#[cfg(feature = "ucx")]
-struct HandshakeSlot(Arc<AtomicUsize>);
-
-#[cfg(feature = "ucx")]
-impl HandshakeSlot {
-    fn take(running: &Arc<AtomicUsize>) -> Option<Self> {
-        running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_HANDSHAKES).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Self(Arc::clone(running)))
-    }
-}
-
-#[cfg(feature = "ucx")]
-impl Drop for HandshakeSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -252,8 +252,9 @@ impl Worker {
     }
 
     /// Accepts hosts on another machine at the front door `listener` from now on, on a side
-    /// thread: hosts that prove `key` (see `urom_transport::auth`) under the identity `identity` get
-    /// a UCX channel with the settings of `config`.
+    /// thread (and one more that connects the hosts that got in): hosts that prove `key` (see
+    /// `urom_transport::auth`) under the identity `identity` get a UCX channel with the
+    /// settings of `config`.
     #[cfg(feature = "ucx")]
     pub fn listen_ucx(
         &mut self,
