@@ -137,7 +137,9 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
         let mut i = 0;
         while i < starting.len() {
             let entry = &mut starting[i];
-            let look = entry.fresh || entry.watch.is_none_or(|w| touched.contains(&w));
+            // Every entry is also looked at with each check: an event the queue dropped
+            // costs a moment, not the worker.
+            let look = entry.fresh || check || entry.watch.is_none_or(|w| touched.contains(&w));
             entry.fresh = false;
             match entry.step(&registry, look, check, now) {
                 None => i += 1,
