@@ -403,19 +403,15 @@ impl Registry {
             .as_ref()
     }
 
-    /// Whether worker `id` is registered (has not ended).
-    fn is_registered(&self, id: u64) -> bool {
-        self.lock().workers.contains_key(&id)
-    }
-
     /// Worker `id` published its socket: it runs, and this is how hosts reach it.
     fn listening(&self, id: u64, socket: &Path) -> Result<Reachable, ServiceError> {
-        if let Some(worker) = self.lock().workers.get_mut(&id)
+        let mut inner = self.lock();
+        if let Some(worker) = inner.workers.get_mut(&id)
             && worker.state == WorkerState::Starting
         {
             worker.state = WorkerState::Running;
         }
-        let ucx = self.ucx_of(id)?;
+        let ucx = self.ucx_of_locked(&mut inner, id)?;
         Ok(Reachable {
             id,
             socket: socket.to_owned(),
@@ -438,7 +434,10 @@ impl Registry {
     /// How hosts on other machines reach worker `id`: read from the address file it wrote
     /// before its Unix socket, the first time it is asked for.
     fn ucx_of(&self, id: u64) -> Result<Option<WorkerUcx>, ServiceError> {
-        let mut inner = self.lock();
+        self.ucx_of_locked(&mut self.lock(), id)
+    }
+
+    fn ucx_of_locked(&self, inner: &mut Inner, id: u64) -> Result<Option<WorkerUcx>, ServiceError> {
         let Some(worker) = inner.workers.get_mut(&id) else {
             return Err(ServiceError::new(
                 Status::Initialization,

@@ -43,6 +43,8 @@ pub(super) struct Starting {
     watch: Option<WatchDescriptor>,
     /// Not looked at yet: its socket may have been published before the watch was added.
     fresh: bool,
+    /// Found gone by the last check.
+    ended: bool,
     phase: Phase,
     /// When its phase ends.
     due: Instant,
@@ -85,6 +87,7 @@ impl Starter {
             reply,
             watch: None,
             fresh: true,
+            ended: false,
             phase: Phase::Awaiting,
             due: Instant::now() + START_TIMEOUT,
         };
@@ -133,6 +136,11 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
         let check = now >= next_check;
         if check {
             next_check = now + DEATH_CHECK;
+            // One look under the lock for all: spawns hold it while they fork.
+            let inner = registry.lock();
+            for entry in &mut starting {
+                entry.ended = !inner.workers.contains_key(&entry.id);
+            }
         }
         let mut i = 0;
         while i < starting.len() {
@@ -141,7 +149,7 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
             // costs a moment, not the worker.
             let look = entry.fresh || check || entry.watch.is_none_or(|w| touched.contains(&w));
             entry.fresh = false;
-            match entry.step(&registry, look, check, now) {
+            match entry.step(&registry, look, check && entry.ended, now) {
                 None => i += 1,
                 Some(result) => {
                     let done = starting.swap_remove(i);
@@ -214,19 +222,19 @@ fn watch(inotify: &Inotify, socket: &Path) -> Option<WatchDescriptor> {
 }
 
 impl Starting {
-    /// Moves the wait on at `now`: `look` whether the socket is there, `check` whether the
-    /// worker still runs. The host's answer once there is one.
+    /// Moves the wait on at `now`: `look` whether the socket is there; the worker was found
+    /// `ended`. The host's answer once there is one.
     fn step(
         &mut self,
         registry: &Registry,
         look: bool,
-        check: bool,
+        ended: bool,
         now: Instant,
     ) -> Option<Result<super::Reachable, ServiceError>> {
         let id = self.id;
         match self.phase {
             Phase::Awaiting => {
-                if check && !registry.is_registered(id) {
+                if ended {
                     return Some(Err(ServiceError::new(
                         Status::Initialization,
                         format!(
@@ -244,7 +252,7 @@ impl Starting {
                 None
             }
             Phase::Stopping(sent) => {
-                if check && !registry.is_registered(id) {
+                if ended {
                     return Some(Err(not_started(id)));
                 }
                 if now < self.due {
@@ -358,20 +366,21 @@ mod tests {
             reply,
             watch: None,
             fresh: false,
+            ended: false,
             phase: Phase::Awaiting,
             due: Instant::now() + START_TIMEOUT,
         };
         let start = entry.due;
-        assert!(entry.step(&registry, true, true, start).is_none());
+        assert!(entry.step(&registry, true, false, start).is_none());
         assert_eq!(entry.phase, Phase::Stopping(Signal::SIGTERM));
         // Stopped, it cannot act on SIGTERM: still there within the grace period.
-        assert!(entry.step(&registry, true, true, start).is_none());
-        assert!(registry.is_registered(id));
+        assert!(entry.step(&registry, true, false, start).is_none());
+        assert!(registry.lock().workers.contains_key(&id));
         let grace_over = entry.due;
-        assert!(entry.step(&registry, true, true, grace_over).is_none());
+        assert!(entry.step(&registry, true, false, grace_over).is_none());
         assert_eq!(entry.phase, Phase::Stopping(Signal::SIGKILL));
         // Killed; its host is answered once it is gone.
-        while registry.is_registered(id) {
+        while registry.lock().workers.contains_key(&id) {
             assert!(
                 Instant::now() < deadline,
                 "the killed worker was never reaped"
