@@ -6,7 +6,9 @@
 //! What may block (discovering plugins, spawning or stopping a worker, asking workers for the
 //! status report) runs on a small fixed pool of threads ([`POOL_THREADS`]); the connection
 //! reads nothing more until its job is done, so a host's requests are answered in order and
-//! each host has at most one job at a time.
+//! each host has at most one job at a time. A spawn's job only starts the worker: one thread
+//! of the registry awaits every starting worker's socket and completes the job, so that workers
+//! that never start hold no pool thread.
 //!
 //! Each connection holds at most one frame of what it is sending, and a write queue of at most
 //! [`WRITE_QUEUE_FRAMES`] frames of what it is sent. It is not read while more than a frame of
@@ -62,7 +64,9 @@ const FRONT_DOOR: Token = Token(usize::MAX - 2);
 const WAKER: Token = Token(usize::MAX - 3);
 const STOP: Token = Token(usize::MAX - 4);
 
-/// A job for the pool; what it returns goes back to its connection's session.
+/// A job for the pool; what it returns goes back to its connection's session. A job that
+/// returns nothing for a connection that awaits it has handed the answer on, to be sent with
+/// [`LoopWake::done`].
 pub(crate) type Job = Box<dyn FnOnce() -> Option<Done> + Send>;
 
 /// What a job found, for the session that asked.
@@ -100,6 +104,11 @@ pub(crate) struct LoopWake {
 }
 
 impl LoopWake {
+    /// Hands `done` to host `host`'s session, as a job of the pool would.
+    pub(crate) fn done(&self, host: HostId, done: Done) {
+        self.send(Wake::Done(host, done));
+    }
+
     fn send(&self, wake: Wake) {
         let sent = self
             .tx

@@ -4,7 +4,9 @@
 //! reaping it (`waitid` with `WNOWAIT`), then, under the registry lock, forgets it and reaps it.
 //! Signals are only sent under that lock to workers still registered, so a signal never
 //! reaches a process id the system has already reused. When a worker ends, every host attached
-//! to it is told and its id becomes free.
+//! to it is told and its id becomes free. A new worker's host is answered once the worker
+//! listens, by the one thread that awaits every starting worker ([`starting`]), so that a
+//! worker that never starts holds no other thread.
 //!
 //! A worker never has more rights than the host that asked for it: a daemon running as root
 //! starts another user's worker as that user (its primary group and its supplementary groups),
@@ -18,16 +20,14 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, Uid, User};
@@ -43,6 +43,8 @@ use urom_wire::{CpuSet, MaxMsgSize, Status};
 use crate::discovery::PluginEntry;
 use crate::link::WorkerLink;
 use crate::sys::Credentials;
+
+mod starting;
 
 /// How long a worker has to stop after SIGTERM before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -76,6 +78,37 @@ impl ServiceError {
         Self {
             status,
             reason: reason.into(),
+        }
+    }
+}
+
+/// Where the outcome of a spawn or attach goes, once known (for a new worker: once it listens,
+/// ended, or did not start in time). Dropped unanswered, it answers with an error, so that no
+/// host waits for ever.
+pub struct SpawnReply(Option<Answer>);
+
+type Answer = Box<dyn FnOnce(Result<Reachable, ServiceError>) + Send>;
+
+impl SpawnReply {
+    /// A reply that hands the outcome to `answer`.
+    pub fn new(answer: impl FnOnce(Result<Reachable, ServiceError>) + Send + 'static) -> Self {
+        Self(Some(Box::new(answer)))
+    }
+
+    fn send(mut self, result: Result<Reachable, ServiceError>) {
+        if let Some(answer) = self.0.take() {
+            answer(result);
+        }
+    }
+}
+
+impl Drop for SpawnReply {
+    fn drop(&mut self) {
+        if let Some(answer) = self.0.take() {
+            answer(Err(ServiceError::new(
+                Status::OperatingSystem,
+                "the service stopped awaiting the worker's start",
+            )));
         }
     }
 }
@@ -246,6 +279,9 @@ pub struct Registry {
     /// The epoll set of the workers' process descriptors that one thread waits on, started
     /// with the first worker; `None` inside when it could not be (a thread per worker then).
     reaper: OnceLock<Option<Arc<Epoll>>>,
+    /// Where new workers are handed to the thread that awaits their sockets, started with the
+    /// first worker; `None` inside when it could not be.
+    starter: OnceLock<Option<Arc<starting::Starter>>>,
 }
 
 impl Registry {
@@ -257,6 +293,7 @@ impl Registry {
             inner: Mutex::default(),
             exited: Condvar::new(),
             reaper: OnceLock::new(),
+            starter: OnceLock::new(),
         }
     }
 
@@ -290,14 +327,46 @@ impl Registry {
         }
     }
 
-    /// Spawns a worker, or attaches the host to an existing one; returns its id and socket.
+    /// Spawns a worker, or attaches the host to an existing one, and answers `reply` with its id
+    /// and socket: at once, unless the worker is starting; then once it listens, by the thread
+    /// that awaits starting workers.
     pub fn spawn_or_attach(
         self: &Arc<Self>,
         host: HostId,
         owner: &Owner,
         request: &SpawnRequest,
         offered: &[PluginEntry],
-    ) -> Result<Reachable, ServiceError> {
+        reply: SpawnReply,
+    ) {
+        let (id, socket, starting) = match self.spawn_or_attach_now(host, owner, request, offered) {
+            Ok(found) => found,
+            Err(error) => return reply.send(Err(error)),
+        };
+        if !starting {
+            let result = self.ucx_of(id).map(|ucx| Reachable { id, socket, ucx });
+            return reply.send(result);
+        }
+        match self.starter() {
+            Some(starter) => starter.hand(id, socket, reply),
+            None => {
+                reply.send(Err(ServiceError::new(
+                    Status::OperatingSystem,
+                    format!("cannot await worker {id}'s start: no thread to do so"),
+                )));
+                self.stop(id);
+            }
+        }
+    }
+
+    /// The checks, and the new worker's start; the worker's id and socket, and whether it is
+    /// starting.
+    fn spawn_or_attach_now(
+        self: &Arc<Self>,
+        host: HostId,
+        owner: &Owner,
+        request: &SpawnRequest,
+        offered: &[PluginEntry],
+    ) -> Result<(u64, PathBuf, bool), ServiceError> {
         if let Some(refused) = request
             .env
             .iter()
@@ -307,27 +376,68 @@ impl Registry {
         }
         // Before the lock: the user database may be slow to answer.
         let run_as = self.worker_user(owner.uid)?;
-        let (id, socket) = {
-            let mut inner = self.lock();
-            match inner.workers.get_mut(&request.worker_id) {
-                Some(worker) => {
-                    attach(request, worker, owner)?;
-                    worker.hosts.insert(host);
-                    info!(worker = request.worker_id, host, "host attached");
-                    (request.worker_id, worker.socket.clone())
-                }
-                None => self.spawn(&mut inner, host, owner, run_as, request, offered)?,
+        let mut inner = self.lock();
+        match inner.workers.get_mut(&request.worker_id) {
+            Some(worker) => {
+                attach(request, worker, owner)?;
+                worker.hosts.insert(host);
+                info!(worker = request.worker_id, host, "host attached");
+                let starting = worker.state == WorkerState::Starting;
+                Ok((request.worker_id, worker.socket.clone(), starting))
             }
+            None => {
+                let (id, socket) = self.spawn(&mut inner, host, owner, run_as, request, offered)?;
+                Ok((id, socket, true))
+            }
+        }
+    }
+
+    /// The thread that awaits starting workers, started on first use; `None` when it cannot be.
+    fn starter(self: &Arc<Self>) -> Option<&Arc<starting::Starter>> {
+        self.starter
+            .get_or_init(|| {
+                starting::Starter::start(Arc::downgrade(self))
+                    .inspect_err(|e| error!("cannot start the thread that awaits workers: {e}"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Worker `id` published its socket: it runs, and this is how hosts reach it.
+    fn listening(&self, id: u64, socket: &Path) -> Result<Reachable, ServiceError> {
+        let mut inner = self.lock();
+        if let Some(worker) = inner.workers.get_mut(&id)
+            && worker.state == WorkerState::Starting
+        {
+            worker.state = WorkerState::Running;
+        }
+        let ucx = self.ucx_of_locked(&mut inner, id)?;
+        Ok(Reachable {
+            id,
+            socket: socket.to_owned(),
+            ucx,
+        })
+    }
+
+    /// Sends `signal` to worker `id`, marked stopping, without waiting; whether it was still
+    /// registered.
+    fn signal_worker(&self, id: u64, signal: Signal) -> bool {
+        let mut inner = self.lock();
+        let Some(worker) = inner.workers.get_mut(&id) else {
+            return false;
         };
-        self.wait_until_listening(id, &socket)?;
-        let ucx = self.ucx_of(id)?;
-        Ok(Reachable { id, socket, ucx })
+        worker.state = WorkerState::Stopping;
+        let _ = kill(worker.pid, signal);
+        true
     }
 
     /// How hosts on other machines reach worker `id`: read from the address file it wrote
     /// before its Unix socket, the first time it is asked for.
     fn ucx_of(&self, id: u64) -> Result<Option<WorkerUcx>, ServiceError> {
-        let mut inner = self.lock();
+        self.ucx_of_locked(&mut self.lock(), id)
+    }
+
+    fn ucx_of_locked(&self, inner: &mut Inner, id: u64) -> Result<Option<WorkerUcx>, ServiceError> {
         let Some(worker) = inner.workers.get_mut(&id) else {
             return Err(ServiceError::new(
                 Status::Initialization,
@@ -665,47 +775,6 @@ impl Registry {
         Ok((key, listen))
     }
 
-    /// Waits for a new worker's socket, or for it to die trying. The socket's directory is
-    /// watched, so the wait ends as the worker publishes it; the worker's end is seen within
-    /// [`DEATH_CHECK`].
-    fn wait_until_listening(&self, id: u64, socket: &Path) -> Result<(), ServiceError> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        // Watching before the first look, so that a socket published in between is not missed.
-        let watch = socket.parent().and_then(|dir| SocketWatch::new(dir).ok());
-        loop {
-            if !self.lock().workers.contains_key(&id) {
-                return Err(ServiceError::new(
-                    Status::Initialization,
-                    format!(
-                        "worker {id} ended while starting; see its log in {}",
-                        self.config.log_dir.display()
-                    ),
-                ));
-            }
-            if socket.exists() {
-                if let Some(worker) = self.lock().workers.get_mut(&id)
-                    && worker.state == WorkerState::Starting
-                {
-                    worker.state = WorkerState::Running;
-                }
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now > deadline {
-                self.stop(id);
-                return Err(ServiceError::new(
-                    Status::TimeOut,
-                    format!("worker {id} did not start within {START_TIMEOUT:?}"),
-                ));
-            }
-            match &watch {
-                Some(watch) => watch.wait(DEATH_CHECK.min(deadline - now)),
-                // Out of inotify instances: look again soon.
-                None => std::thread::sleep(POLL_WITHOUT_WATCH),
-            }
-        }
-    }
-
     /// Stops a worker the host owns, gracefully then forcefully.
     pub fn destroy(&self, host: HostId, owner: &Owner, id: u64) -> Result<(), ServiceError> {
         {
@@ -922,59 +991,6 @@ fn reap_all(set: &Epoll, registry: &Weak<Registry>) {
 /// Creates a worker's own directory at `path` (replacing one a predecessor left): only its
 /// owner may enter it, or, with `others_search`, others may reach the socket inside by name
 /// but not list it. `owner` is the worker's user and group when not the daemon's.
-/// Wakes a waiter when an entry appears in a directory (a worker publishes its socket by
-/// linking it in). Each thread keeps one inotify instance for its life and only adds and
-/// removes watches: closing an instance waits for the kernel's grace period, about 10-20 ms.
-struct SocketWatch {
-    watch: WatchDescriptor,
-}
-
-thread_local! {
-    static INOTIFY: Option<Inotify> =
-        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
-}
-
-impl SocketWatch {
-    fn new(dir: &Path) -> nix::Result<Self> {
-        INOTIFY.with(|inotify| {
-            let inotify = inotify.as_ref().ok_or(nix::errno::Errno::EMFILE)?;
-            // Events of an earlier watch only cost a look.
-            drain(inotify);
-            let watch =
-                inotify.add_watch(dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)?;
-            Ok(Self { watch })
-        })
-    }
-
-    /// Sleeps until an entry appears or `timeout` passes; the caller looks for itself.
-    fn wait(&self, timeout: Duration) {
-        INOTIFY.with(|inotify| {
-            let Some(inotify) = inotify else { return };
-            let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
-            if matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
-                drain(inotify);
-            }
-        });
-    }
-}
-
-impl Drop for SocketWatch {
-    fn drop(&mut self) {
-        INOTIFY.with(|inotify| {
-            if let Some(inotify) = inotify {
-                // Fails only when the directory is gone, which took the watch with it.
-                let _ = inotify.rm_watch(self.watch);
-            }
-        });
-    }
-}
-
-/// Reads every pending event, so that the next wait sleeps until the next one.
-fn drain(inotify: &Inotify) {
-    while matches!(inotify.read_events(), Ok(events) if !events.is_empty()) {}
-}
-
 fn worker_dir(
     path: &Path,
     owner: Option<(Uid, nix::unistd::Gid)>,

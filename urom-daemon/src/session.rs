@@ -3,8 +3,8 @@
 //! A session never blocks: the event loop ([`crate::event_loop`]) hands it each whole frame the
 //! host sent, and it answers into the connection's write queue at once, or, for what may take a
 //! while (discovering plugins at authentication, spawning, destroying, the status report), hands
-//! a job to the daemon's pool and answers when the job is done; meanwhile the connection reads
-//! nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
+//! a job to the daemon's pool and answers when the job is done (a spawn's, once the new worker
+//! listens); meanwhile the connection reads nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
 //! through a frame or floods the socket only ever delays itself; it is answered with an error and
 //! disconnected. A connection that has not said hello and authenticated within [`HELLO_TIMEOUT`]
 //! of being accepted is answered with an error and closed.
@@ -28,7 +28,9 @@ use crate::Service;
 use crate::discovery::PluginEntry;
 use crate::event_loop::{Done, HostLink, Io, Job, LoopWake};
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit, Place};
-use crate::registry::{HostEvents, HostId, Owner, Reachable, ServiceError, SpawnRequest};
+use crate::registry::{
+    HostEvents, HostId, Owner, Reachable, ServiceError, SpawnReply, SpawnRequest,
+};
 use crate::status::StatusPager;
 
 /// How long a host may take to finish a frame it started.
@@ -446,11 +448,17 @@ impl Session {
                 };
                 let (service, host) = (Arc::clone(&self.service), self.host);
                 let (owner, plugins) = (self.owner.clone(), Arc::clone(&self.plugins));
+                let wake = Arc::clone(&self.wake);
+                // The job ends once the worker is started; the thread that awaits its socket
+                // answers, and the connection stays busy until then.
                 return Ok(Step::Job(Box::new(move || {
-                    let result = service
+                    let reply = SpawnReply::new(move |result| {
+                        wake.done(host, Done::Spawned { seq, result });
+                    });
+                    service
                         .registry
-                        .spawn_or_attach(host, &owner, &request, &plugins);
-                    Some(Done::Spawned { seq, result })
+                        .spawn_or_attach(host, &owner, &request, &plugins, reply);
+                    None
                 })));
             }
             ControlMessage::DestroyWorker { worker_id } => {

@@ -14,7 +14,7 @@ use urom_wire::control::STATUS_REPLY_HEADER_LEN;
 use urom_wire::list::Item;
 use urom_wire::report::{
     DaemonStatus, DirState, ErrorCount, HugePagesStatus, ListenKind, ListenStatus, PluginDirStatus,
-    PluginFileStatus, PluginOutcome, StatusRecord, WorkerStatus,
+    PluginFileStatus, PluginOutcome, StatusRecord, WorkerState, WorkerStatus,
 };
 use urom_wire::{FRAME_HEADER_LEN, Status};
 
@@ -110,7 +110,13 @@ pub(crate) fn collect(service: &Service, owner: &Owner) -> Report {
                 .entry(view.owner)
                 .or_insert_with(|| user_name(view.owner))
                 .clone();
-            let counters = view.link.counters();
+            // A worker that has not started may never answer (it hangs, or its user stopped
+            // it): nobody waits for it.
+            let counters = if view.state == WorkerState::Starting {
+                Err("the worker is starting".to_owned())
+            } else {
+                view.link.counters()
+            };
             WorkerReport {
                 view,
                 user,

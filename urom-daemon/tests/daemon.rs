@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use urom_graph::{GraphCommand, GraphNotification};
 use urom_testkit::control::ControlClient;
 use urom_testkit::daemon::{Daemon, plugin_dir, start_daemon};
-use urom_testkit::{TempDir, binary, c_shared_object, workspace_root};
+use urom_testkit::{TempDir, binary, c_shared_object, process, workspace_root};
 use urom_transport::Transport;
 use urom_transport::{Channel, ChannelConfig};
 use urom_wire::control::{ControlMessage, Hello, WORKER_ID_ANY};
@@ -381,6 +381,140 @@ fn a_host_that_leaves_takes_its_workers_along() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!socket.exists());
+}
+
+/// A worker program that, when its environment has `UROM_TEST_HOLD`, stops itself (as a
+/// worker's user may) before it runs `urom-worker`: it publishes no socket until it is sent
+/// SIGCONT.
+fn holding_worker(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("holding-worker");
+    let worker = binary("urom-worker", "urom-worker");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ -n \"$UROM_TEST_HOLD\" ]; then kill -STOP $$; fi\nexec '{}' \"$@\"\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// The daemon's children that are stopped.
+fn stopped_children(daemon: &Daemon) -> Vec<i32> {
+    process::children(daemon.pid())
+        .into_iter()
+        .filter(|&pid| process::stopped(pid))
+        .collect()
+}
+
+#[test]
+fn workers_that_never_start_hold_up_no_other_host() {
+    // More than the daemon's pool threads.
+    const HELD: usize = 5;
+    const RESUMED: usize = 3;
+    let plugins = TempDir::new("urom-held");
+    let dir = graph_dir(&plugins);
+    let worker_bin = holding_worker(plugins.path());
+    let daemon = start(
+        dir.to_str().unwrap(),
+        &["--worker-bin", worker_bin.to_str().unwrap()],
+    );
+    // Hosts whose workers stop before they listen, each waiting for its answer.
+    let held: Vec<_> = (0..HELD)
+        .map(|_| {
+            let mut host = client(&daemon);
+            std::thread::spawn(move || {
+                let result = host.spawn_any(&["UROM_TEST_HOLD=1"]);
+                (result, host)
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + TIMEOUT;
+    while stopped_children(&daemon).len() < HELD && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Meanwhile another host authenticates, spawns, reaches its worker, destroys one and reads
+    // the status report.
+    let mut other = client(&daemon);
+    let (id, socket) = other.spawn(WORKER_ID_ANY, 1, 1, "", &[]).unwrap();
+    loopback_through(&socket, 21);
+    let (spare, _) = other.spawn(WORKER_ID_ANY, 1, 1, "", &[]).unwrap();
+    other.destroy(spare).unwrap();
+    let report = other.request(ControlMessage::StatusRequest { cursor: 0 });
+    assert!(
+        matches!(report.message(), ControlMessage::StatusReply(_)),
+        "{:?}",
+        report.message()
+    );
+    let threads = common::status_values(daemon.pid(), "Threads");
+    // ... before any of the held hosts was answered.
+    assert_eq!(
+        stopped_children(&daemon).len(),
+        HELD,
+        "the held workers did not all wait at once while the other host was served:\n{}",
+        daemon.log()
+    );
+    assert!(
+        held.iter().all(|host| !host.is_finished()),
+        "a held host was answered before the other host was served:\n{}",
+        daemon.log()
+    );
+
+    // Resumed workers start and their hosts reach them; killed ones are reported.
+    for (n, pid) in stopped_children(&daemon).into_iter().enumerate() {
+        let signal = if n < RESUMED {
+            process::Signal::SIGCONT
+        } else {
+            process::Signal::SIGKILL
+        };
+        process::signal(pid, signal);
+    }
+    let answers: Vec<_> = held.into_iter().map(|host| host.join().unwrap()).collect();
+    let mut started = 0;
+    for (result, _) in &answers {
+        match result {
+            Ok((worker, socket)) => {
+                loopback_through(socket, *worker + 100);
+                started += 1;
+            }
+            Err((status, reason)) => {
+                assert_eq!(*status, Status::Initialization, "{reason}");
+                assert!(reason.contains("ended while starting"), "{reason}");
+            }
+        }
+    }
+    assert_eq!(started, RESUMED);
+
+    // Their hosts leave, and nothing of their workers is left.
+    drop(answers);
+    let deadline = Instant::now() + TIMEOUT;
+    while other.by_gid(0) != Vec::<u64>::new() || process::children(daemon.pid()).len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the held hosts' workers outlived them: {:?}",
+            process::children(daemon.pid())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let worker_dirs: Vec<_> = std::fs::read_dir(socket.parent().unwrap().parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("urom-worker-")
+        })
+        .map(|entry| entry.path())
+        .collect();
+    assert_eq!(worker_dirs, [socket.parent().unwrap()]);
+    assert_eq!(other.by_gid(1), [id]);
+    assert_eq!(common::status_values(daemon.pid(), "Threads"), threads);
+    loopback_through(&socket, 22);
 }
 
 #[test]
