@@ -2,7 +2,7 @@
 //! beside the others' on the one acceptor thread, so that no host's handshake waits on
 //! another's and the worker's threads do not grow with the hosts connecting.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,37 +98,12 @@ pub(crate) fn accept_hosts(
     while !stop.load(Ordering::Relaxed) {
         // Sleep until a host connects, one awaited answers, the first deadline passes or the
         // worker stops.
-        let now = Instant::now();
-        let timeout = handshakes
+        let deadlines = handshakes.iter().map(|h| h.deadline);
+        let waiting = handshakes
             .iter()
-            .map(|h| h.deadline.saturating_duration_since(now))
-            .min()
-            .map_or(PollTimeout::NONE, |left| {
-                // Rounded up, so that a deadline is not polled for in a burst of zero waits.
-                let ms = left.as_millis().saturating_add(1);
-                PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
-            });
-        ready.clear();
-        {
-            let mut fds = Vec::with_capacity(2 + handshakes.len());
-            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
-            fds.push(PollFd::new(halt.as_fd(), PollFlags::POLLIN));
-            fds.extend(
-                handshakes
-                    .iter()
-                    .map(|h| PollFd::new(h.stage.socket(), PollFlags::POLLIN)),
-            );
-            match poll(&mut fds, timeout) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    warn!("waiting for hosts failed: {e}");
-                    thread::sleep(ACCEPT_RETRY);
-                    continue;
-                }
-            }
-            let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-            ready.extend(fds[2..].iter().map(readable));
+            .map(|h| (h.stage.socket(), PollFlags::POLLIN));
+        if sleep_until_ready(&listener, halt, waiting, deadlines, &mut ready, "hosts").is_none() {
+            continue;
         }
         // Requests and answers that came (or hang-ups), and those that did not come in time;
         // from the back, so that `swap_remove` moves only handshakes already looked at.
@@ -220,6 +195,47 @@ fn may_serve(uid: u32, own_uid: u32, allow_uids: &[u32]) -> bool {
 fn host_uid(stream: &UnixStream) -> nix::Result<u32> {
     nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
         .map(|credentials| credentials.uid())
+}
+
+/// Sleeps in poll until the listener or `halt` is readable, one of `waiting` is ready for what
+/// it waits for, the earliest of `deadlines` passes, or a signal comes: marks in `ready` (cleared
+/// first) which of `waiting` are ready, and says whether the listener is. `None` when the poll
+/// failed (logged as waiting for `what`, after a short pause) or a signal ended it.
+fn sleep_until_ready<'a>(
+    listener: &impl AsFd,
+    halt: &EventFd,
+    waiting: impl Iterator<Item = (BorrowedFd<'a>, PollFlags)>,
+    deadlines: impl Iterator<Item = Instant>,
+    ready: &mut Vec<bool>,
+    what: &str,
+) -> Option<bool> {
+    let now = Instant::now();
+    let timeout = deadlines
+        .map(|deadline| deadline.saturating_duration_since(now))
+        .min()
+        .map_or(PollTimeout::NONE, |left| {
+            // Rounded up, so that a deadline is not polled for in a burst of zero waits.
+            let ms = left.as_millis().saturating_add(1);
+            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+        });
+    ready.clear();
+    let mut fds = vec![
+        PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+        PollFd::new(halt.as_fd(), PollFlags::POLLIN),
+    ];
+    fds.extend(waiting.map(|(fd, events)| PollFd::new(fd, events)));
+    match poll(&mut fds, timeout) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return None,
+        Err(e) => {
+            warn!("waiting for {what} failed: {e}");
+            thread::sleep(ACCEPT_RETRY);
+            return None;
+        }
+    }
+    let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+    ready.extend(fds[2..].iter().map(readable));
+    Some(readable(&fds[0]))
 }
 
 #[cfg(test)]

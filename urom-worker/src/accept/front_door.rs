@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::PollFlags;
 use nix::sys::eventfd::EventFd;
 use tracing::warn;
 use urom_transport::auth::{AuthBytes, SessionKeys, SharedSecret, Side, Transcript};
@@ -86,42 +86,24 @@ pub(crate) fn accept_ucx_hosts(
     };
     let mut ready = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        let timeout = door
-            .knocks
-            .iter()
-            .map(|k| k.deadline.saturating_duration_since(now))
-            .min()
-            .map_or(PollTimeout::NONE, |left| {
-                // Rounded up, so that a deadline is not polled for in a burst of zero waits.
-                let ms = left.as_millis().saturating_add(1);
-                PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
-            });
-        ready.clear();
-        let listener_ready = {
-            let mut fds = Vec::with_capacity(2 + door.knocks.len());
-            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
-            fds.push(PollFd::new(halt.as_fd(), PollFlags::POLLIN));
-            fds.extend(door.knocks.iter().map(|k| {
-                let events = if k.sending() {
-                    PollFlags::POLLOUT
-                } else {
-                    PollFlags::POLLIN
-                };
-                PollFd::new(k.stream.as_fd(), events)
-            }));
-            match poll(&mut fds, timeout) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    warn!("waiting at the front door failed: {e}");
-                    thread::sleep(ACCEPT_RETRY);
-                    continue;
-                }
-            }
-            let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-            ready.extend(fds[2..].iter().map(readable));
-            readable(&fds[0])
+        let deadlines = door.knocks.iter().map(|k| k.deadline);
+        let waiting = door.knocks.iter().map(|k| {
+            let events = if k.sending() {
+                PollFlags::POLLOUT
+            } else {
+                PollFlags::POLLIN
+            };
+            (k.stream.as_fd(), events)
+        });
+        let Some(listener_ready) = super::sleep_until_ready(
+            &listener,
+            halt,
+            waiting,
+            deadlines,
+            &mut ready,
+            "the front door",
+        ) else {
+            continue;
         };
         // From the back, so that `swap_remove` moves only knocks already looked at.
         let now = Instant::now();
