@@ -137,3 +137,49 @@ fn read_frame(stream: &mut UnixStream, buf: &mut [u8]) -> io::Result<usize> {
     stream.read_exact(&mut buf[FRAME_HEADER_LEN..len])?;
     Ok(len)
 }
+
+#[cfg(test)]
+mod tests {
+    use urom_wire::List;
+    use urom_wire::link::CounterReport;
+
+    use super::*;
+
+    /// Answers one request on `link` with counters that say `commands`.
+    fn answer_once(mut link: UnixStream, commands: u64) {
+        let mut buf = vec![0u8; LINK_MAX_MSG_SIZE.get()];
+        let len = read_frame(&mut link, &mut buf).unwrap();
+        let seq = FrameRepr::<LinkMessage>::parse(&buf[..len], LINK_MAX_MSG_SIZE)
+            .unwrap()
+            .seq;
+        let answer = FrameRepr {
+            seq,
+            body: LinkMessage::CountersReply(CounterReport {
+                counters: WorkerCounters {
+                    commands,
+                    ..WorkerCounters::default()
+                },
+                errors: List::new(&[]),
+            }),
+        };
+        let len = answer.emit(&mut buf, LINK_MAX_MSG_SIZE).unwrap();
+        link.write_all(&buf[..len]).unwrap();
+    }
+
+    #[test]
+    fn workers_that_do_not_answer_are_told_apart_from_those_that_do() {
+        let (silent, _silent_peer) = WorkerLink::pair().unwrap();
+        let (other_silent, _other_silent_peer) = WorkerLink::pair().unwrap();
+        let (answering, peer) = WorkerLink::pair().unwrap();
+        let answerer = std::thread::spawn(move || answer_once(peer, 7));
+        let results = counters_of_all([Some(&silent), Some(&answering), None, Some(&other_silent)]);
+        answerer.join().unwrap();
+        assert_eq!(results.len(), 4);
+        for silent in [&results[0], &results[3]] {
+            let error = silent.as_ref().unwrap_err();
+            assert!(error.contains("did not answer within"), "{error}");
+        }
+        assert_eq!(results[1].as_ref().unwrap().0.commands, 7);
+        assert_eq!(results[2].as_ref().unwrap_err(), "the worker is starting");
+    }
+}
