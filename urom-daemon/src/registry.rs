@@ -5,8 +5,9 @@
 //! Signals are only sent under that lock to workers still registered, so a signal never
 //! reaches a process id the system has already reused. When a worker ends, every host attached
 //! to it is told and its id becomes free. A new worker's host is answered once the worker
-//! listens, by the one thread that awaits every starting worker ([`starting`]), so that a
-//! worker that never starts holds no other thread.
+//! listens, by the one thread that awaits every starting or stopping worker ([`starting`]), so
+//! that a worker that never starts holds no other thread; a destroyed worker's host is answered
+//! by the same thread once the worker has ended.
 //!
 //! A worker never has more rights than the host that asked for it: a daemon running as root
 //! starts another user's worker as that user (its primary group and its supplementary groups),

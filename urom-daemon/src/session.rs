@@ -4,7 +4,7 @@
 //! host sent, and it answers into the connection's write queue at once, or, for what may take a
 //! while (discovering plugins at authentication, spawning, destroying, the status report), hands
 //! a job to the daemon's pool and answers when the job is done (a spawn's, once the new worker
-//! listens); meanwhile the connection reads nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
+//! listens; a destroy's, once the worker has ended); meanwhile the connection reads nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
 //! through a frame or floods the socket only ever delays itself; it is answered with an error and
 //! disconnected. A connection that has not said hello and authenticated within [`HELLO_TIMEOUT`]
 //! of being accepted is answered with an error and closed.
