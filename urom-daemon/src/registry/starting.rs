@@ -176,13 +176,18 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        // A worker handed over to stop may have ended before it was: looked at at once.
+        let stop_handed = handed
+            .iter()
+            .any(|new| matches!(new.reply, Awaiting::Stop(_)));
         for mut new in handed {
             new.watch = inotify.and_then(|inotify| watch(inotify, &new.socket));
             starting.push(new);
         }
         let now = Instant::now();
         // A worker's end rings the bell: whoever awaits it is answered at once.
-        let check = starter.ended.swap(false, Ordering::Acquire) || now >= next_check;
+        let check =
+            starter.ended.swap(false, Ordering::Acquire) || stop_handed || now >= next_check;
         if check {
             next_check = now + DEATH_CHECK;
             // One look under the lock for all: spawns hold it while they fork.
