@@ -6,9 +6,10 @@
 //! What may block (discovering plugins, spawning or stopping a worker, asking workers for the
 //! status report) runs on a small fixed pool of threads ([`POOL_THREADS`]); the connection
 //! reads nothing more until its job is done, so a host's requests are answered in order and
-//! each host has at most one job at a time. A spawn's job only starts the worker: one thread
-//! of the registry awaits every starting worker's socket and completes the job, so that workers
-//! that never start hold no pool thread.
+//! each host has at most one job at a time. A spawn's job only starts the worker, and a
+//! destroy's only signals it: one thread of the registry awaits every starting worker's socket
+//! and every stopping worker's end and completes the job, so that workers that never start or
+//! are slow to stop hold no pool thread.
 //!
 //! Each connection holds at most one frame of what it is sending, and a write queue of at most
 //! [`WRITE_QUEUE_FRAMES`] frames of what it is sent. It is not read while more than a frame of

@@ -5,8 +5,9 @@
 //! Signals are only sent under that lock to workers still registered, so a signal never
 //! reaches a process id the system has already reused. When a worker ends, every host attached
 //! to it is told and its id becomes free. A new worker's host is answered once the worker
-//! listens, by the one thread that awaits every starting worker (`starting`), so that a
-//! worker that never starts holds no other thread.
+//! listens, by the one thread that awaits every starting or stopping worker (`starting`), so
+//! that a worker that never starts holds no other thread; a destroyed worker's host is answered
+//! by the same thread once the worker has ended.
 //!
 //! A worker never has more rights than the host that asked for it: a daemon running as root
 //! starts another user's worker as that user (its primary group and its supplementary groups),
@@ -82,32 +83,39 @@ impl ServiceError {
     }
 }
 
-/// Where the outcome of a spawn or attach goes, once known (for a new worker: once it listens,
-/// ended, or did not start in time). Dropped unanswered, it answers with an error, so that no
-/// host waits for ever.
-pub struct SpawnReply(Option<Answer>);
+/// Where the outcome of a request about a worker goes once known: of a spawn or attach (for a
+/// new worker: once it listens, ended, or did not start in time), or of a destroy (once the
+/// worker has ended). Dropped unanswered, it answers with an error, so that no host waits for
+/// ever.
+pub struct Reply<T>(Option<Answer<T>>);
 
-type Answer = Box<dyn FnOnce(Result<Reachable, ServiceError>) + Send>;
+type Answer<T> = Box<dyn FnOnce(Result<T, ServiceError>) + Send>;
 
-impl SpawnReply {
+/// Where the outcome of a spawn or attach goes.
+pub type SpawnReply = Reply<Reachable>;
+
+/// Where the outcome of a destroy goes.
+pub type DestroyReply = Reply<()>;
+
+impl<T> Reply<T> {
     /// A reply that hands the outcome to `answer`.
-    pub fn new(answer: impl FnOnce(Result<Reachable, ServiceError>) + Send + 'static) -> Self {
+    pub fn new(answer: impl FnOnce(Result<T, ServiceError>) + Send + 'static) -> Self {
         Self(Some(Box::new(answer)))
     }
 
-    fn send(mut self, result: Result<Reachable, ServiceError>) {
+    fn send(mut self, result: Result<T, ServiceError>) {
         if let Some(answer) = self.0.take() {
             answer(result);
         }
     }
 }
 
-impl Drop for SpawnReply {
+impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
         if let Some(answer) = self.0.take() {
             answer(Err(ServiceError::new(
                 Status::OperatingSystem,
-                "the service stopped awaiting the worker's start",
+                "the service stopped awaiting the worker",
             )));
         }
     }
@@ -308,8 +316,9 @@ impl Registry {
         self.lock().hosts.insert(host, events);
     }
 
-    /// Forgets a host connection; workers only it was attached to are stopped.
-    pub fn remove_host(&self, host: HostId) {
+    /// Forgets a host connection; workers only it was attached to are stopped (without
+    /// waiting for them to end).
+    pub fn remove_host(self: &Arc<Self>, host: HostId) {
         let orphans: Vec<u64> = {
             let mut inner = self.lock();
             inner.hosts.remove(&host);
@@ -323,7 +332,7 @@ impl Registry {
         };
         for id in orphans {
             info!(worker = id, "its last host left: stopping it");
-            self.stop(id);
+            self.stop_later(id, None);
         }
     }
 
@@ -775,21 +784,44 @@ impl Registry {
         Ok((key, listen))
     }
 
-    /// Stops a worker the host owns, gracefully then forcefully.
-    pub fn destroy(&self, host: HostId, owner: &Owner, id: u64) -> Result<(), ServiceError> {
-        {
+    /// Stops a worker the host owns, gracefully then forcefully, and answers `reply` once it
+    /// has ended, from the thread that awaits workers: no thread waits for it meanwhile.
+    pub fn destroy(self: &Arc<Self>, host: HostId, owner: &Owner, id: u64, reply: DestroyReply) {
+        let found = {
             let mut inner = self.lock();
-            let worker = inner.workers.get_mut(&id).ok_or_else(|| {
-                ServiceError::new(Status::NotFound, format!("there is no worker {id}"))
-            })?;
-            if !owner.may_use(&worker.owner) {
-                return Err(not_yours(id));
+            match inner.workers.get_mut(&id) {
+                None => Err(ServiceError::new(
+                    Status::NotFound,
+                    format!("there is no worker {id}"),
+                )),
+                Some(worker) if !owner.may_use(&worker.owner) => Err(not_yours(id)),
+                Some(worker) => {
+                    // The host asking is answered directly, not with an exit event.
+                    worker.hosts.remove(&host);
+                    Ok(())
+                }
             }
-            // The host asking is answered directly, not with an exit event.
-            worker.hosts.remove(&host);
+        };
+        match found {
+            Ok(()) => self.stop_later(id, Some(reply)),
+            Err(error) => reply.send(Err(error)),
         }
-        self.stop(id);
-        Ok(())
+    }
+
+    /// Sends worker `id` SIGTERM and hands it to the thread that awaits workers, which kills
+    /// it after the grace period and answers `reply` once it has ended. Without that thread,
+    /// waits here.
+    fn stop_later(self: &Arc<Self>, id: u64, reply: Option<DestroyReply>) {
+        let Some(starter) = self.starter() else {
+            self.stop(id);
+            return reply.into_iter().for_each(|reply| reply.send(Ok(())));
+        };
+        if self.signal_worker(id, Signal::SIGTERM) {
+            starter.stopping(id, reply);
+        } else if let Some(reply) = reply {
+            // Already gone.
+            reply.send(Ok(()));
+        }
     }
 
     /// The ids of the workers of group `gid` that `owner` may see, in order.
@@ -937,6 +969,9 @@ impl Registry {
             (hosts, status)
         };
         self.exited.notify_all();
+        if let Some(Some(starter)) = self.starter.get() {
+            starter.worker_ended();
+        }
         if signal == 0 && exit_code == 0 {
             info!(worker = id, "worker exited");
         } else {

@@ -4,7 +4,7 @@
 //! host sent, and it answers into the connection's write queue at once, or, for what may take a
 //! while (discovering plugins at authentication, spawning, destroying, the status report), hands
 //! a job to the daemon's pool and answers when the job is done (a spawn's, once the new worker
-//! listens); meanwhile the connection reads nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
+//! listens; a destroy's, once the worker has ended); meanwhile the connection reads nothing more, so its requests are answered in order. A host that sends garbage, stops halfway
 //! through a frame or floods the socket only ever delays itself; it is answered with an error and
 //! disconnected. A connection that has not said hello and authenticated within [`HELLO_TIMEOUT`]
 //! of being accepted is answered with an error and closed.
@@ -29,7 +29,7 @@ use crate::discovery::PluginEntry;
 use crate::event_loop::{Done, HostLink, Io, Job, LoopWake};
 use crate::gate::{HELLO_TIMEOUT, Peer, Permit, Place};
 use crate::registry::{
-    HostEvents, HostId, Owner, Reachable, ServiceError, SpawnReply, SpawnRequest,
+    DestroyReply, HostEvents, HostId, Owner, Reachable, ServiceError, SpawnReply, SpawnRequest,
 };
 use crate::status::StatusPager;
 
@@ -464,9 +464,16 @@ impl Session {
             ControlMessage::DestroyWorker { worker_id } => {
                 let (service, host, owner) =
                     (Arc::clone(&self.service), self.host, self.owner.clone());
+                let wake = Arc::clone(&self.wake);
+                // The job ends once the worker is told to stop; the thread that awaits
+                // stopping workers answers once it has ended, and the connection stays busy
+                // until then.
                 return Ok(Step::Job(Box::new(move || {
-                    let result = service.registry.destroy(host, &owner, worker_id);
-                    Some(Done::Destroyed { seq, result })
+                    let reply = DestroyReply::new(move |result| {
+                        wake.done(host, Done::Destroyed { seq, result });
+                    });
+                    service.registry.destroy(host, &owner, worker_id, reply);
+                    None
                 })));
             }
             ControlMessage::WorkersByGidRequest { gid } => {

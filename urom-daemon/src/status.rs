@@ -101,22 +101,23 @@ pub(crate) fn collect(service: &Service, owner: &Owner) -> Report {
         .discovery
         .survey(std::env::var_os(crate::PLUGIN_PATH_VAR).as_deref(), false);
     let mut names: HashMap<u32, String> = HashMap::new();
-    let workers = service
-        .registry
-        .views(owner)
+    let views = service.registry.views(owner);
+    // A worker that has not started may never answer (it hangs, or its user stopped it):
+    // nobody waits for it. The others are asked all at once: those that do not answer (their
+    // user stopped them) cost the report one timeout in all.
+    let counters = crate::link::counters_of_all(
+        views
+            .iter()
+            .map(|view| (view.state != WorkerState::Starting).then_some(&*view.link)),
+    );
+    let workers = views
         .into_iter()
-        .map(|view| {
+        .zip(counters)
+        .map(|(view, counters)| {
             let user = names
                 .entry(view.owner)
                 .or_insert_with(|| user_name(view.owner))
                 .clone();
-            // A worker that has not started may never answer (it hangs, or its user stopped
-            // it): nobody waits for it.
-            let counters = if view.state == WorkerState::Starting {
-                Err("the worker is starting".to_owned())
-            } else {
-                view.link.counters()
-            };
             WorkerReport {
                 view,
                 user,

@@ -437,20 +437,8 @@ fn workers_that_never_start_hold_up_no_other_host() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    // Meanwhile another host authenticates, spawns, reaches its worker, destroys one and reads
-    // the status report.
-    let mut other = client(&daemon);
-    let (id, socket) = other.spawn(WORKER_ID_ANY, 1, 1, "", &[]).unwrap();
-    loopback_through(&socket, 21);
-    let (spare, _) = other.spawn(WORKER_ID_ANY, 1, 1, "", &[]).unwrap();
-    other.destroy(spare).unwrap();
-    let report = other.request(ControlMessage::StatusRequest { cursor: 0 });
-    assert!(
-        matches!(report.message(), ControlMessage::StatusReply(_)),
-        "{:?}",
-        report.message()
-    );
-    let threads = common::status_values(daemon.pid(), "Threads");
+    // Meanwhile another host is served...
+    let mut other = serve_another_host(&daemon);
     // ... before any of the held hosts was answered.
     assert_eq!(
         stopped_children(&daemon).len(),
@@ -491,30 +479,159 @@ fn workers_that_never_start_hold_up_no_other_host() {
 
     // Their hosts leave, and nothing of their workers is left.
     drop(answers);
+    other.is_all_that_is_left(&daemon);
+}
+
+/// A host served while others wait, and what it saw of the daemon.
+struct OtherHost {
+    client: ControlClient,
+    worker: u64,
+    socket: PathBuf,
+    threads: Vec<String>,
+}
+
+/// Another host authenticates, spawns, reaches its worker, destroys a second one and reads
+/// the status report.
+fn serve_another_host(daemon: &Daemon) -> OtherHost {
+    let mut client = client(daemon);
+    let (worker, socket) = client.spawn(WORKER_ID_ANY, 1, 1, "", &[]).unwrap();
+    loopback_through(&socket, 21);
+    let (spare, _) = client.spawn(WORKER_ID_ANY, 1, 1, "", &[]).unwrap();
+    client.destroy(spare).unwrap();
+    let report = client.request(ControlMessage::StatusRequest { cursor: 0 });
+    assert!(
+        matches!(report.message(), ControlMessage::StatusReply(_)),
+        "{:?}",
+        report.message()
+    );
+    let threads = common::status_values(daemon.pid(), "Threads");
+    OtherHost {
+        client,
+        worker,
+        socket,
+        threads,
+    }
+}
+
+impl OtherHost {
+    /// Once every other host has left: only this host's worker is left (its process and
+    /// directory), it still serves, and the daemon runs as many threads as when it was served.
+    fn is_all_that_is_left(&mut self, daemon: &Daemon) {
+        let deadline = Instant::now() + TIMEOUT;
+        while self.client.by_gid(0) != Vec::<u64>::new()
+            || process::children(daemon.pid()).len() != 1
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the other hosts' workers outlived them: {:?}",
+                process::children(daemon.pid())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let dir = self.socket.parent().unwrap();
+        let worker_dirs: Vec<_> = std::fs::read_dir(dir.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("urom-worker-")
+            })
+            .map(|entry| entry.path())
+            .collect();
+        assert_eq!(worker_dirs, [dir]);
+        assert_eq!(self.client.by_gid(1), [self.worker]);
+        assert_eq!(common::status_values(daemon.pid(), "Threads"), self.threads);
+        loopback_through(&self.socket, 22);
+    }
+}
+
+/// Whether `pid` has a SIGTERM pending (a stopped process keeps it until it is resumed).
+fn sigterm_pending(pid: i32) -> bool {
+    ["ShdPnd", "SigPnd"].iter().any(|key| {
+        let mask = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix(&format!("{key}:")))
+                    .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            })
+            .unwrap_or(0);
+        mask & (1 << (SIGTERM - 1)) != 0
+    })
+}
+
+#[test]
+fn workers_stopped_by_their_user_and_destroyed_hold_up_no_other_host() {
+    // More than the daemon's pool threads.
+    const STOPPED: usize = 5;
+    let (_plugins, daemon) = graph_daemon();
+    // Hosts of one user, each with a worker that user stopped, each destroying it.
+    let mut hosts: Vec<ControlClient> = (0..STOPPED).map(|_| client(&daemon)).collect();
+    let ids: Vec<u64> = hosts
+        .iter_mut()
+        .map(|host| host.spawn_any(&[]).unwrap().0)
+        .collect();
+    let workers = process::children(daemon.pid());
+    assert_eq!(workers.len(), STOPPED);
+    for &pid in &workers {
+        process::signal(pid, process::Signal::SIGSTOP);
+    }
     let deadline = Instant::now() + TIMEOUT;
-    while other.by_gid(0) != Vec::<u64>::new() || process::children(daemon.pid()).len() != 1 {
+    while stopped_children(&daemon).len() < STOPPED {
+        assert!(Instant::now() < deadline, "the workers never stopped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let destroys: Vec<_> = hosts
+        .into_iter()
+        .zip(&ids)
+        .map(|(mut host, &id)| {
+            std::thread::spawn(move || {
+                let result = host.destroy(id);
+                (result, host)
+            })
+        })
+        .collect();
+    // Every destroy was taken up: each worker was sent SIGTERM, which waits for a SIGCONT (or
+    // is gone already, which fails below).
+    while !workers
+        .iter()
+        .all(|&pid| sigterm_pending(pid) || !process::alive(pid))
+    {
         assert!(
             Instant::now() < deadline,
-            "the held hosts' workers outlived them: {:?}",
-            process::children(daemon.pid())
+            "the workers were not all sent SIGTERM:\n{}",
+            daemon.log()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
-    let worker_dirs: Vec<_> = std::fs::read_dir(socket.parent().unwrap().parent().unwrap())
-        .unwrap()
-        .flatten()
-        .filter(|entry| {
-            entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with("urom-worker-")
-        })
-        .map(|entry| entry.path())
-        .collect();
-    assert_eq!(worker_dirs, [socket.parent().unwrap()]);
-    assert_eq!(other.by_gid(1), [id]);
-    assert_eq!(common::status_values(daemon.pid(), "Threads"), threads);
-    loopback_through(&socket, 22);
+
+    // Meanwhile another host is served...
+    let mut other = serve_another_host(&daemon);
+    // ... while none of the destroys was answered.
+    assert_eq!(
+        stopped_children(&daemon).len(),
+        STOPPED,
+        "the stopped workers did not all wait at once while the other host was served:\n{}",
+        daemon.log()
+    );
+    assert!(
+        destroys.iter().all(|host| !host.is_finished()),
+        "a destroy was answered before the other host was served:\n{}",
+        daemon.log()
+    );
+
+    // The grace period over, they are killed and every destroy is answered.
+    for destroy in destroys {
+        let (result, host) = destroy.join().unwrap();
+        result.unwrap();
+        drop(host);
+    }
+    let log = daemon.log();
+    assert_eq!(log.matches("did not stop within").count(), STOPPED, "{log}");
+    other.is_all_that_is_left(&daemon);
 }
 
 #[test]

@@ -1,6 +1,6 @@
-//! Workers being started: one thread awaits them all, so that a worker that never publishes
-//! its socket (a plugin that hangs at start, a worker its user stopped) holds none of the
-//! daemon's pool threads and delays no other host.
+//! Workers being started or stopped: one thread awaits them all, so that a worker that never
+//! publishes its socket (a plugin that hangs at start, a worker its user stopped), or one slow
+//! to end, holds none of the daemon's pool threads and delays no other host.
 //!
 //! The thread sleeps on one inotify instance, with a watch on each starting worker's directory
 //! (a worker publishes its socket by linking it in), and on an eventfd rung when a worker is
@@ -8,10 +8,13 @@
 //! grace period, 10-20 ms. A worker that ends is noticed within [`DEATH_CHECK`]; one that has
 //! not published its socket within [`START_TIMEOUT`] is stopped (SIGTERM, then SIGKILL after
 //! [`STOP_GRACE`]) without any thread waiting for it, and its host is answered once it is gone.
+//! A worker being destroyed is handed over once sent SIGTERM, and gets SIGKILL the same way;
+//! its end is learnt from the reaper, which rings the thread.
 
 use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
@@ -23,7 +26,8 @@ use tracing::{error, warn};
 use urom_wire::Status;
 
 use super::{
-    DEATH_CHECK, POLL_WITHOUT_WATCH, Registry, START_TIMEOUT, STOP_GRACE, ServiceError, SpawnReply,
+    DEATH_CHECK, DestroyReply, POLL_WITHOUT_WATCH, Registry, START_TIMEOUT, STOP_GRACE,
+    ServiceError, SpawnReply,
 };
 
 /// Where workers are handed to the thread that awaits them.
@@ -31,13 +35,15 @@ pub(super) struct Starter {
     /// Workers handed over, taken by the thread when `bell` rings.
     handed: Mutex<Vec<Starting>>,
     bell: EventFd,
+    /// A worker ended since the thread last looked.
+    ended: AtomicBool,
 }
 
-/// A worker whose host awaits its socket.
+/// A worker whose host awaits its socket, or its end.
 pub(super) struct Starting {
     id: u64,
     socket: PathBuf,
-    reply: SpawnReply,
+    reply: Awaiting,
     /// Its directory's watch; `None` until the thread has taken it, or when it cannot be
     /// watched (then it is looked at every [`POLL_WITHOUT_WATCH`]).
     watch: Option<WatchDescriptor>,
@@ -50,11 +56,19 @@ pub(super) struct Starting {
     due: Instant,
 }
 
+/// Who awaits the worker.
+enum Awaiting {
+    /// The host that spawned it, for its socket.
+    Start(SpawnReply),
+    /// The host that destroys it, if any, for its end.
+    Stop(Option<DestroyReply>),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Its socket is awaited.
     Awaiting,
-    /// It did not start in time and was sent this signal.
+    /// It was sent this signal (it did not start in time, or is destroyed).
     Stopping(Signal),
 }
 
@@ -65,6 +79,7 @@ impl Starter {
         let starter = Arc::new(Self {
             handed: Mutex::default(),
             bell,
+            ended: AtomicBool::new(false),
         });
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .inspect_err(|e| {
@@ -73,7 +88,7 @@ impl Starter {
             .ok();
         let own = Arc::clone(&starter);
         std::thread::Builder::new()
-            .name("urom-starting".into())
+            .name("urom-awaiting".into())
             .spawn(move || await_all(&own, inotify.as_ref(), &registry))?;
         Ok(starter)
     }
@@ -81,25 +96,56 @@ impl Starter {
     /// Hands over worker `id`, whose socket will be `socket`, to answer `reply` once it listens,
     /// ended or did not start in time.
     pub(super) fn hand(&self, id: u64, socket: PathBuf, reply: SpawnReply) {
-        let starting = Starting {
+        self.push(Starting {
             id,
             socket,
-            reply,
+            reply: Awaiting::Start(reply),
             watch: None,
             fresh: true,
             ended: false,
             phase: Phase::Awaiting,
             due: Instant::now() + START_TIMEOUT,
-        };
+        });
+    }
+
+    /// Hands over worker `id`, just sent SIGTERM, to be killed if it has not ended within
+    /// [`STOP_GRACE`], and to answer `reply` once it has ended.
+    pub(super) fn stopping(&self, id: u64, reply: Option<DestroyReply>) {
+        self.push(Starting {
+            id,
+            socket: PathBuf::new(),
+            reply: Awaiting::Stop(reply),
+            watch: None,
+            fresh: false,
+            ended: false,
+            phase: Phase::Stopping(Signal::SIGTERM),
+            due: Instant::now() + STOP_GRACE,
+        });
+    }
+
+    /// A worker ended: the thread looks at once whether it was one it awaits.
+    pub(super) fn worker_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.ring();
+    }
+
+    fn push(&self, entry: Starting) {
+        let id = entry.id;
         self.handed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(starting);
+            .push(entry);
         if let Err(e) = self.bell.write(1) {
             error!(
                 worker = id,
-                "cannot wake the thread that awaits starting workers: {e}"
+                "cannot wake the thread that awaits workers: {e}"
             );
+        }
+    }
+
+    fn ring(&self) {
+        if let Err(e) = self.bell.write(1) {
+            error!("cannot wake the thread that awaits workers: {e}");
         }
     }
 }
@@ -111,7 +157,9 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
     let mut next_check = Instant::now();
     loop {
         let now = Instant::now();
-        let unwatched = starting.iter().any(|s| s.watch.is_none());
+        let unwatched = starting
+            .iter()
+            .any(|s| s.phase == Phase::Awaiting && s.watch.is_none());
         let wake_at = starting
             .iter()
             .map(|s| s.due)
@@ -128,12 +176,18 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        // A worker handed over to stop may have ended before it was: looked at at once.
+        let stop_handed = handed
+            .iter()
+            .any(|new| matches!(new.reply, Awaiting::Stop(_)));
         for mut new in handed {
             new.watch = inotify.and_then(|inotify| watch(inotify, &new.socket));
             starting.push(new);
         }
         let now = Instant::now();
-        let check = now >= next_check;
+        // A worker's end rings the bell: whoever awaits it is answered at once.
+        let check =
+            starter.ended.swap(false, Ordering::Acquire) || stop_handed || now >= next_check;
         if check {
             next_check = now + DEATH_CHECK;
             // One look under the lock for all: spawns hold it while they fork.
@@ -160,7 +214,15 @@ fn await_all(starter: &Starter, inotify: Option<&Inotify>, registry: &Weak<Regis
                         // Fails only when the directory is gone, which took the watch with it.
                         let _ = inotify.rm_watch(wd);
                     }
-                    done.reply.send(result);
+                    match done.reply {
+                        Awaiting::Start(reply) => reply.send(result),
+                        // Destroyed: gone, or left to the reaper after SIGKILL.
+                        Awaiting::Stop(reply) => {
+                            if let Some(reply) = reply {
+                                reply.send(Ok(()));
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -196,7 +258,7 @@ fn sleep(
     match poll(fds, timeout) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => {}
         Err(e) => {
-            error!("cannot wait for starting workers: {e}");
+            error!("cannot wait for starting or stopping workers: {e}");
             std::thread::sleep(POLL_WITHOUT_WATCH);
         }
     }
@@ -363,7 +425,7 @@ mod tests {
         let mut entry = Starting {
             id,
             socket,
-            reply,
+            reply: Awaiting::Start(reply),
             watch: None,
             fresh: false,
             ended: false,
@@ -388,7 +450,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let result = entry.step(&registry, false, true, grace_over).unwrap();
-        entry.reply.send(result);
+        let Awaiting::Start(reply) = entry.reply else {
+            unreachable!("a starting worker's entry")
+        };
+        reply.send(result);
         let error = rx.recv().unwrap().unwrap_err();
         assert_eq!(error.status, Status::TimeOut, "{}", error.reason);
         assert!(
