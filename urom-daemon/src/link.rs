@@ -63,7 +63,7 @@ impl WorkerLink {
 
 /// Each worker's counters, in order: all are asked first, then their answers are awaited until
 /// one deadline, so that workers that do not answer (their user stopped them) cost the caller
-/// [`ANSWER_TIMEOUT`] in all, however many they are.
+/// `ANSWER_TIMEOUT` in all, however many they are.
 pub fn counters_of_all<'a>(
     links: impl IntoIterator<Item = Option<&'a WorkerLink>>,
 ) -> Vec<Result<CounterSnapshot, String>> {
