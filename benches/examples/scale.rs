@@ -131,18 +131,6 @@ fn cpu_and_sleeps(pid: i32) -> (u64, u64) {
     (ns, sleeps)
 }
 
-/// The daemon's worker processes.
-fn worker_pids(daemon: i32) -> Vec<i32> {
-    process::children(daemon)
-        .into_iter()
-        .filter(|&pid| {
-            process::cmdline(pid)
-                .first()
-                .is_some_and(|p| p.ends_with("urom-worker"))
-        })
-        .collect()
-}
-
 fn median_u64(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
@@ -277,7 +265,7 @@ fn main() {
     }
     let host_rss = status_field("self", "VmRSS");
     let host_shmem = status_field("self", "RssShmem");
-    let workers = worker_pids(daemon_pid);
+    let workers = process::workers_of(daemon_pid);
     assert_eq!(workers.len(), o.workers, "one process per worker");
     // Let every worker reach its idle sleep before measuring.
     std::thread::sleep(Duration::from_millis(500));

@@ -91,6 +91,37 @@ pub fn raise_open_file_limit(files: u64) -> bool {
     soft >= files || (hard >= files && setrlimit(Resource::RLIMIT_NOFILE, files, hard).is_ok())
 }
 
+/// The values of the `/proc/<pid>/status` line `key`, split at white space; panics when the
+/// process or the line is not there.
+pub fn status_values(pid: i32, key: &str) -> Vec<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in the status of {pid}"));
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// How many threads `pid` runs.
+pub fn threads(pid: i32) -> usize {
+    status_values(pid, "Threads")[0]
+        .parse()
+        .expect("a thread count")
+}
+
+/// The worker processes the daemon `daemon_pid` runs.
+pub fn workers_of(daemon_pid: i32) -> Vec<i32> {
+    children(daemon_pid)
+        .into_iter()
+        .filter(|&pid| {
+            cmdline(pid)
+                .first()
+                .is_some_and(|p| p.ends_with("urom-worker"))
+        })
+        .collect()
+}
+
 /// Sends `signal` to `pid`; panics if it cannot be sent.
 pub fn signal(pid: i32, signal: Signal) {
     kill(Pid::from_raw(pid), signal).unwrap_or_else(|e| panic!("kill -{signal} {pid}: {e}"));

@@ -487,7 +487,7 @@ struct OtherHost {
     client: ControlClient,
     worker: u64,
     socket: PathBuf,
-    threads: Vec<String>,
+    threads: usize,
 }
 
 /// Another host authenticates, spawns, reaches its worker, destroys a second one and reads
@@ -504,7 +504,7 @@ fn serve_another_host(daemon: &Daemon) -> OtherHost {
         "{:?}",
         report.message()
     );
-    let threads = common::status_values(daemon.pid(), "Threads");
+    let threads = urom_testkit::process::threads(daemon.pid());
     OtherHost {
         client,
         worker,
@@ -542,7 +542,7 @@ impl OtherHost {
             .collect();
         assert_eq!(worker_dirs, [dir]);
         assert_eq!(self.client.by_gid(1), [self.worker]);
-        assert_eq!(common::status_values(daemon.pid(), "Threads"), self.threads);
+        assert_eq!(urom_testkit::process::threads(daemon.pid()), self.threads);
         loopback_through(&self.socket, 22);
     }
 }

@@ -17,16 +17,9 @@ use urom_wire::{FrameRepr, MaxMsgSize, Status};
 /// Idle connections the first test holds at once.
 const IDLE: usize = 2000;
 
-/// Threads of process `pid`.
-fn threads(pid: i32) -> usize {
-    status_values(pid, "Threads")[0].parse().unwrap()
-}
-
 /// Open files of process `pid`.
 fn open_files(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count()
+    urom_testkit::process::open_files(pid).expect("the daemon's open files")
 }
 
 /// The host connections the daemon's status report counts.
@@ -84,13 +77,13 @@ fn thousands_of_idle_connections_cost_the_daemon_no_thread() {
     let pid = daemon.pid();
     let mut operator = client(&daemon);
     assert_eq!(hosts(&mut operator), 1);
-    let threads_before = threads(pid);
+    let threads_before = urom_testkit::process::threads(pid);
     let files_before = open_files(pid);
 
     let idle: Vec<ControlClient> = (0..IDLE).map(|_| client(&daemon)).collect();
     assert_eq!(hosts(&mut operator), IDLE as u32 + 1);
     assert_eq!(
-        threads(pid),
+        urom_testkit::process::threads(pid),
         threads_before,
         "threads with {IDLE} idle hosts"
     );
@@ -113,7 +106,7 @@ fn thousands_of_idle_connections_cost_the_daemon_no_thread() {
     eventually("the daemon closes their sockets", || {
         open_files(pid) == files_before
     });
-    assert_eq!(threads(pid), threads_before);
+    assert_eq!(urom_testkit::process::threads(pid), threads_before);
     assert!(daemon.is_running());
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use urom_testkit::NOBODY;
+use urom_testkit::process::status_values;
 use urom_wire::Status;
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{TIMEOUT, run_worker};
 use urom_graph::loopback_result;
 use urom_host::{CompletedTask, Idle, ProgressEngine, Service, Worker};
-use urom_testkit::daemon::{Daemon, graph_and_faulty};
+use urom_testkit::daemon::graph_and_faulty;
 use urom_testkit::process;
 
 /// Workers in all, half from each host.
@@ -25,26 +25,6 @@ thread_local! {
 fn record(task: &CompletedTask<'_>) {
     assert!(loopback_result(task).is_ok(), "a loopback failed");
     DONE.with(|done| done.set(done.get() + 1));
-}
-
-fn worker_pids(daemon: &Daemon) -> Vec<i32> {
-    process::children(daemon.pid())
-        .into_iter()
-        .filter(|&pid| {
-            process::cmdline(pid)
-                .first()
-                .is_some_and(|program| program.ends_with("urom-worker"))
-        })
-        .collect()
-}
-
-fn daemon_threads(daemon: &Daemon) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .expect("a thread count")
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -117,11 +97,11 @@ fn two_hosts_run_256_workers_on_one_daemon_with_a_constant_thread_count() {
             });
         }
         first_running.wait();
-        let threads_with_two = daemon_threads(&daemon);
+        let threads_with_two = process::threads(daemon.pid());
         all_running.wait();
-        assert_eq!(worker_pids(&daemon).len() as u64, WORKERS);
+        assert_eq!(process::workers_of(daemon.pid()).len() as u64, WORKERS);
         assert_eq!(
-            daemon_threads(&daemon),
+            process::threads(daemon.pid()),
             threads_with_two,
             "the daemon's threads grew with its workers"
         );
@@ -129,7 +109,7 @@ fn two_hosts_run_256_workers_on_one_daemon_with_a_constant_thread_count() {
     });
 
     wait_until("workers still run after they were stopped", || {
-        worker_pids(&daemon).is_empty()
+        process::workers_of(daemon.pid()).is_empty()
     });
     wait_until("a stopped worker's directory is left behind", || {
         std::fs::read_dir(daemon.dir.path())

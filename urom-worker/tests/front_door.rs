@@ -23,16 +23,6 @@ const PEERS: usize = 64;
 /// deadline (10 s) with room to spare. A bound on waiting, not on speed.
 const CLOSED_WITHIN: Duration = Duration::from_secs(30);
 
-/// The number of threads of process `pid`.
-fn threads(pid: u32) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no thread count in /proc/{pid}/status"))
-}
-
 /// A host that proves `key` at `door` and connects to the worker over UCX.
 fn remote_host(door: SocketAddr, key: &SharedSecret) -> Channel {
     let config = ChannelConfig::new(MaxMsgSize::DEFAULT);
@@ -126,7 +116,7 @@ fn peers_that_never_prove_the_key_cost_no_thread_and_hold_up_no_host() {
     // the count the test compares with; it stays, so that no connection closes meanwhile.
     let mut first = remote_host(door, &key);
     run_task(&mut first, 1);
-    let with_one_host = threads(pid);
+    let with_one_host = urom_testkit::process::threads(pid as i32);
 
     // Peers that connect and read the challenge, then say nothing or half a proof.
     let half_proof = {
@@ -155,7 +145,7 @@ fn peers_that_never_prove_the_key_cost_no_thread_and_hold_up_no_host() {
             let _ = peer.write_all(&half_proof);
         }
     }
-    let during = threads(pid);
+    let during = urom_testkit::process::threads(pid as i32);
     println!(
         "{challenged} of {PEERS} peers challenged; worker threads: {with_one_host} with a host, \
          {during} with the peers at the door"
@@ -169,7 +159,7 @@ fn peers_that_never_prove_the_key_cost_no_thread_and_hold_up_no_host() {
     let started = Instant::now();
     let mut host = remote_host(door, &key);
     run_task(&mut host, 2);
-    let with_peers_and_a_host = threads(pid);
+    let with_peers_and_a_host = urom_testkit::process::threads(pid as i32);
     println!(
         "a host ran a task in {:.1?} with {PEERS} peers at the door; worker threads: \
          {with_peers_and_a_host}",

@@ -107,13 +107,3 @@ pub fn pid_of(needle: &str) -> i32 {
     }
     panic!("no process mentions {needle}");
 }
-
-/// The values of the `/proc/<pid>/status` line `key`, split at white space.
-pub fn status_values(pid: i32, key: &str) -> Vec<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{key}:")))
-        .unwrap_or_else(|| panic!("no {key} in the status of {pid}"));
-    line.split_whitespace().map(str::to_owned).collect()
-}
