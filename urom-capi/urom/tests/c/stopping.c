@@ -97,10 +97,27 @@ static uint64_t plugin_id(struct doca_urom_service *service, const char *name)
 	return 0;
 }
 
+/* Reads /proc/PID/NAME into buf (NUL-terminated); its length, or -1 when it cannot be read. */
+static long read_proc(pid_t pid, const char *name, char *buf, size_t size)
+{
+	char path[64];
+	FILE *file;
+	size_t len;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
+	file = fopen(path, "r");
+	if (file == NULL)
+		return -1;
+	len = fread(buf, 1, size - 1, file);
+	fclose(file);
+	buf[len] = 0;
+	return (long)len;
+}
+
 /* The process of worker `id`: the daemon's child running urom-worker with "--id ID". */
 static pid_t worker_pid(pid_t daemon, uint64_t id)
 {
-	char path[64], buf[4096], want[32];
+	char buf[4096], want[32];
 	DIR *proc = opendir("/proc");
 	struct dirent *entry;
 	pid_t found = 0;
@@ -109,30 +126,20 @@ static pid_t worker_pid(pid_t daemon, uint64_t id)
 	snprintf(want, sizeof(want), "%lu", (unsigned long)id);
 	while (found == 0 && (entry = readdir(proc)) != NULL) {
 		pid_t pid = (pid_t)atoi(entry->d_name);
-		FILE *file;
+		long read;
 		size_t len, at;
 		int parent = 0, is_worker = 0, has_id = 0;
 		const char *close_paren;
 
-		if (pid <= 0)
+		if (pid <= 0 || read_proc(pid, "stat", buf, sizeof(buf)) < 0)
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-		file = fopen(path, "r");
-		if (file == NULL)
-			continue;
-		len = fread(buf, 1, sizeof(buf) - 1, file);
-		fclose(file);
-		buf[len] = 0;
 		close_paren = strrchr(buf, ')');
 		if (close_paren == NULL || sscanf(close_paren + 1, " %*c %d", &parent) != 1 || parent != daemon)
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
-		file = fopen(path, "r");
-		if (file == NULL)
+		read = read_proc(pid, "cmdline", buf, sizeof(buf));
+		if (read < 0)
 			continue;
-		len = fread(buf, 1, sizeof(buf) - 1, file);
-		fclose(file);
-		buf[len] = 0;
+		len = (size_t)read;
 		/* NUL-separated arguments: the program, then --id ID among the rest. */
 		is_worker = strstr(buf, "urom-worker") != NULL;
 		for (at = 0; at < len; at += strlen(buf + at) + 1)
