@@ -1,8 +1,13 @@
-# The collective benchmarks' daemon (sourced by run-coll-bench.sh and run-mpi-bench.sh): a
-# private socket directory with the collective plugin alone, stopped and removed on exit.
+# What the collective benchmarks share (sourced by run-coll-bench.sh and run-mpi-bench.sh): a
+# private daemon (its socket directory holds the collective plugin alone; stopped and removed on
+# exit) and where each run's results go.
 #
 #   start_coll_daemon NAME BIN_DIR [DAEMON ARGS...]   sets daemon_dir and daemon_pid; runs the
 #                                                     daemon under "${launcher[@]}" (may be empty)
+#   coll_results NAME BIN_DIR                         sets stamp, out_dir and the run's empty
+#                                                     tsv and its svg: RESULTS_DIR, else
+#                                                     BIN_DIR/NAME-results with
+#                                                     UROM_BENCH_RECORD=0, else benches/results
 
 daemon_pid=""
 daemon_dir=""
@@ -37,4 +42,20 @@ start_coll_daemon() {
         cat "$daemon_dir"/*.log >&2 2>/dev/null || true
         exit 1
     fi
+}
+
+coll_results() {
+    local name=$1 bin=$2
+    stamp=$(date -u '+%Y-%m-%d-%H%M')
+    if [ -n "${RESULTS_DIR:-}" ]; then
+        out_dir=$RESULTS_DIR
+    elif [ "${UROM_BENCH_RECORD:-1}" = 0 ]; then
+        out_dir=$bin/$name-results
+    else
+        out_dir=benches/results
+    fi
+    mkdir -p "$out_dir"
+    tsv=$out_dir/$name-$stamp.tsv
+    svg=$out_dir/$name-$stamp.svg
+    : >"$tsv"
 }

@@ -137,18 +137,7 @@ case " ${impls[*]} " in
     ;;
 esac
 
-stamp=$(date -u '+%Y-%m-%d-%H%M')
-if [ -n "${RESULTS_DIR:-}" ]; then
-    out_dir=$RESULTS_DIR
-elif [ "${UROM_BENCH_RECORD:-1}" = 0 ]; then
-    out_dir=$bin_dir/coll-results
-else
-    out_dir=benches/results
-fi
-mkdir -p "$out_dir"
-tsv=$out_dir/coll-$stamp.tsv
-svg=$out_dir/coll-$stamp.svg
-: >"$tsv"
+coll_results coll "$bin_dir"
 
 colls=${COLLS// /,}
 sizes=${SIZES// /,}

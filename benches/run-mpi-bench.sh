@@ -131,19 +131,8 @@ fi
 [ -n "${NICE:-}" ] && placement="$placement; everything at nice $NICE"
 start_coll_daemon mpi-bench "$bin_dir" "${daemon_args[@]}"
 
-stamp=$(date -u '+%Y-%m-%d-%H%M')
-if [ -n "${RESULTS_DIR:-}" ]; then
-    out_dir=$RESULTS_DIR
-elif [ "${UROM_BENCH_RECORD:-1}" = 0 ]; then
-    out_dir=$bin_dir/mpi-results
-else
-    out_dir=benches/results
-fi
-mkdir -p "$out_dir"
-tsv=$out_dir/mpi-$stamp.tsv
-svg=$out_dir/mpi-$stamp.svg
+coll_results mpi "$bin_dir"
 verbose=$daemon_dir/urom_mpi.log
-: >"$tsv"
 : >"$verbose"
 
 # One round of one variant: the benchmark's lines, its implementation renamed for a preloaded
