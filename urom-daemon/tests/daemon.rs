@@ -515,7 +515,7 @@ fn serve_another_host(daemon: &Daemon) -> OtherHost {
 
 impl OtherHost {
     /// Once every other host has left: only this host's worker is left (its process and
-    /// directory), it still serves, and the daemon runs as many threads as when it was served.
+    /// directory), it still serves, and the daemon runs no more threads than when it was served.
     fn is_all_that_is_left(&mut self, daemon: &Daemon) {
         let deadline = Instant::now() + TIMEOUT;
         while self.client.by_gid(0) != Vec::<u64>::new()
@@ -542,7 +542,13 @@ impl OtherHost {
             .collect();
         assert_eq!(worker_dirs, [dir]);
         assert_eq!(self.client.by_gid(1), [self.worker]);
-        assert_eq!(urom_testkit::process::threads(daemon.pid()), self.threads);
+        // Not equal: a plugin probe's short-lived thread may have been counted then.
+        let threads = urom_testkit::process::threads(daemon.pid());
+        assert!(
+            threads <= self.threads,
+            "{threads} threads, {} when this host was served",
+            self.threads
+        );
         loopback_through(&self.socket, 22);
     }
 }

@@ -38,17 +38,6 @@ fn hosts(client: &mut ControlClient) -> u32 {
         .expect("the daemon's record")
 }
 
-/// Raises this process's soft open-file limit to its hard one; returns the limit in force.
-fn raise_open_file_limit() -> u64 {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        hard
-    } else {
-        soft
-    }
-}
-
 /// Waits up to a minute for `done`.
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -60,10 +49,10 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn thousands_of_idle_connections_cost_the_daemon_no_thread() {
-    let limit = raise_open_file_limit();
-    if limit < IDLE as u64 + 256 {
+    let files = IDLE as u64 + 256;
+    if !urom_testkit::process::raise_open_file_limit(files) {
         urom_testkit::skip(&format!(
-            "{IDLE} connections need more open files than the limit of {limit}"
+            "{IDLE} connections need {files} open files, more than the hard limit"
         ));
         return;
     }
@@ -77,15 +66,17 @@ fn thousands_of_idle_connections_cost_the_daemon_no_thread() {
     let pid = daemon.pid();
     let mut operator = client(&daemon);
     assert_eq!(hosts(&mut operator), 1);
+    // A plugin probe's short-lived thread may still be finishing here, so the count may only
+    // fall; one thread per connection would add thousands.
     let threads_before = urom_testkit::process::threads(pid);
     let files_before = open_files(pid);
 
     let idle: Vec<ControlClient> = (0..IDLE).map(|_| client(&daemon)).collect();
     assert_eq!(hosts(&mut operator), IDLE as u32 + 1);
-    assert_eq!(
-        urom_testkit::process::threads(pid),
-        threads_before,
-        "threads with {IDLE} idle hosts"
+    let threads_idle = urom_testkit::process::threads(pid);
+    assert!(
+        threads_idle <= threads_before,
+        "{threads_idle} threads with {IDLE} idle hosts, {threads_before} before"
     );
     assert_eq!(open_files(pid), files_before + IDLE);
     // The operator's tool is answered meanwhile.
@@ -106,7 +97,7 @@ fn thousands_of_idle_connections_cost_the_daemon_no_thread() {
     eventually("the daemon closes their sockets", || {
         open_files(pid) == files_before
     });
-    assert_eq!(urom_testkit::process::threads(pid), threads_before);
+    assert!(urom_testkit::process::threads(pid) <= threads_before);
     assert!(daemon.is_running());
 }
 

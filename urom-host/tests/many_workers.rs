@@ -100,10 +100,12 @@ fn two_hosts_run_256_workers_on_one_daemon_with_a_constant_thread_count() {
         let threads_with_two = process::threads(daemon.pid());
         all_running.wait();
         assert_eq!(process::workers_of(daemon.pid()).len() as u64, WORKERS);
-        assert_eq!(
-            process::threads(daemon.pid()),
-            threads_with_two,
-            "the daemon's threads grew with its workers"
+        // At most as many: a plugin probe's short-lived thread may have been counted then.
+        let threads = process::threads(daemon.pid());
+        assert!(
+            threads <= threads_with_two,
+            "the daemon's threads grew with its workers: {threads_with_two} with two, {threads} \
+             with {WORKERS}"
         );
         stop.wait();
     });
