@@ -222,6 +222,13 @@ fn send_message(
     let ucp = held.ucp();
     let ep = ucp.ep;
     let state = ucp.state();
+    // Never send on an endpoint known to have failed: UCX (1.22 at least) spins forever in a
+    // send on an endpoint that failed before it connected, here a refused connection noticed
+    // while another link progressed the shared worker. Failures are recorded under the lock
+    // held here, so none slips in between.
+    if let Some(status) = state.failed {
+        return Err(status);
+    }
     let (at, len) = (bytes.as_ptr(), bytes.len());
     // The Vec's heap buffer does not move with it: the bytes stay where they are, unchanged,
     // until the state is freed.
@@ -972,5 +979,62 @@ impl AsFd for UcxListener {
 impl AsRawFd for UcxListener {
     fn as_raw_fd(&self) -> RawFd {
         self.waker.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A hello sent on an endpoint whose connection was refused before the send, as happens
+    /// when another link's progress notices the refusal first, fails with the refusal; it once
+    /// spun forever inside UCX 1.22.
+    #[test]
+    fn a_hello_on_an_endpoint_that_already_failed_fails() {
+        ucp::set_config_defaults(&[("TLS", "tcp"), ("NET_DEVICES", "lo")]);
+        // A port nobody listens on: bound, then given back.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let config = ChannelConfig::default();
+        let link = Link::new(&config).unwrap();
+        {
+            let mut held = link.lock();
+            let ucp = held.ucp();
+            let arg = ucp.state.as_ptr().cast();
+            // SAFETY: the state outlives the endpoint (the end is retired after closing it).
+            ucp.ep = unsafe {
+                ucp::create_ep(&ucp.worker, Remote::Socket(addr), state::on_ep_error, arg)
+            }
+            .unwrap();
+            ucp.kind = EpKind::Own;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut held = link.lock();
+            let ucp = held.ucp();
+            ucp.worker.progress_all();
+            if ucp.state().failed.is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the refusal was never noticed");
+            drop(held);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // On a thread of its own: a send that never returns fails the test rather than hang it.
+        let (done, sent) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(send_message(&link, AM_SOCKET_HELLO, vec![0; 16], 0, None));
+        });
+        let sent = sent
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a send on a failed endpoint never returned");
+        assert!(sent.is_err(), "a send on a failed endpoint succeeded");
     }
 }
