@@ -140,20 +140,19 @@ fn main() {
     let o = options();
     let worker_bin = binary("urom-worker", "urom-worker");
 
-    // 1. The floor: fork + exec of the same binary, until it exits.
-    let mut bare: Vec<f64> = (0..21)
-        .map(|_| {
-            let start = Instant::now();
-            let status = Command::new(&worker_bin)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .status()
-                .expect("running urom-worker --version");
-            assert!(status.success());
-            ms(start.elapsed())
-        })
-        .collect();
-    bare.sort_by(f64::total_cmp);
+    // 1. The floor: fork + exec of the same binary, until it exits; one beside each spawn
+    // below too, so that both see the same machine (as many processes, as warm caches).
+    let fork_exec = || {
+        let start = Instant::now();
+        let status = Command::new(&worker_bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .expect("running urom-worker --version");
+        assert!(status.success());
+        ms(start.elapsed())
+    };
+    let mut bare: Vec<f64> = (0..21).map(|_| fork_exec()).collect();
 
     let plugins = TempDir::new("urom-scale-plugins");
     let dir = plugin_dir(&plugins, &[("urom-plugin-graph", "worker_graph")]);
@@ -232,7 +231,9 @@ fn main() {
             }
         }
     } else {
+        bare.clear();
         for i in 0..o.workers {
+            bare.push(fork_exec());
             let start = Instant::now();
             let worker = idle(i)
                 .start(&mut engine)
@@ -249,6 +250,14 @@ fn main() {
         }
     }
     let all_running = all_start.elapsed();
+    // One after another: spawn over its round's fork+exec, overall and for the last tenth
+    // spawned (with the most workers already running).
+    let mut over: Vec<f64> = spawn.iter().zip(&bare).map(|(s, b)| s - b).collect();
+    let mut over_last = over.split_off(over.len() - over.len().div_ceil(10));
+    over.extend_from_slice(&over_last);
+    over.sort_by(f64::total_cmp);
+    over_last.sort_by(f64::total_cmp);
+    bare.sort_by(f64::total_cmp);
     spawn.sort_by(f64::total_cmp);
 
     // 3. One loopback on each, then idle.
@@ -298,6 +307,13 @@ fn main() {
             .map(|&p| status_field(&p.to_string(), "Threads"))
             .collect(),
     );
+    // What one progress call costs the host with every worker idle.
+    const CALLS: u32 = 1000;
+    let t0 = Instant::now();
+    for _ in 0..CALLS {
+        engine.progress();
+    }
+    let progress_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS);
     let daemon_threads = status_field(&daemon_pid.to_string(), "Threads");
     let daemon_rss = status_field(&daemon_pid.to_string(), "VmRSS");
 
@@ -314,7 +330,17 @@ fn main() {
         percentile(&spawn, 0.9),
         spawn.last().copied().unwrap_or(f64::NAN)
     );
+    if !o.at_once {
+        println!(
+            "spawn over its round's fork+exec (ms, median / p90 / median of the last tenth): \
+             {:.2} / {:.2} / {:.2}",
+            percentile(&over, 0.5),
+            percentile(&over, 0.9),
+            percentile(&over_last, 0.5)
+        );
+    }
     println!("all running after (ms): {:.0}", ms(all_running));
+    println!("host progress call, every worker idle (us, mean of {CALLS}): {progress_us:.1}");
     println!("idle CPU of all workers (% of a core): {idle_cpu:.3} over {secs:.1} s");
     println!("idle wake-ups per worker per second: {wakeups:.1}");
     println!("idle CPU of the daemon (% of a core): {daemon_cpu:.3}");
