@@ -252,6 +252,23 @@ fn send_message(
     }
 }
 
+/// Gives `link`'s end an endpoint of its own to `remote`, whose failure the end's state
+/// records; returns the end's active-message base.
+///
+/// # Safety
+///
+/// A connection request must not have been used before.
+unsafe fn open_own_ep(link: &Link, remote: Remote<'_>) -> Result<u32, sys::ucs_status_t> {
+    let mut held = link.lock();
+    let ucp = held.ucp();
+    let arg = ucp.state.as_ptr().cast();
+    // SAFETY: the state outlives the endpoint (the end is retired after closing it); the
+    // caller guarantees a request's first use.
+    ucp.ep = unsafe { ucp::create_ep(&ucp.worker, remote, state::on_ep_error, arg) }?;
+    ucp.kind = EpKind::Own;
+    Ok(ucp.am_base)
+}
+
 impl UcxConnection {
     /// Connects to the [`UcxListener`] at `addr` and sets up a connection with the settings of
     /// `config` (which the listener's must match), within `config.handshake_timeout`.
@@ -260,21 +277,13 @@ impl UcxConnection {
         let address = addr.to_string();
         let until = Instant::now() + config.handshake_timeout;
         let link = Link::new(config)?;
-        let am_base = {
-            let mut held = link.lock();
-            let ucp = held.ucp();
-            let arg = ucp.state.as_ptr().cast();
-            // SAFETY: the state outlives the endpoint (the end is retired after closing it).
-            ucp.ep = unsafe {
-                ucp::create_ep(&ucp.worker, Remote::Socket(addr), state::on_ep_error, arg)
-            }
-            .map_err(|status| UcxConnectError::Unreachable {
+        // SAFETY: no connection request.
+        let am_base = unsafe { open_own_ep(&link, Remote::Socket(addr)) }.map_err(|status| {
+            UcxConnectError::Unreachable {
                 address: address.clone(),
                 status,
-            })?;
-            ucp.kind = EpKind::Own;
-            ucp.am_base
-        };
+            }
+        })?;
         let hello = hello_bytes(config, &[], am_base);
         send_message(
             &link,
@@ -714,26 +723,13 @@ impl UcxListener {
                 return Err(e);
             }
         };
-        {
-            let mut held = link.lock();
-            let ucp = held.ucp();
-            let arg = ucp.state.as_ptr().cast();
-            // SAFETY: the state outlives the endpoint (the end is retired after closing it);
-            // the request is used once, here.
-            ucp.ep = unsafe {
-                ucp::create_ep(
-                    &ucp.worker,
-                    Remote::Request(request),
-                    state::on_ep_error,
-                    arg,
-                )
-            }
-            .map_err(|status| UcxConnectError::Ucx {
+        // SAFETY: the request is used once, here.
+        unsafe { open_own_ep(&link, Remote::Request(request)) }.map_err(|status| {
+            UcxConnectError::Ucx {
                 op: "ucp_ep_create",
                 status,
-            })?;
-            ucp.kind = EpKind::Own;
-        }
+            }
+        })?;
         let hello = wait_message(&link, until, true).map_err(|w| match w {
             Waited::Failed(status) => UcxConnectError::Unreachable {
                 address: "the connecting peer".to_owned(),
@@ -1004,17 +1000,8 @@ mod tests {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let config = ChannelConfig::default();
         let link = Link::new(&config).unwrap();
-        {
-            let mut held = link.lock();
-            let ucp = held.ucp();
-            let arg = ucp.state.as_ptr().cast();
-            // SAFETY: the state outlives the endpoint (the end is retired after closing it).
-            ucp.ep = unsafe {
-                ucp::create_ep(&ucp.worker, Remote::Socket(addr), state::on_ep_error, arg)
-            }
-            .unwrap();
-            ucp.kind = EpKind::Own;
-        }
+        // SAFETY: no connection request.
+        unsafe { open_own_ep(&link, Remote::Socket(addr)) }.unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut held = link.lock();
