@@ -253,8 +253,7 @@ fn main() {
     // One after another: spawn over its round's fork+exec, overall and for the last tenth
     // spawned (with the most workers already running).
     let mut over: Vec<f64> = spawn.iter().zip(&bare).map(|(s, b)| s - b).collect();
-    let mut over_last = over.split_off(over.len() - over.len().div_ceil(10));
-    over.extend_from_slice(&over_last);
+    let mut over_last = over[over.len() - over.len().div_ceil(10)..].to_vec();
     over.sort_by(f64::total_cmp);
     over_last.sort_by(f64::total_cmp);
     bare.sort_by(f64::total_cmp);
