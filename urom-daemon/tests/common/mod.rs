@@ -32,6 +32,19 @@ pub fn client(daemon: &Daemon) -> ControlClient {
     client
 }
 
+/// Reads the daemon's last word to `client`: a refusal for taking too long whose reason says
+/// `why`, after which the connection is closed.
+pub fn assert_timed_out(client: &mut ControlClient, why: &str) {
+    let reply = client
+        .try_read_frame()
+        .expect("the daemon answered before the test gave up")
+        .expect("an error reply");
+    let (status, reason) = reply.refusal().unwrap_err();
+    assert_eq!(status, urom_wire::Status::TimeOut, "{reason}");
+    assert!(reason.contains(why), "{reason}");
+    assert!(client.is_closed());
+}
+
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
