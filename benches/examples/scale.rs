@@ -86,13 +86,15 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// A `/proc/<pid>/status` field in KiB (or a plain count).
-fn status_field(pid: &str, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+fn status_field(pid: i32, field: &str) -> u64 {
+    process::status_line(pid, field)
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// This process's id, for [`status_field`].
+fn own_pid() -> i32 {
+    i32::try_from(std::process::id()).expect("a process id fits an i32")
 }
 
 /// `Private_Dirty` of `/proc/<pid>/smaps_rollup`, KiB.
@@ -175,8 +177,8 @@ fn main() {
         true,
     );
     let daemon_pid = daemon.pid();
-    let daemon_threads_before = status_field(&daemon_pid.to_string(), "Threads");
-    let host_rss_before = status_field("self", "VmRSS");
+    let daemon_threads_before = status_field(daemon_pid, "Threads");
+    let host_rss_before = status_field(own_pid(), "VmRSS");
 
     let service = Service::<Idle>::new()
         .set_socket(&daemon.socket)
@@ -271,8 +273,8 @@ fn main() {
         engine.progress();
         assert!(Instant::now() < deadline, "loopbacks did not complete");
     }
-    let host_rss = status_field("self", "VmRSS");
-    let host_shmem = status_field("self", "RssShmem");
+    let host_rss = status_field(own_pid(), "VmRSS");
+    let host_shmem = status_field(own_pid(), "RssShmem");
     let workers = process::workers_of(daemon_pid);
     assert_eq!(workers.len(), o.workers, "one process per worker");
     // Let every worker reach its idle sleep before measuring.
@@ -294,16 +296,11 @@ fn main() {
     let wakeups = (s1 - s0) as f64 / secs / workers.len() as f64;
     let private = median_u64(workers.iter().map(|&p| private_dirty(p)).collect());
     let private_total: u64 = workers.iter().map(|&p| private_dirty(p)).sum();
-    let worker_rss = median_u64(
-        workers
-            .iter()
-            .map(|&p| status_field(&p.to_string(), "VmRSS"))
-            .collect(),
-    );
+    let worker_rss = median_u64(workers.iter().map(|&p| status_field(p, "VmRSS")).collect());
     let worker_threads = median_u64(
         workers
             .iter()
-            .map(|&p| status_field(&p.to_string(), "Threads"))
+            .map(|&p| status_field(p, "Threads"))
             .collect(),
     );
     // What one progress call costs the host with every worker idle.
@@ -313,8 +310,8 @@ fn main() {
         engine.progress();
     }
     let progress_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS);
-    let daemon_threads = status_field(&daemon_pid.to_string(), "Threads");
-    let daemon_rss = status_field(&daemon_pid.to_string(), "VmRSS");
+    let daemon_threads = status_field(daemon_pid, "Threads");
+    let daemon_rss = status_field(daemon_pid, "VmRSS");
 
     println!("workers: {}", o.workers);
     println!(

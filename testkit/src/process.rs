@@ -71,9 +71,11 @@ pub fn stopped(pid: i32) -> bool {
 
 /// The real user of `pid`.
 pub fn uid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    status_line(pid, "Uid")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// How many files `pid` holds open.
@@ -91,16 +93,24 @@ pub fn raise_open_file_limit(files: u64) -> bool {
     soft >= files || (hard >= files && setrlimit(Resource::RLIMIT_NOFILE, files, hard).is_ok())
 }
 
+/// What follows `key:` on its line of `/proc/<pid>/status`, trimmed; `None` when the process
+/// or the line is not there.
+pub fn status_line(pid: i32, key: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let value = line.strip_prefix(key)?.strip_prefix(':')?;
+        Some(value.trim().to_owned())
+    })
+}
+
 /// The values of the `/proc/<pid>/status` line `key`, split at white space; panics when the
 /// process or the line is not there.
 pub fn status_values(pid: i32, key: &str) -> Vec<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
-    let line = status
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{key}:")))
-        .unwrap_or_else(|| panic!("no {key} in the status of {pid}"));
-    line.split_whitespace().map(str::to_owned).collect()
+    status_line(pid, key)
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// How many threads `pid` runs.

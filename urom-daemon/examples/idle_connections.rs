@@ -16,13 +16,7 @@ use urom_testkit::control::ControlClient;
 use urom_testkit::daemon::start_daemon;
 
 fn status_value(pid: i32, key: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{key}:")))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
+    urom_testkit::process::status_line(pid, key).unwrap_or_default()
 }
 
 fn main() {

@@ -402,6 +402,28 @@ fn holding_worker(dir: &Path) -> PathBuf {
     script
 }
 
+/// Serves another host while `waiting` hosts each wait for an answer about one stopped worker,
+/// and checks that all of them still wait, their workers all stopped, once it was served.
+fn serve_another_host_meanwhile<T>(
+    daemon: &Daemon,
+    waiting: &[std::thread::JoinHandle<T>],
+    what: &str,
+) -> OtherHost {
+    let other = serve_another_host(daemon);
+    assert_eq!(
+        stopped_children(daemon).len(),
+        waiting.len(),
+        "the stopped workers did not all wait at once while the other host was served:\n{}",
+        daemon.log()
+    );
+    assert!(
+        waiting.iter().all(|host| !host.is_finished()),
+        "a {what} was answered before the other host was served:\n{}",
+        daemon.log()
+    );
+    other
+}
+
 /// The daemon's children that are stopped.
 fn stopped_children(daemon: &Daemon) -> Vec<i32> {
     process::children(daemon.pid())
@@ -437,20 +459,7 @@ fn workers_that_never_start_hold_up_no_other_host() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    // Meanwhile another host is served...
-    let mut other = serve_another_host(&daemon);
-    // ... before any of the held hosts was answered.
-    assert_eq!(
-        stopped_children(&daemon).len(),
-        HELD,
-        "the held workers did not all wait at once while the other host was served:\n{}",
-        daemon.log()
-    );
-    assert!(
-        held.iter().all(|host| !host.is_finished()),
-        "a held host was answered before the other host was served:\n{}",
-        daemon.log()
-    );
+    let mut other = serve_another_host_meanwhile(&daemon, &held, "held host");
 
     // Resumed workers start and their hosts reach them; killed ones are reported.
     for (n, pid) in stopped_children(&daemon).into_iter().enumerate() {
@@ -556,14 +565,8 @@ impl OtherHost {
 /// Whether `pid` has a SIGTERM pending (a stopped process keeps it until it is resumed).
 fn sigterm_pending(pid: i32) -> bool {
     ["ShdPnd", "SigPnd"].iter().any(|key| {
-        let mask = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|status| {
-                status
-                    .lines()
-                    .find_map(|line| line.strip_prefix(&format!("{key}:")))
-                    .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-            })
+        let mask = process::status_line(pid, key)
+            .and_then(|mask| u64::from_str_radix(&mask, 16).ok())
             .unwrap_or(0);
         mask & (1 << (SIGTERM - 1)) != 0
     })
@@ -614,20 +617,7 @@ fn workers_stopped_by_their_user_and_destroyed_hold_up_no_other_host() {
         std::thread::sleep(Duration::from_millis(5));
     }
 
-    // Meanwhile another host is served...
-    let mut other = serve_another_host(&daemon);
-    // ... while none of the destroys was answered.
-    assert_eq!(
-        stopped_children(&daemon).len(),
-        STOPPED,
-        "the stopped workers did not all wait at once while the other host was served:\n{}",
-        daemon.log()
-    );
-    assert!(
-        destroys.iter().all(|host| !host.is_finished()),
-        "a destroy was answered before the other host was served:\n{}",
-        daemon.log()
-    );
+    let mut other = serve_another_host_meanwhile(&daemon, &destroys, "destroy");
 
     // The grace period over, they are killed and every destroy is answered.
     for destroy in destroys {

@@ -130,17 +130,11 @@ impl Starter {
     }
 
     fn push(&self, entry: Starting) {
-        let id = entry.id;
         self.handed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(entry);
-        if let Err(e) = self.bell.write(1) {
-            error!(
-                worker = id,
-                "cannot wake the thread that awaits workers: {e}"
-            );
-        }
+        self.ring();
     }
 
     fn ring(&self) {
